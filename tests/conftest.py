@@ -1,0 +1,38 @@
+"""Shared fixtures. Markers are declared in pyproject.toml."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+SMALL_ARCH = "resnet18"
+
+
+def run_cli(*args: str):
+    """Drive the real `tritonize` app; returns click's Result (exit_code, output, stderr)."""
+    from tritonize.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture(scope="session")
+def small_artifacts(tmp_path_factory) -> Path:
+    """resnet18 (random init) exported to TorchScript and ONNX, verified, with its manifest.
+
+    Shared by the whole session: tests that change files must work on a copy (`artifacts_copy`).
+    """
+    out = tmp_path_factory.mktemp("small_artifacts")
+    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--out", out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture
+def artifacts_copy(small_artifacts, tmp_path) -> Path:
+    """A private copy of the small artifacts that a test may modify."""
+    dest = tmp_path / "artifacts"
+    shutil.copytree(small_artifacts, dest)
+    return dest

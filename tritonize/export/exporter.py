@@ -1,0 +1,267 @@
+"""The export stage: build, export, verify, publish atomically, record in the manifest."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from tritonize import manifest as mf
+from tritonize.errors import TritonizeError
+from tritonize.files import atomic_path, ensure_writable_dir
+from tritonize.progress import say, step
+from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec, build_model
+from tritonize.verify import FP32, summarize, verification_inputs, verify_runner
+
+FORMATS = ("torchscript", "onnx")
+FILES = {"torchscript": "model.pt", "onnx": "model.onnx"}
+MIN_DYNAMO_OPSET = 18  # the dynamo exporter silently raises lower opsets to 18
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    formats: tuple[str, ...] = FORMATS
+    opset: int = 18
+    simplify: bool = True
+    max_batch: int = 32
+    force: bool = False
+
+    def __post_init__(self):
+        unknown = set(self.formats) - set(FORMATS)
+        if unknown or not self.formats:
+            raise TritonizeError(f"unknown format {', '.join(sorted(unknown)) or '(none)'}: choose torchscript, onnx or all")
+        if self.max_batch < 1:
+            raise TritonizeError(f"--max-batch must be >= 1, got {self.max_batch}")
+        if not 7 <= self.opset <= 23:
+            raise TritonizeError(f"--opset {self.opset} is not supported: use 7..23 (default 18)")
+
+    def fingerprint(self, fmt: str) -> dict:
+        """What, besides the spec, decides an artifact's content (used to skip up-to-date work)."""
+        if fmt == "torchscript":
+            return {"max_batch": self.max_batch}
+        return {"max_batch": self.max_batch, "opset": self.opset, "simplify": self.simplify}
+
+
+def export_artifacts(spec: ModelSpec, out: Path, options: ExportOptions = ExportOptions()) -> dict:
+    """Export the requested formats into `out`; returns the updated manifest.
+
+    An artifact is published (renamed into place and recorded) only after it passed verification;
+    an existing artifact made from the same spec and options is kept as it is unless `force`.
+    """
+    out = ensure_writable_dir(Path(out))
+    manifest = mf.load_manifest_or_empty(out)
+    if manifest.get("model") and manifest["model"] != spec.to_dict():
+        stale = [k for k in manifest.get("artifacts", {})]
+        if not options.force and any((out / FILES.get(k, "")).is_file() for k in stale if k in FILES):
+            raise TritonizeError(
+                f"{out} holds artifacts of another model ({manifest['model']['arch']}, weights "
+                f"{manifest['model']['weights']}); use --force to replace them or --out for another directory"
+            )
+        manifest = {}  # a new model: every earlier entry (plans, precision variants) is stale
+    manifest["model"] = spec.to_dict()
+    manifest.setdefault("artifacts", {})
+
+    todo = [f for f in options.formats if options.force or not _up_to_date(out, manifest, f, options)]
+    for fmt in options.formats:
+        if fmt not in todo:
+            say(f"  = {FILES[fmt]} is up to date (same model and options); --force rebuilds it")
+    if not todo:
+        return manifest
+
+    say(f"Exporting {spec.arch} (weights: {spec.weights}) to {', '.join(FILES[f] for f in todo)} in {out}/")
+    if not spec.pretrained:
+        say("  ! random-init weights: artifacts are real but predictions and labels are meaningless")
+    with step(f"build {spec.arch}") as built:
+        model = build_model(spec)
+    pre = spec.preprocessing
+    inputs = verification_inputs(spec.input_shape, options.max_batch, pre.mean, pre.std)
+    with step(f"reference outputs in PyTorch eager (batch {options.max_batch})") as ref_step:
+        reference = _run_torch(model, inputs)
+    common = {"build": asdict(built), "reference": asdict(ref_step)}
+
+    exporters: dict[str, Callable] = {"torchscript": _export_torchscript, "onnx": _export_onnx}
+    for fmt in todo:
+        entry = exporters[fmt](model, spec, out / FILES[fmt], inputs, reference, options)
+        entry["timings"] = {**common, **entry["timings"]}
+        entry["options"] = options.fingerprint(fmt)
+        entry["created"] = mf.now_iso()
+        manifest["artifacts"][fmt] = entry
+        mf.save_manifest(out, manifest)
+        say(f"  ✓ published {out / FILES[fmt]} ({entry['size_bytes'] / 1e6:.0f} MB) — {summarize(entry['verification'])}")
+    return manifest
+
+
+def _up_to_date(out: Path, manifest: dict, fmt: str, options: ExportOptions) -> bool:
+    entry = manifest.get("artifacts", {}).get(fmt)
+    path = out / FILES[fmt]
+    if not entry or not path.is_file() or entry.get("options") != options.fingerprint(fmt):
+        return False
+    return path.stat().st_size == entry.get("size_bytes")
+
+
+def _run_torch(model, batch: np.ndarray) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        return model(torch.from_numpy(batch)).numpy()
+
+
+def _check(report: dict, what: str, path: Path) -> None:
+    if not report["passed"]:
+        raise TritonizeError(
+            f"{what} failed verification against PyTorch eager ({summarize(report)}; tolerance "
+            f"{report['tolerance']['max_rel_to_scale']:.0e} of scale); {path.name} was not published"
+        )
+
+
+def _export_torchscript(model, spec, path, inputs, reference, options) -> dict:
+    import torch
+
+    # TorchScript is deprecated in torch but is what Triton's libtorch backend loads.
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\..* is deprecated", category=FutureWarning)
+    timings = {}
+    with atomic_path(path) as tmp:
+        with step("TorchScript (torch.jit.script)") as s:
+            try:
+                module = torch.jit.script(model)
+                method = "script"
+            except Exception as e:  # some archs are not scriptable: tracing is exact for fixed-graph CNNs
+                say(f"  ! torch.jit.script failed ({type(e).__name__}); tracing instead")
+                module = torch.jit.trace(model, torch.from_numpy(inputs[:2]))
+                method = "trace"
+            module.save(str(tmp))
+        timings["export"] = asdict(s)
+        with step("verify TorchScript (batches 1, odd, max)") as s:
+            loaded = torch.jit.load(str(tmp), map_location="cpu").eval()
+            report = verify_runner(lambda x: _run_torch(loaded, x), inputs, reference, FP32)
+        timings["verify"] = asdict(s)
+        _check(report, "TorchScript export", path)
+    return {
+        **mf.file_facts(path),
+        "format": "torchscript",
+        "status": "verified",
+        "method": method,
+        "input_name": TORCHSCRIPT_INPUT_NAME,
+        "output_name": TORCHSCRIPT_OUTPUT_NAME,
+        "tools": mf.tool_versions("torch", "torchvision"),
+        "verification": report,
+        "timings": timings,
+    }
+
+
+def _export_onnx(model, spec, path, inputs, reference, options) -> dict:
+    import onnx
+    import torch
+
+    timings = {}
+    example = torch.from_numpy(inputs[:2])  # batch 2: a batch-1 example would specialize the axis
+    with atomic_path(path) as tmp:
+        with step(f"ONNX export (opset {options.opset})") as s:
+            if options.opset >= MIN_DYNAMO_OPSET:
+                exporter = "dynamo"
+                program = torch.onnx.export(
+                    model,
+                    (example,),
+                    dynamo=True,
+                    input_names=[spec.input_name],
+                    output_names=[spec.output_name],
+                    dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=4096)}},
+                    opset_version=options.opset,
+                    optimize=True,
+                    verbose=False,
+                )
+                proto = program.model_proto
+            else:
+                exporter = "torchscript-legacy"
+                import io
+
+                buffer = io.BytesIO()
+                torch.onnx.export(
+                    model,
+                    (example,),
+                    buffer,
+                    dynamo=False,
+                    input_names=[spec.input_name],
+                    output_names=[spec.output_name],
+                    dynamic_axes={spec.input_name: {0: "batch"}, spec.output_name: {0: "batch"}},
+                    opset_version=options.opset,
+                )
+                proto = onnx.load_from_string(buffer.getvalue())
+        timings["export"] = asdict(s)
+        simplified = "off"
+        if options.simplify:
+            with step("simplify with onnxsim") as s:
+                proto, simplified = _simplify(proto)
+            timings["simplify"] = asdict(s)
+        with step("save and check the ONNX graph") as s:
+            onnx.save_model(proto, str(tmp))  # one file: models under 2 GB need no external data
+            onnx.checker.check_model(str(tmp))
+            opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+            _check_symbolic_batch(proto, spec)
+            nodes = len(proto.graph.node)
+            del proto
+        timings["save"] = asdict(s)
+        with step("verify ONNX in onnxruntime (batches 1, odd, max)") as s:
+            session = _ort_session(tmp)
+            report = verify_runner(
+                lambda x: session.run([spec.output_name], {spec.input_name: x})[0], inputs, reference, FP32
+            )
+            del session
+        timings["verify"] = asdict(s)
+        _check(report, "ONNX export", path)
+    if opset != options.opset:
+        say(f"  ! the exporter wrote opset {opset} although {options.opset} was asked for")
+    return {
+        **mf.file_facts(path),
+        "format": "onnx",
+        "status": "verified",
+        "exporter": exporter,
+        "opset": opset,
+        "simplified": simplified,
+        "nodes": nodes,
+        "input_name": spec.input_name,
+        "output_name": spec.output_name,
+        "batch_axis": "batch",
+        "tools": mf.tool_versions("torch", "torchvision", "onnx", "onnxscript", "onnxsim", "onnxruntime"),
+        "verification": report,
+        "timings": timings,
+    }
+
+
+def _simplify(proto):
+    """onnxsim keeps the symbolic batch axis (no input shapes are overwritten)."""
+    try:
+        import onnxsim
+
+        simplified, ok = onnxsim.simplify(proto)
+    except Exception as e:  # onnxsim raises plain RuntimeErrors from its C++ core
+        say(f"  ! onnxsim failed ({str(e).splitlines()[0][:120]}); keeping the unsimplified graph")
+        return proto, "failed, unsimplified graph kept"
+    if not ok:
+        say("  ! onnxsim's own check failed; keeping the unsimplified graph")
+        return proto, "check failed, unsimplified graph kept"
+    return simplified, "onnxsim"
+
+
+def _check_symbolic_batch(proto, spec: ModelSpec) -> None:
+    graph = proto.graph
+    names = ([i.name for i in graph.input], [o.name for o in graph.output])
+    if names != ([spec.input_name], [spec.output_name]):
+        raise TritonizeError(f"exported ONNX has inputs/outputs {names}, expected {spec.input_name}/{spec.output_name}")
+    for value in (graph.input[0], graph.output[0]):
+        dim = value.type.tensor_type.shape.dim[0]
+        if not dim.dim_param:
+            raise TritonizeError(
+                f"exported ONNX {value.name} has a fixed batch of {dim.dim_value}, not a symbolic batch axis"
+            )
+
+
+def _ort_session(path: Path):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])

@@ -1,0 +1,68 @@
+"""Atomic publishing and file hashing, shared by every stage."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(final: Path) -> Iterator[Path]:
+    """Yield a temporary path next to `final`; rename it over `final` only if the block succeeds.
+
+    A failure or an interrupt (KeyboardInterrupt included) removes the temporary and leaves any
+    previous `final` untouched, so no later stage or server ever sees a half-written file.
+    Works for files and for directories.
+    """
+    final = Path(final)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    _remove(tmp)
+    try:
+        yield tmp
+        if final.is_dir() and not final.is_symlink():
+            # Directories cannot be renamed over a non-empty directory: swap in two renames.
+            old = final.with_name(f".{final.name}.old-{os.getpid()}")
+            os.replace(final, old)
+            os.replace(tmp, final)
+            _remove(old)
+        else:
+            os.replace(tmp, final)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def ensure_writable_dir(path: Path) -> Path:
+    """Create `path` if needed and prove we can write there, with a clear error otherwise."""
+    from tritonize.errors import TritonizeError
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as e:
+        raise TritonizeError(
+            f"cannot write to output directory {path}: {e.strerror or e}; choose another with --out"
+        ) from None
+    return path
