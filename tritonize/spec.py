@@ -7,6 +7,7 @@ manifest. Later stages read `ModelSpec.from_dict(manifest["model"])`; they never
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ INPUT_NAME = "input"
 OUTPUT_NAME = "output"
 TORCHSCRIPT_INPUT_NAME = "input__0"
 TORCHSCRIPT_OUTPUT_NAME = "output__0"
+RANDOM_INIT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,8 @@ class ModelSpec:
         return self.weights_kind != "none"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-shaped (lists, not tuples), so it compares equal to what the manifest holds."""
+        return json.loads(json.dumps(asdict(self)))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelSpec":
@@ -120,7 +123,7 @@ def resolve_spec(arch: str = DEFAULT_ARCH, weights: str | None = None) -> ModelS
     transforms = source.transforms()
     notes = []
     if kind == "none":
-        notes.append("random-init weights: the labels are meaningless for predictions")
+        notes.append(f"random-init weights (seed {RANDOM_INIT_SEED}): the labels are meaningless for predictions")
     if kind == "checkpoint":
         notes.append(f"checkpoint weights: preprocessing and labels assumed from {type(default).__name__}.{default.name}")
     crop = int(transforms.crop_size[0])
@@ -159,7 +162,11 @@ def build_model(spec: ModelSpec):
                 "`--weights none` (random init) or `--weights PATH` (a local state_dict checkpoint)"
             ) from None
     else:
-        model = torchvision.models.get_model(spec.arch, weights=None, num_classes=spec.num_classes)
+        # Random init is seeded: every export of an arch gets the same weights, so artifacts
+        # exported in separate runs (model.pt now, model.onnx later) still agree.
+        with torch.random.fork_rng():
+            torch.manual_seed(RANDOM_INIT_SEED)
+            model = torchvision.models.get_model(spec.arch, weights=None, num_classes=spec.num_classes)
         if spec.weights_kind == "checkpoint":
             _load_checkpoint(model, Path(spec.weights), spec.arch)
     return model.eval()

@@ -14,7 +14,7 @@ from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.progress import say, step
 from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec, build_model
-from tritonize.verify import FP32, summarize, verification_inputs, verify_runner
+from tritonize.verify import FP32, Tolerance, summarize, verification_inputs, verify_runner
 
 FORMATS = ("torchscript", "onnx")
 FILES = {"torchscript": "model.pt", "onnx": "model.onnx"}
@@ -28,6 +28,7 @@ class ExportOptions:
     simplify: bool = True
     max_batch: int = 32
     force: bool = False
+    tolerance: Tolerance = FP32  # relative to the output scale; FP32 exports land near 1e-6
 
     def __post_init__(self):
         unknown = set(self.formats) - set(FORMATS)
@@ -136,7 +137,7 @@ def _export_torchscript(model, spec, path, inputs, reference, options) -> dict:
         timings["export"] = asdict(s)
         with step("verify TorchScript (batches 1, odd, max)") as s:
             loaded = torch.jit.load(str(tmp), map_location="cpu").eval()
-            report = verify_runner(lambda x: _run_torch(loaded, x), inputs, reference, FP32)
+            report = verify_runner(lambda x: _run_torch(loaded, x), inputs, reference, options.tolerance)
         timings["verify"] = asdict(s)
         _check(report, "TorchScript export", path)
     return {
@@ -207,7 +208,7 @@ def _export_onnx(model, spec, path, inputs, reference, options) -> dict:
         with step("verify ONNX in onnxruntime (batches 1, odd, max)") as s:
             session = _ort_session(tmp)
             report = verify_runner(
-                lambda x: session.run([spec.output_name], {spec.input_name: x})[0], inputs, reference, FP32
+                lambda x: session.run([spec.output_name], {spec.input_name: x})[0], inputs, reference, options.tolerance
             )
             del session
         timings["verify"] = asdict(s)

@@ -1,0 +1,239 @@
+"""The export stage against real torchvision models, real TorchScript and real onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from tests.conftest import SMALL_ARCH, run_cli
+from tritonize.errors import TritonizeError
+from tritonize.export import ExportOptions, export_artifacts
+from tritonize.files import sha256_file
+from tritonize.spec import ModelSpec, build_model, resolve_spec
+from tritonize.verify import Tolerance, verification_inputs, verify_runner
+
+
+def _manifest(path: Path) -> dict:
+    return json.loads((path / "manifest.json").read_text())
+
+
+def _leftovers(path: Path) -> list[str]:
+    return [p.name for p in path.iterdir() if ".tmp-" in p.name]
+
+
+def test_export_writes_verified_artifacts_and_manifest(small_artifacts):
+    m = _manifest(small_artifacts)
+    assert m["model"]["arch"] == SMALL_ARCH and m["model"]["weights_kind"] == "none"
+    assert m["model"]["preprocessing"]["resize"] == 256 and m["model"]["preprocessing"]["crop"] == 224
+    assert m["model"]["preprocessing"]["std"] == [0.229, 0.224, 0.225]
+    assert len(m["model"]["labels"]) == 1000 and m["model"]["labels"][1] == "goldfish"
+    for key, name in (("torchscript", "model.pt"), ("onnx", "model.onnx")):
+        entry = m["artifacts"][key]
+        assert entry["file"] == name and entry["status"] == "verified"
+        assert entry["sha256"] == sha256_file(small_artifacts / name)
+        report = entry["verification"]
+        assert report["passed"] and sorted(report["batches"], key=int) == ["1", "7", "32"]
+        assert report["worst_rel_to_scale"] < 1e-4 and report["top1_agreement"] == 1.0
+        assert report["batch_invariance"]["passed"]
+        assert {"export", "verify"} <= set(entry["timings"])
+    assert m["artifacts"]["onnx"]["opset"] == 18 and m["artifacts"]["onnx"]["simplified"] == "onnxsim"
+    assert {"torch", "onnx", "onnxsim", "onnxruntime"} <= set(m["artifacts"]["onnx"]["tools"])
+    assert _leftovers(small_artifacts) == []
+
+
+def test_onnx_has_a_symbolic_batch_axis_and_runs_at_1_7_32(small_artifacts):
+    model = onnx.load(str(small_artifacts / "model.onnx"))
+    assert [i.name for i in model.graph.input] == ["input"]
+    assert [o.name for o in model.graph.output] == ["output"]
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+    assert not any(i.external_data for i in model.graph.initializer)  # one self-contained file
+    session = ort.InferenceSession(str(small_artifacts / "model.onnx"), providers=["CPUExecutionProvider"])
+    for batch in (1, 7, 32):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 224, 224), dtype=np.float32)
+        assert session.run(["output"], {"input": x})[0].shape == (batch, 1000)
+
+
+def test_torchscript_matches_eager_at_another_batch(small_artifacts):
+    spec = ModelSpec.from_dict(_manifest(small_artifacts)["model"])
+    module = torch.jit.load(str(small_artifacts / "model.pt"))
+    x = torch.from_numpy(verification_inputs(spec.input_shape, 3, spec.preprocessing.mean, spec.preprocessing.std, seed=5))
+    with torch.inference_mode():
+        scripted, eager = module(x).numpy(), build_model(spec)(x).numpy()  # random init is seeded
+    assert np.abs(scripted - eager).max() / np.abs(eager).max() < 1e-4
+
+
+def test_verification_catches_a_perturbed_graph(small_artifacts, tmp_path):
+    """Nudge one weight of the real ONNX graph by 1 %: verification must fail."""
+    model = onnx.load(str(small_artifacts / "model.onnx"))
+    weight = max(model.graph.initializer, key=lambda t: np.prod(t.dims))
+    array = onnx.numpy_helper.to_array(weight) * 1.01
+    weight.CopyFrom(onnx.numpy_helper.from_array(array, weight.name))
+    onnx.save(model, str(tmp_path / "bad.onnx"))
+    good = ort.InferenceSession(str(small_artifacts / "model.onnx"), providers=["CPUExecutionProvider"])
+    bad = ort.InferenceSession(str(tmp_path / "bad.onnx"), providers=["CPUExecutionProvider"])
+    x = verification_inputs((3, 224, 224), 7, (0.5,) * 3, (0.25,) * 3)
+    reference = good.run(["output"], {"input": x})[0]
+    report = verify_runner(lambda b: bad.run(["output"], {"input": b})[0], x, reference)
+    assert not report["passed"] and report["worst_rel_to_scale"] > 1e-3
+    assert verify_runner(lambda b: good.run(["output"], {"input": b})[0], x, reference)["passed"]
+
+
+def test_verification_catches_batch_dependent_outputs():
+    """A model left in training mode normalizes with batch statistics: outputs depend on the batch."""
+    spec = resolve_spec(SMALL_ARCH, "none")
+    model = build_model(spec).train()
+    x = verification_inputs(spec.input_shape, 8, spec.preprocessing.mean, spec.preprocessing.std)
+    with torch.no_grad():
+        reference = build_model(spec).eval()(torch.from_numpy(x)).numpy()
+
+    def run(batch):
+        with torch.no_grad():
+            return model(torch.from_numpy(batch)).numpy()
+
+    report = verify_runner(run, x, reference, batches=[2, 8])
+    assert not report["passed"] and not report["batch_invariance"]["passed"]
+
+
+def test_failed_verification_publishes_nothing_and_keeps_previous_artifacts(artifacts_copy):
+    before = {name: sha256_file(artifacts_copy / name) for name in ("model.onnx", "manifest.json")}
+    spec = resolve_spec(SMALL_ARCH, "none")
+    impossible = Tolerance(max_rel_to_scale=0.0)  # any real float difference fails it
+    options = ExportOptions(formats=("onnx",), force=True, tolerance=impossible)
+    with pytest.raises(TritonizeError, match="failed verification.*was not published"):
+        export_artifacts(spec, artifacts_copy, options)
+    assert {name: sha256_file(artifacts_copy / name) for name in before} == before
+    assert _leftovers(artifacts_copy) == []
+
+
+def test_interrupted_export_leaves_previous_artifacts_untouched(artifacts_copy):
+    before = sha256_file(artifacts_copy / "model.onnx")
+    cmd = [sys.executable, "-m", "tritonize.cli", "export", "--format", "onnx", "--arch", SMALL_ARCH,
+           "--weights", "none", "--out", str(artifacts_copy), "--force"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    for line in proc.stderr:  # interrupt while the ONNX export is being written
+        if "ONNX export" in line:
+            break
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=120)
+    assert proc.returncode != 0
+    assert sha256_file(artifacts_copy / "model.onnx") == before
+    assert _leftovers(artifacts_copy) == []
+
+
+def test_rerun_skips_up_to_date_artifacts(artifacts_copy):
+    before = (artifacts_copy / "model.onnx").stat().st_mtime_ns
+    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--out", artifacts_copy)
+    assert result.exit_code == 0, result.output
+    assert "up to date" in result.output
+    assert (artifacts_copy / "model.onnx").stat().st_mtime_ns == before
+
+
+def test_another_model_in_the_same_directory_needs_force(artifacts_copy):
+    result = run_cli("export", "--arch", "resnet34", "--weights", "none", "--out", artifacts_copy)
+    assert result.exit_code == 1
+    assert "holds artifacts of another model" in result.output and "--force" in result.output
+
+
+def test_local_checkpoint_is_exported_and_recorded(tmp_path):
+    torch.manual_seed(123)
+    state = build_model(resolve_spec(SMALL_ARCH, "none")).state_dict()
+    torch.save(state, tmp_path / "ckpt.pth")
+    out = tmp_path / "out"
+    result = run_cli("export", "--format", "onnx", "--arch", SMALL_ARCH, "--weights", tmp_path / "ckpt.pth", "--out", out)
+    assert result.exit_code == 0, result.output
+    m = _manifest(out)
+    assert m["model"]["weights_kind"] == "checkpoint" and m["model"]["weights"].endswith("ckpt.pth")
+    # The exported graph carries the checkpoint's weights, not a fresh random init.
+    fc = next(t for t in onnx.load(str(out / "model.onnx")).graph.initializer if tuple(t.dims) == (1000,))
+    assert np.allclose(onnx.numpy_helper.to_array(fc), state["fc.bias"].numpy())
+
+
+# --- bad input through the real CLI: one line, non-zero exit, no traceback ------------------------
+
+def _one_line_error(result, *needles: str) -> None:
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.output
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+def test_unknown_arch(tmp_path):
+    _one_line_error(run_cli("export", "--arch", "resnet_nonexistent", "--weights", "none", "--out", tmp_path), "unknown arch")
+
+
+def test_unknown_weights_name(tmp_path):
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", "IMAGENET9K", "--out", tmp_path),
+                    "unknown weights", "IMAGENET1K_V1")
+
+
+def test_unreadable_checkpoint(tmp_path):
+    (tmp_path / "broken.pth").write_bytes(b"this is not a checkpoint")
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "broken.pth", "--out", tmp_path / "o"),
+                    "cannot read checkpoint")
+    assert not (tmp_path / "o" / "model.onnx").exists()
+
+
+def test_checkpoint_of_another_arch(tmp_path):
+    torch.save(build_model(resolve_spec("resnet34", "none")).state_dict(), tmp_path / "r34.pth")
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "r34.pth", "--out", tmp_path / "o"),
+                    "does not match resnet18")
+
+
+def test_missing_checkpoint_file(tmp_path):
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "nope.pth", "--out", tmp_path),
+                    "does not exist")
+
+
+def test_unwritable_output_directory(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--out", tmp_path / "a-file" / "out"),
+                    "cannot write to output directory")
+
+
+def test_unknown_format(tmp_path):
+    result = run_cli("export", "--format", "tensorflow", "--out", tmp_path)
+    assert result.exit_code == 2 and "Invalid value for '--format'" in result.output
+
+
+def _online() -> bool:
+    try:
+        socket.create_connection(("download.pytorch.org", 443), timeout=3).close()
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(_online(), reason="the machine is online: default weights would download")
+def test_default_weights_offline_give_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))  # no cached weights
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--out", tmp_path / "o"),
+                    "cannot download pretrained weights", "--weights none")
+    assert not (tmp_path / "o" / "model.onnx").exists()
+
+
+@pytest.mark.slow
+def test_wide_resnet101_2_exports_end_to_end(tmp_path):
+    out = tmp_path / "wrn"
+    result = run_cli("export", "--arch", "wide_resnet101_2", "--weights", "none", "--out", out)
+    assert result.exit_code == 0, result.output
+    m = _manifest(out)
+    assert m["model"]["preprocessing"]["resize"] == 232  # IMAGENET1K_V2 transforms
+    for key in ("torchscript", "onnx"):
+        assert m["artifacts"][key]["verification"]["passed"]
+        assert m["artifacts"][key]["size_bytes"] > 400e6
