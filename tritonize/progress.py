@@ -3,22 +3,49 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator
 
+_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20 if hasattr(os, "sysconf") else 0.0
 
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def rss_mb() -> float:
+    """Current resident memory of this process (Linux /proc), else the peak so far."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE_MB
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _PeakSampler:
+    """Samples RSS in a background thread: ru_maxrss only knows the process-wide peak, not a step's."""
+
+    def __init__(self, interval: float = 0.02):
+        self.peak = rss_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.peak = max(self.peak, rss_mb())
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return max(self.peak, rss_mb())
 
 
 @dataclass
 class StepResult:
     seconds: float = 0.0
-    peak_rss_mb: float = 0.0
+    peak_rss_mb: float = 0.0  # the highest RSS seen while this step ran
 
 
 def say(message: str) -> None:
@@ -27,15 +54,17 @@ def say(message: str) -> None:
 
 @contextlib.contextmanager
 def step(title: str) -> Iterator[StepResult]:
-    """Announce a step, time it, and report duration and peak RSS when it finishes."""
+    """Announce a step, time it, and report its duration and peak RSS when it finishes."""
     result = StepResult()
     say(f"  … {title}")
+    sampler = _PeakSampler()
     start = time.perf_counter()
     try:
         yield result
     except BaseException:
+        sampler.stop()
         say(f"  ✗ {title} failed after {time.perf_counter() - start:.1f} s")
         raise
     result.seconds = round(time.perf_counter() - start, 3)
-    result.peak_rss_mb = round(peak_rss_mb(), 1)
+    result.peak_rss_mb = round(sampler.stop(), 1)
     say(f"  ✓ {title} ({result.seconds:.1f} s, peak RSS {result.peak_rss_mb:.0f} MB)")
