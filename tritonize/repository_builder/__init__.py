@@ -1,0 +1,36 @@
+"""Artifacts -> Triton model repository (`tritonize repo build`), and its linter (`tritonize repo check`).
+
+Layout written by `build_repository(artifacts, out, options)`:
+
+    <out>/<name>/config.pbtxt          the default config (instance kind per --kind, see below)
+    <out>/<name>/configs/gpu.pbtxt     the same model pinned to KIND_GPU
+    <out>/<name>/configs/cpu.pbtxt     pinned to KIND_CPU (not for trt_model: TensorRT plans need a GPU)
+    <out>/<name>/labels.txt            one category per line: the output's label_filename
+    <out>/<name>/1/model.onnx | model.pt | model.plan   hard-linked from the artifacts (copied across filesystems)
+
+Models: onnx_model (onnxruntime_onnx), torch_model (pytorch_libtorch), trt_model (tensorrt_plan, only when
+manifest["artifacts"]["tensorrt"] has status "built" and its plan file exists). A model whose artifact is
+missing is skipped with one line saying why.
+
+One repository for GPU and CPU-only boxes: with `--kind auto` (default) the config.pbtxt of onnx_model and
+torch_model leaves the instance kind at Triton's KIND_AUTO, which places instances on a GPU when the server
+has one and on the CPU otherwise; trt_model is always KIND_GPU. To pin placement, start Triton with
+`--model-config-name=gpu` or `--model-config-name=cpu`: each model then loads configs/<name>.pbtxt instead
+of config.pbtxt, and a model without that variant (trt_model has no cpu.pbtxt) falls back to its
+config.pbtxt, so on a CPU-only box trt_model stays unavailable while the others serve. `--kind gpu|cpu`
+writes that kind into config.pbtxt itself (`--kind cpu` leaves trt_model out).
+
+Each config is a `tritonclient.grpc.model_config_pb2.ModelConfig` written with protobuf's text format. Its
+`parameters` carry the preprocessing contract (preprocess.resize, .crop, .mean, .std, .interpolation,
+.antialias, .channel_order, .layout, .scale) and the provenance (source.arch, source.weights,
+source.manifest_sha256) as strings, so a client needs only the server's model config.
+
+The repository is published atomically: it is built in a sibling temporary directory and swapped in
+whole, so a server never sees a half-written repository.
+"""
+
+from tritonize.repository_builder.builder import build_repository
+from tritonize.repository_builder.checker import Finding, check_repository
+from tritonize.repository_builder.options import BACKENDS, RepoOptions
+
+__all__ = ["BACKENDS", "Finding", "RepoOptions", "build_repository", "check_repository"]

@@ -1,0 +1,373 @@
+"""`repo check`: find what would make Triton refuse or misbehave, before any server starts.
+
+Rules (each finding names the model, what is wrong and how to fix it):
+  schema      every config.pbtxt / configs/*.pbtxt parses as Triton's ModelConfig; its name is the directory's
+  platform    platform or backend is one Triton ships
+  batching    max_batch_size >= 0; dynamic batching needs max_batch_size > 0; preferred sizes in 1..max_batch_size
+  instances   counts >= 1; tensorrt_plan never on KIND_CPU instances
+  versions    numeric version directories exist and each holds the backend's model file
+  labels      the label file exists and has one line per output class
+  onnx        config names, types and dims match the real ONNX graph; its batch axis is symbolic
+  torchscript the module's forward() takes as many inputs as the config declares, names follow
+              Triton's `<name>__<index>` rule, and a batch-1 forward gives the configured output dims
+  plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names
+  hashes      (manifest) model files have the sha256 the manifest recorded
+  provenance  (manifest) source.manifest_sha256 is this manifest's hash; contract parameters present
+  release     (--triton-release) the plan's TensorRT is the one that release runs
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tritonize.errors import TritonizeError
+from tritonize.files import sha256_file
+from tritonize.manifest import load_manifest, manifest_sha256
+from tritonize.repository_builder.config import (
+    CONFIG_NAME, PREPROCESS_KEYS, SOURCE_KEYS, kind_name, parse_config,
+)
+
+REBUILD = "rebuild with `tritonize repo build --force`"
+# platform -> backend, and the file each backend loads by default.
+PLATFORMS = {
+    "tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch",
+    "tensorflow_graphdef": "tensorflow", "tensorflow_savedmodel": "tensorflow",
+}
+BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow", "openvino", "python", "fil", "dali", "vllm",
+            "tensorrtllm", "identity", "repeat", "square"}
+DEFAULT_FILES = {"tensorrt": "model.plan", "onnxruntime": "model.onnx", "pytorch": "model.pt",
+                 "tensorflow": "model.savedmodel", "openvino": "model.xml", "python": "model.py"}
+ARTIFACT_KEYS = {"tensorrt": "tensorrt", "onnxruntime": "onnx", "pytorch": "torchscript"}
+ONNX_TYPES = {1: "TYPE_FP32", 2: "TYPE_UINT8", 3: "TYPE_INT8", 6: "TYPE_INT32", 7: "TYPE_INT64", 9: "TYPE_BOOL",
+              10: "TYPE_FP16", 11: "TYPE_FP64", 16: "TYPE_BF16"}
+
+
+@dataclass(frozen=True)
+class Finding:
+    model: str
+    severity: str  # "error" | "warning"
+    message: str  # what is wrong
+    fix: str  # how to fix it
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None) -> list[Finding]:
+    """Lint every model directory of `repo`; with `artifacts`, also against its manifest."""
+    from tritonize.compat import release_info
+
+    repo = Path(repo)
+    if not repo.is_dir():
+        raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build --out {repo}` first")
+    manifest = load_manifest(artifacts) if artifacts is not None else None
+    context = {
+        "manifest": manifest,
+        "manifest_sha256": manifest_sha256(artifacts) if manifest else None,
+        "release": release_info(triton_release) if triton_release else None,
+    }
+    model_dirs = sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not model_dirs:
+        raise TritonizeError(f"{repo} holds no model directories: run `tritonize repo build --out {repo}`")
+    findings: list[Finding] = []
+    for model_dir in model_dirs:
+        findings += _ModelCheck(model_dir, context).run()
+    return findings
+
+
+class _ModelCheck:
+    def __init__(self, model_dir: Path, context: dict[str, Any]):
+        self.dir = model_dir
+        self.ctx = context
+        self.findings: list[Finding] = []
+
+    def add(self, severity: str, message: str, fix: str) -> None:
+        self.findings.append(Finding(self.dir.name, severity, message, fix))
+
+    def run(self) -> list[Finding]:
+        configs = self._parse_all()
+        if CONFIG_NAME not in configs:
+            return self.findings
+        for rel, cfg in configs.items():
+            self._check_config(rel, cfg)
+        cfg = configs[CONFIG_NAME]
+        backend = _backend_of(cfg)
+        model_file = self._check_versions(cfg, backend)
+        self._check_labels(cfg)
+        if model_file is not None and backend == "onnxruntime":
+            self._check_onnx(cfg, model_file)
+        if model_file is not None and backend == "pytorch":
+            self._check_torchscript(cfg, model_file)
+        self._check_parameters(cfg)
+        if self.ctx["manifest"] is not None:
+            self._check_against_manifest(cfg, backend, model_file)
+        return self.findings
+
+    # --- schema, platform, batching, instances ------------------------------------------------------
+    def _parse_all(self) -> dict[str, Any]:
+        paths = [self.dir / CONFIG_NAME] + sorted((self.dir / "configs").glob("*.pbtxt"))
+        if not paths[0].is_file():
+            self.add("error", f"no {CONFIG_NAME}: Triton cannot load the model", REBUILD)
+        configs = {}
+        for path in paths:
+            if not path.is_file():
+                continue
+            rel = str(path.relative_to(self.dir))
+            try:
+                configs[rel] = parse_config(path)
+            except TritonizeError as e:
+                detail = str(e).split(": ", 1)[-1]
+                self.add("error", f"{rel} does not parse against Triton's ModelConfig schema: {detail}",
+                         f"correct that field (see model_config.proto) or {REBUILD}")
+        return configs
+
+    def _check_config(self, rel: str, cfg) -> None:
+        if cfg.name and cfg.name != self.dir.name:
+            self.add("error", f"{rel}: name {cfg.name!r} differs from the directory name {self.dir.name!r}",
+                     f"set name: \"{self.dir.name}\" (Triton requires them equal)")
+        if cfg.backend and cfg.backend not in BACKENDS:
+            self.add("error", f"{rel}: unknown backend {cfg.backend!r}", f"use one of {', '.join(sorted(BACKENDS))}")
+        if cfg.platform and cfg.platform not in PLATFORMS:
+            self.add("error", f"{rel}: unknown platform {cfg.platform!r}", f"use one of {', '.join(PLATFORMS)}")
+        if not cfg.backend and not cfg.platform:
+            self.add("error", f"{rel}: neither platform nor backend is set", "set platform (e.g. onnxruntime_onnx)")
+
+        mb = cfg.max_batch_size
+        if mb < 0:
+            self.add("error", f"{rel}: max_batch_size is {mb}", "set max_batch_size >= 0")
+        if cfg.HasField("dynamic_batching"):
+            if mb == 0:
+                self.add("error", f"{rel}: dynamic_batching with max_batch_size 0", "set max_batch_size > 0 or drop dynamic_batching")
+            bad = [p for p in cfg.dynamic_batching.preferred_batch_size if p < 1 or p > mb]
+            if bad and mb > 0:
+                self.add("error", f"{rel}: preferred_batch_size {bad} outside 1..max_batch_size {mb}",
+                         f"keep preferred sizes <= {mb} (tritonize repo build caps them)")
+
+        backend = _backend_of(cfg)
+        for group in cfg.instance_group:
+            if group.count < 1:
+                self.add("error", f"{rel}: instance_group count {group.count}", "set count >= 1")
+            if backend == "tensorrt" and kind_name(group.kind) == "KIND_CPU":
+                self.add("error", f"{rel}: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
+                         "use kind: KIND_GPU for trt_model; serve CPU-only boxes with onnx_model/torch_model")
+
+    # --- files --------------------------------------------------------------------------------------
+    def _check_versions(self, cfg, backend: str | None) -> Path | None:
+        """Numeric version directories holding the model file; returns the served (latest) file."""
+        versions = []
+        for p in sorted(self.dir.iterdir()):
+            if not p.is_dir() or p.name == "configs":
+                continue
+            if p.name.isdigit() and not (len(p.name) > 1 and p.name.startswith("0")):
+                versions.append(p)
+            else:
+                self.add("warning", f"directory {p.name!r} is not a version number; Triton ignores it",
+                         "name version directories 1, 2, ... (no leading zero)")
+        if not versions:
+            self.add("error", "no numeric version directory: Triton finds no version to serve", REBUILD)
+            return None
+        filename = cfg.default_model_filename or DEFAULT_FILES.get(backend or "", "")
+        for v in versions:
+            if filename and not (v / filename).exists():
+                self.add("error", f"version {v.name}/ has no {filename}", f"place the model file as {v.name}/{filename} or {REBUILD}")
+        latest = max(versions, key=lambda p: int(p.name)) / filename
+        return latest if filename and latest.is_file() else None
+
+    def _check_labels(self, cfg) -> None:
+        for out in cfg.output:
+            if not out.label_filename:
+                continue
+            path = self.dir / out.label_filename
+            if not path.is_file():
+                self.add("error", f"output {out.name!r}: label file {out.label_filename} is missing", REBUILD)
+                continue
+            count = len([line for line in path.read_text().splitlines() if line.strip()])
+            size = _product(out.dims)
+            if size > 0 and count != size:
+                self.add("error", f"output {out.name!r}: {out.label_filename} has {count} labels for {size} outputs",
+                         f"write one label per class ({size} lines) or {REBUILD}")
+
+    def _check_parameters(self, cfg) -> None:
+        missing = [k for k in PREPROCESS_KEYS + SOURCE_KEYS if k not in cfg.parameters]
+        if missing:
+            self.add("warning", f"parameters lack {', '.join(missing)}: clients cannot fetch the preprocessing contract",
+                     REBUILD)
+
+    # --- the real artifacts -------------------------------------------------------------------------
+    def _check_onnx(self, cfg, path: Path) -> None:
+        import onnx
+
+        try:
+            graph = onnx.load(str(path), load_external_data=False).graph
+        except Exception as e:  # truncated or not an ONNX file
+            self.add("error", f"cannot read {path.name}: {str(e).splitlines()[0]}", REBUILD)
+            return
+        initializers = {t.name for t in graph.initializer}
+        real = {
+            "input": {v.name: v for v in graph.input if v.name not in initializers},
+            "output": {v.name: v for v in graph.output},
+        }
+        for role, tensors in (("input", cfg.input), ("output", cfg.output)):
+            declared = {t.name for t in tensors}
+            for t in tensors:
+                value = real[role].get(t.name)
+                if value is None:
+                    self.add("error", f"config {role} {t.name!r} is not an {role} of {path.name} "
+                                      f"(graph {role}s: {', '.join(real[role]) or 'none'})",
+                             f"name the config {role} after the graph ({REBUILD})")
+                    continue
+                self._compare_onnx_tensor(cfg, role, t, value)
+            for name in real[role]:
+                if name not in declared:
+                    self.add("error", f"{path.name} {role} {name!r} is missing from the config",
+                             f"declare it in config.pbtxt or {REBUILD}")
+
+    def _compare_onnx_tensor(self, cfg, role: str, t, value) -> None:
+        from tritonclient.grpc import model_config_pb2 as pb
+
+        tensor_type = value.type.tensor_type
+        onnx_type = ONNX_TYPES.get(tensor_type.elem_type, f"onnx elem_type {tensor_type.elem_type}")
+        if onnx_type != pb.DataType.Name(t.data_type):
+            self.add("error", f"{role} {t.name!r}: config says {pb.DataType.Name(t.data_type)}, the graph has {onnx_type}",
+                     f"set data_type: {onnx_type}")
+        dims = [(d.dim_value if d.HasField("dim_value") else None) for d in tensor_type.shape.dim]
+        if cfg.max_batch_size > 0:
+            if not dims:
+                return
+            batch, dims = dims[0], dims[1:]
+            if batch is not None:
+                self.add("error", f"{role} {t.name!r}: the graph's batch axis is fixed at {batch}, but max_batch_size "
+                                  f"is {cfg.max_batch_size}",
+                         "re-export with a symbolic batch axis (`tritonize export --force`) or set max_batch_size: 0")
+        expected = list(t.dims)
+        same = len(dims) == len(expected) and all(g is None or e == -1 or g == e for g, e in zip(dims, expected))
+        if not same:
+            shown = ["?" if d is None else d for d in dims]
+            self.add("error", f"{role} {t.name!r}: config dims {expected} do not match the graph's {shown} "
+                              "(batch axis excluded)",
+                     f"set dims to {shown} or {REBUILD}")
+
+    def _check_torchscript(self, cfg, path: Path) -> None:
+        import torch
+
+        try:
+            with warnings.catch_warnings():  # torch.jit.* is deprecated, and still what Triton's libtorch loads
+                warnings.simplefilter("ignore")
+                module = torch.jit.load(str(path), map_location="cpu")
+        except Exception as e:  # not a TorchScript archive
+            self.add("error", f"cannot load {path.name} with torch.jit.load: {str(e).splitlines()[0]}", REBUILD)
+            return
+        args = [a.name for a in module.forward.schema.arguments if a.name != "self"]
+        if len(cfg.input) != len(args):
+            self.add("error", f"config declares {len(cfg.input)} input(s); {path.name} forward({', '.join(args)}) "
+                              f"takes {len(args)}",
+                     f"declare {len(args)} input(s) named input__0 ... or {REBUILD}")
+            return
+        for role, tensors, count in (("input", cfg.input, len(args)), ("output", cfg.output, len(cfg.output))):
+            for t in tensors:
+                m = re.fullmatch(r".+__(\d+)", t.name)
+                if not ((m and int(m.group(1)) < count) or (role == "input" and t.name in args)):
+                    self.add("error", f"{role} {t.name!r} does not follow the libtorch naming rule "
+                                      f"`<name>__<index>` (index < {count})" + (f" nor name a forward() argument ({', '.join(args)})" if role == "input" else ""),
+                             f"rename it {role}__0 (and so on) or {REBUILD}")
+        dims = [list(t.dims) for t in cfg.input]
+        if any(d < 1 for shape in dims for d in shape):
+            return  # variable dims: no single probe shape
+        shapes = [[1] + shape if cfg.max_batch_size > 0 else shape for shape in dims]
+        try:
+            with torch.inference_mode():
+                result = module(*[torch.zeros(s) for s in shapes])
+        except Exception as e:  # the module rejects the configured input shape
+            first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            self.add("error", f"{path.name} fails on an input of the configured shape {shapes}: {first}",
+                     f"set the input dims the model takes or {REBUILD}")
+            return
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        if len(results) != len(cfg.output):
+            self.add("error", f"{path.name} returns {len(results)} output(s); the config declares {len(cfg.output)}",
+                     f"declare {len(results)} output(s) or {REBUILD}")
+            return
+        for t, r in zip(sorted(cfg.output, key=lambda t: t.name), results):
+            got = list(r.shape[1:] if cfg.max_batch_size > 0 else r.shape)
+            expected = list(t.dims)
+            if len(got) != len(expected) or any(e not in (-1, g) for e, g in zip(expected, got)):
+                self.add("error", f"output {t.name!r}: config dims {list(t.dims)}, {path.name} returns {got} "
+                                  "(batch axis excluded)",
+                         f"set dims to {got} or {REBUILD}")
+
+    # --- the manifest -------------------------------------------------------------------------------
+    def _check_against_manifest(self, cfg, backend: str | None, model_file: Path | None) -> None:
+        manifest = self.ctx["manifest"]
+        sha = self.ctx["manifest_sha256"]
+        recorded = cfg.parameters["source.manifest_sha256"].string_value if "source.manifest_sha256" in cfg.parameters else ""
+        if recorded and recorded != sha:
+            self.add("warning", f"built from another manifest (sha256 {recorded[:12]}, artifacts now {sha[:12]})",
+                     f"{REBUILD} after re-exporting")
+        key = ARTIFACT_KEYS.get(backend or "")
+        entry = manifest.get("artifacts", {}).get(key) if key else None
+        if entry is None:
+            if key:
+                self.add("warning", f"the manifest has no {key!r} artifact to check this model against",
+                         "pass the artifacts directory the repository was built from (--artifacts)")
+            return
+        if model_file is not None and entry.get("sha256") and sha256_file(model_file) != entry["sha256"]:
+            self.add("error", f"{model_file.parent.name}/{model_file.name} does not match the manifest's sha256 for "
+                              f"{entry.get('file', key)} (changed or corrupted since export)",
+                     f"{REBUILD} from the verified artifacts")
+        if backend == "tensorrt":
+            self._check_plan(cfg, entry)
+
+    def _check_plan(self, cfg, entry: dict[str, Any]) -> None:
+        from tritonize.compat import releases_for_tensorrt, tensorrt_matches
+
+        profile = entry.get("profile") or {}
+        if not profile:
+            self.add("error", "the manifest records no optimization profile for the plan",
+                     "rebuild the plan with `tritonize convert trt --min 1 --opt 16 --max 32`")
+        else:
+            if int(profile.get("min", 1)) != 1:
+                self.add("error", f"the plan's profile min is {profile['min']}: requests of batch 1 will be refused",
+                         "rebuild the plan with --min 1")
+            if int(profile.get("max", 0)) < cfg.max_batch_size:
+                self.add("error", f"the plan's profile max {profile.get('max')} is below max_batch_size "
+                                  f"{cfg.max_batch_size}: larger batches fail at inference",
+                         f"set max_batch_size <= {profile.get('max')} or rebuild the plan with --max {cfg.max_batch_size}")
+        for role, tensors, key in (("input", cfg.input, "input_name"), ("output", cfg.output, "output_name")):
+            name = entry.get(key)
+            if name and name not in {t.name for t in tensors}:
+                self.add("error", f"the plan's {role} is {name!r}; the config names {[t.name for t in tensors]}",
+                         f"name the config {role} {name!r} or {REBUILD}")
+
+        release = self.ctx["release"]
+        if release is None:
+            return
+        built = entry.get("tensorrt_version") or (entry.get("tools") or {}).get("tensorrt")
+        if not built:
+            self.add("warning", "the manifest does not say which TensorRT built the plan; cannot check it against "
+                                f"release {release.release}", "rebuild the plan with `tritonize convert trt`")
+        elif not release.tensorrt:
+            self.add("warning", f"the compatibility table has no confirmed TensorRT version for release {release.release}",
+                     "check NVIDIA's Frameworks Support Matrix for that release")
+        elif not tensorrt_matches(built, release.tensorrt):
+            matching = [r.release for r in releases_for_tensorrt(built)]
+            where = f"serve it with release {', '.join(matching)}" if matching else "no release in the table runs it"
+            self.add("error", f"plan built with TensorRT {built}; Triton {release.release} runs TensorRT "
+                              f"{release.tensorrt} and will refuse to deserialize it",
+                     f"{where}, or rebuild the plan with `tritonize convert trt --triton-release {release.release}`")
+
+
+def _backend_of(cfg) -> str | None:
+    return cfg.backend or PLATFORMS.get(cfg.platform)
+
+
+def _product(dims) -> int:
+    n = 1
+    for d in dims:
+        if d < 0:
+            return -1
+        n *= d
+    return n

@@ -1,0 +1,81 @@
+"""What the user can choose about the repository, validated once, and the three backends it knows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tritonize.errors import TritonizeError
+
+KINDS = ("auto", "gpu", "cpu")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One model of the repository: which artifact it serves and how Triton loads it."""
+
+    name: str  # model directory and config name
+    artifact: str  # key in manifest["artifacts"]
+    platform: str  # Triton platform string
+    filename: str  # file Triton's backend looks for in <model>/<version>/
+    default_input: str
+    default_output: str
+    needs_gpu: bool = False  # TensorRT plans only run on a GPU
+
+
+BACKENDS = {
+    b.name: b
+    for b in (
+        Backend("onnx_model", "onnx", "onnxruntime_onnx", "model.onnx", "input", "output"),
+        Backend("torch_model", "torchscript", "pytorch_libtorch", "model.pt", "input__0", "output__0"),
+        Backend("trt_model", "tensorrt", "tensorrt_plan", "model.plan", "input", "output", needs_gpu=True),
+    )
+}
+
+
+@dataclass(frozen=True)
+class RepoOptions:
+    """Options of `tritonize repo build`; each maps onto a field of Triton's ModelConfig proto
+    (https://github.com/triton-inference-server/common/blob/main/protobuf/model_config.proto)."""
+
+    max_batch: int = 32  # max_batch_size (capped at a plan's profile max)
+    preferred: tuple[int, ...] = (4, 8, 16, 32)  # dynamic_batching.preferred_batch_size, capped at max_batch
+    queue_delay_us: int = 100  # dynamic_batching.max_queue_delay_microseconds
+    instances: int = 1  # instance_group.count
+    kind: str = "auto"  # instance_group.kind of config.pbtxt: auto | gpu | cpu
+    warmup: bool = True  # model_warmup at batch 1 and at max batch
+    models: tuple[str, ...] | None = None  # subset of BACKENDS names; None = all
+    force: bool = False  # replace an existing repository
+
+    def __post_init__(self):
+        if self.max_batch < 1:
+            raise TritonizeError(f"--max-batch must be >= 1 (got {self.max_batch})")
+        preferred = tuple(self.preferred)
+        if any(p < 1 for p in preferred):
+            raise TritonizeError(f"--preferred sizes must be >= 1 (got {','.join(map(str, preferred))})")
+        object.__setattr__(self, "preferred", preferred)
+        if self.queue_delay_us < 0:
+            raise TritonizeError(f"--queue-delay-us must be >= 0 (got {self.queue_delay_us})")
+        if self.instances < 1:
+            raise TritonizeError(f"--instances must be >= 1 (got {self.instances})")
+        if self.kind not in KINDS:
+            raise TritonizeError(f"--kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
+        if self.models is not None:
+            models = tuple(self.models)
+            unknown = [m for m in models if m not in BACKENDS]
+            if unknown or not models:
+                raise TritonizeError(
+                    f"--models: unknown model {', '.join(unknown) or '(none given)'}; choose from {', '.join(BACKENDS)}"
+                )
+            object.__setattr__(self, "models", models)
+
+    def preferred_for(self, max_batch: int) -> list[int]:
+        """Preferred batch sizes that fit `max_batch`, sorted, without duplicates."""
+        return sorted({p for p in self.preferred if p <= max_batch})
+
+
+def parse_int_list(text: str, option: str) -> tuple[int, ...]:
+    """"4,8,16" -> (4, 8, 16), with a clear error naming the option."""
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise TritonizeError(f"{option} takes comma-separated integers, e.g. 4,8,16,32 (got {text!r})") from None
