@@ -1,4 +1,128 @@
-"""Placeholder until this stage lands."""
+"""`tritonize client classify|compare|perf`: options in, library calls out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, List, Optional
+
 import typer
 
-app = typer.Typer(no_args_is_help=True)
+from tritonize.client.images import DEFAULT_MAX_PIXELS
+from tritonize.client.server import DEFAULT_URL
+from tritonize.errors import TritonizeError
+
+app = typer.Typer(no_args_is_help=True, help="gRPC client: classify, compare backends, perf sweeps.")
+
+Url = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT (`tritonize serve` listens on localhost:8001).")]
+Timeout = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each server call.")]
+Images = Annotated[List[Path], typer.Argument(help="Image files (JPEG, PNG, ... any Pillow format and mode).", show_default=False)]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+MaxPixels = Annotated[int, typer.Option("--max-pixels", min=1, help="Refuse images above this many pixels (decompression bombs); Pillow's default.")]
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _show_failures(failures: list[str]) -> None:
+    for line in failures:
+        typer.secho(f"skipped: {line}", err=True, fg=typer.colors.YELLOW)
+
+
+def _finish(failures: list[str], total: int, error: str | None) -> None:
+    """Exit non-zero when a file was bad or the server failed midway (after the results were shown)."""
+    if error:
+        raise TritonizeError(f"{error}; the results above are partial")
+    if failures:
+        raise TritonizeError(f"{len(failures)} of {total} inputs could not be read (listed above); the others were processed")
+
+
+@app.command("classify")
+def classify_command(
+    images: Images,
+    model: Annotated[str, typer.Option("--model", "-m", help="Served model name (onnx_model, torch_model, trt_model).")] = "onnx_model",
+    top_k: Annotated[int, typer.Option("--top-k", min=1, help="How many labels to show per image.")] = 5,
+    url: Url = DEFAULT_URL,
+    as_json: AsJson = False,
+    timeout: Timeout = 30.0,
+    max_pixels: MaxPixels = DEFAULT_MAX_PIXELS,
+) -> None:
+    """Top-k labels and probabilities per image, preprocessed by the contract the model's config carries."""
+    from tritonize.client.classify import classify
+    from tritonize.client.server import Server
+
+    with Server(url, timeout) as server:
+        report = classify(server, model, images, top_k, max_pixels)
+    _show_failures(report.failures)
+    typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
+    _finish(report.failures, len(images), report.error)
+
+
+@app.command("compare")
+def compare_command(
+    images: Images,
+    models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model names (default: every READY model).")] = None,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=1000, help="Rounds over all images, for the latency percentiles.")] = 3,
+    min_top1_agreement: Annotated[
+        Optional[float],
+        typer.Option("--min-top1-agreement", min=0.0, max=1.0, help="Exit non-zero when any pair agrees on top-1 for fewer than this fraction of images (e.g. 1.0)."),
+    ] = None,
+    url: Url = DEFAULT_URL,
+    as_json: AsJson = False,
+    timeout: Timeout = 30.0,
+    max_pixels: MaxPixels = DEFAULT_MAX_PIXELS,
+) -> None:
+    """Send the same images to several models and compare logits, top-1/top-5, KL and latency."""
+    from tritonize.client.compare import compare_models
+    from tritonize.client.server import Server
+
+    with Server(url, timeout) as server:
+        report = compare_models(server, images, _split(models) or None, repeat, min_top1_agreement, max_pixels)
+    _show_failures(report.failures)
+    typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
+    _finish(report.failures, len(images), report.error)
+    if not report.passed:
+        worst = min(p["top1_agreement"] for p in report.pairs)
+        raise TritonizeError(f"top-1 agreement {worst:.1%} is below --min-top1-agreement {min_top1_agreement:.1%}", exit_code=2)
+
+
+@app.command("perf")
+def perf_command(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name, or several comma-separated (all in one plot).")] = "onnx_model",
+    concurrency: Annotated[str, typer.Option("--concurrency", help="Comma-separated concurrency levels (requests in flight).")] = "1,2,4,8,16",
+    batch: Annotated[int, typer.Option("--batch", min=1, help="Images per request (at most the model's max_batch_size).")] = 1,
+    requests: Annotated[Optional[int], typer.Option("--requests", min=1, help="Measured requests per level (instead of --duration).")] = None,
+    duration: Annotated[float, typer.Option("--duration", min=0.1, max=600, help="Measured seconds per level, when --requests is not given.")] = 5.0,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up requests per level and worker.")] = 4,
+    shared_memory: Annotated[str, typer.Option("--shared-memory", help="`none`, or `system`: tensors through Triton's system shared memory (local server only).")] = "none",
+    out: Annotated[Path, typer.Option("--out", help="Directory for <model>.csv (perf_analyzer columns), latency_vs_throughput.png and perf.json.")] = Path("perf"),
+    url: Url = DEFAULT_URL,
+    as_json: AsJson = False,
+    timeout: Timeout = 60.0,
+) -> None:
+    """Throughput and latency percentiles per concurrency level, with the server-side time split."""
+    from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
+    from tritonize.client.server import Server
+
+    try:
+        levels = tuple(int(v) for v in _split(concurrency))
+    except ValueError:
+        raise TritonizeError(f"--concurrency takes comma-separated integers like 1,2,4,8, got {concurrency!r}") from None
+    names = _split(model)
+    if not names:
+        raise TritonizeError("--model needs at least one model name")
+    options = PerfOptions(concurrency=levels, batch=batch, requests=requests, duration=None if requests else duration,
+                          warmup=warmup, timeout=timeout, shared_memory=shared_memory.lower())
+    error = None
+    with Server(url, timeout) as server:
+        try:
+            report = run_perf(server, names, options, on_level=lambda r: typer.echo(
+                f"  {r.model} concurrency {r.concurrency}: {r.throughput:.1f} infer/s, p50 {r.latency['p50_ms']:.2f} ms", err=True))
+        except PerfInterrupted as e:
+            report, error = e.report, str(e)
+    written = write_outputs(report, out)
+    typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
+    typer.echo("wrote " + ", ".join(str(p) for p in written), err=True)
+    if error:
+        raise TritonizeError(f"{error}; the levels measured before were kept in {out}")

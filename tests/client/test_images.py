@@ -1,0 +1,170 @@
+"""Image decoding and preprocessing, checked against torchvision's own transforms (no server needed)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from matplotlib import cbook
+from PIL import Image
+
+from tritonize.client.images import BadImage, Preprocess, batches, load_images, load_rgb
+from tritonize.errors import TritonizeError
+
+PHOTO = cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)
+
+
+def contract_of(weights) -> Preprocess:
+    """The contract as the repository builder writes it: string parameters from the weights' transforms."""
+    t = weights.transforms()
+    params = {
+        "preprocess.resize": str(t.resize_size[0]),
+        "preprocess.crop": str(t.crop_size[0]),
+        "preprocess.mean": ",".join(str(v) for v in t.mean),
+        "preprocess.std": ",".join(str(v) for v in t.std),
+        "preprocess.interpolation": t.interpolation.value,
+        "preprocess.antialias": str(t.antialias),
+        "preprocess.channel_order": "RGB",
+        "preprocess.layout": "NCHW",
+        "preprocess.scale": str(1 / 255),
+    }
+    return Preprocess.from_parameters(params)
+
+
+@pytest.mark.parametrize("arch,weights", [("resnet18", "IMAGENET1K_V1"), ("wide_resnet101_2", "IMAGENET1K_V1"), ("wide_resnet101_2", "IMAGENET1K_V2")])
+def test_preprocessing_matches_the_weights_transforms_on_a_real_photo(arch, weights):
+    import torch
+    import torchvision
+    from torchvision.transforms import v2
+
+    w = torchvision.models.get_model_weights(arch)[weights]
+    t = w.transforms()
+    pre = contract_of(w)
+    assert pre.resize == (232 if weights == "IMAGENET1K_V2" else 256)
+    ours = pre(load_rgb(PHOTO))
+    photo = Image.open(PHOTO).convert("RGB")
+    reference = t(photo).numpy()
+    pipeline_v2 = v2.Compose([
+        v2.Resize(t.resize_size, interpolation=t.interpolation, antialias=True), v2.CenterCrop(t.crop_size),
+        v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(t.mean, t.std),
+    ])
+    assert ours.shape == (3, 224, 224) and ours.dtype == np.float32
+    assert np.abs(ours - reference).max() < 1e-5
+    assert np.abs(ours - pipeline_v2(photo).numpy()).max() < 1e-5
+    # The famous mistake (mean used as the std) would be far off: the check above can fail.
+    wrong = Preprocess(pre.resize, pre.crop, pre.mean, pre.mean, pre.interpolation)(load_rgb(PHOTO))
+    assert np.abs(wrong - reference).max() > 0.1
+
+
+def test_resize_232_and_256_give_different_inputs():
+    base = dict(crop=224, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    image = load_rgb(PHOTO)
+    assert np.abs(Preprocess(resize=232, **base)(image) - Preprocess(resize=256, **base)(image)).max() > 0.1
+
+
+def test_contract_errors_are_one_clear_line():
+    with pytest.raises(TritonizeError, match="no preprocessing contract.*preprocess.std.*tritonize repo build"):
+        Preprocess.from_parameters({"preprocess.resize": "256", "preprocess.crop": "224", "preprocess.mean": "0,0,0"}, "onnx_model")
+    with pytest.raises(TritonizeError, match="unreadable preprocessing contract"):
+        Preprocess.from_parameters({"preprocess.resize": "big", "preprocess.crop": "224", "preprocess.mean": "0,0,0", "preprocess.std": "1,1,1"})
+    with pytest.raises(TritonizeError, match="unknown interpolation"):
+        Preprocess(256, 224, (0, 0, 0), (1, 1, 1), interpolation="fancy")
+    with pytest.raises(TritonizeError, match="crop"):
+        Preprocess(200, 224, (0, 0, 0), (1, 1, 1))
+
+
+def test_bgr_and_nhwc_follow_the_contract():
+    image = load_rgb(PHOTO)
+    rgb = Preprocess(256, 224, (0.5, 0.4, 0.3), (0.2, 0.2, 0.2))(image)
+    bgr_nhwc = Preprocess(256, 224, (0.5, 0.4, 0.3), (0.2, 0.2, 0.2), channel_order="BGR", layout="NHWC")(image)
+    assert bgr_nhwc.shape == (224, 224, 3)
+    np.testing.assert_array_equal(bgr_nhwc[..., ::-1].transpose(2, 0, 1), rgb)
+
+
+@pytest.mark.parametrize("mode", ["1", "L", "LA", "P", "RGB", "RGBA", "CMYK", "YCbCr", "I;16", "I", "F"])
+def test_every_pillow_mode_becomes_rgb(tmp_path, mode):
+    rng = np.random.default_rng(0)
+    source = Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8), "RGB")
+    image = source.convert(mode) if mode not in ("I;16", "I", "F") else source.convert("L").convert(mode)
+    suffix = {"CMYK": ".jpg", "YCbCr": ".jpg", "F": ".tiff", "I": ".tiff"}.get(mode, ".png")
+    path = tmp_path / f"img{suffix}"
+    image.save(path)
+    rgb = load_rgb(path)
+    assert rgb.mode == "RGB" and rgb.size == (64, 48)
+    x = Preprocess(32, 32, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))(rgb)
+    assert x.shape == (3, 32, 32) and np.isfinite(x).all()
+
+
+def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path):
+    ramp = np.linspace(0, 65535, 64 * 32).reshape(32, 64).astype(np.uint16)
+    path = tmp_path / "deep.png"
+    Image.fromarray(ramp).save(path)
+    rgb = np.asarray(load_rgb(path))
+    expected = np.rint(ramp / 257.0).astype(np.uint8)
+    np.testing.assert_array_equal(rgb[..., 0], expected)
+    assert 100 < rgb.mean() < 155  # Pillow's convert("RGB") would clip nearly everything to 255
+
+
+def test_exif_orientation_is_applied(tmp_path):
+    image = Image.new("RGB", (40, 20), (255, 0, 0))
+    image.paste((0, 0, 255), (0, 0, 10, 20))  # a blue band on the left
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to display"
+    path = tmp_path / "rotated.jpg"
+    image.save(path, exif=exif.tobytes(), quality=95)
+    shown = load_rgb(path)
+    assert shown.size == (20, 40)
+    top = np.asarray(shown)[:5].mean(axis=(0, 1))
+    assert top[2] > 200 and top[0] < 60  # the left band is now on top
+
+
+def bad_files(tmp_path):
+    """Each bad input kind, named after what must appear in its one-line message."""
+    good = tmp_path / "good.jpg"
+    Image.open(PHOTO).save(good)
+    empty = tmp_path / "empty.jpg"
+    empty.write_bytes(b"")
+    truncated = tmp_path / "truncated.jpg"
+    truncated.write_bytes(good.read_bytes()[:4000])
+    text = tmp_path / "notes.jpg"
+    text.write_text("this is not an image\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    bomb = tmp_path / "bomb.png"
+    Image.new("1", (12000, 12000)).save(bomb)  # 144 Mpx in 17 kB
+    huge = tmp_path / "huge.png"
+    Image.new("1", (20000, 20000)).save(huge)  # beyond twice Pillow's default: Pillow itself refuses it
+    return good, {
+        empty: "empty file", truncated: "truncated or corrupt", text: "not an image",
+        folder: "is a directory", bomb: "decompression bomb", huge: "decompression bomb",
+        tmp_path / "missing.jpg": "no such file",
+    }
+
+
+def test_each_bad_input_gives_one_line_and_the_good_files_are_processed(tmp_path):
+    good, bad = bad_files(tmp_path)
+    paths = [good, *bad, good]
+    loaded = load_images(paths, Preprocess(256, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)))
+    assert loaded.names == [str(good), str(good)] and len(loaded.arrays) == 2
+    assert len(loaded.failures) == len(bad)
+    for line, (path, expected) in zip(loaded.failures, bad.items()):
+        assert "\n" not in line and line.startswith(str(path)) and expected in line, line
+
+
+def test_pixel_limit_is_adjustable_and_pillow_global_is_restored(tmp_path):
+    from PIL import Image as PILImage
+
+    saved = PILImage.MAX_IMAGE_PIXELS
+    path = tmp_path / "big.png"
+    Image.new("RGB", (1000, 1000)).save(path)
+    with pytest.raises(BadImage, match="1,000,000 pixels is above the limit of 999,999"):
+        load_rgb(path, max_pixels=999_999)
+    assert load_rgb(path, max_pixels=1_000_000).size == (1000, 1000)
+    assert PILImage.MAX_IMAGE_PIXELS == saved
+
+
+def test_batches_never_exceed_max_batch():
+    assert [(s.start, s.stop) for s in batches(10, 4)] == [(0, 4), (4, 8), (8, 10)]
+    assert [(s.start, s.stop) for s in batches(2, 0)] == [(0, 1), (1, 2)]
+    assert batches(0, 8) == []

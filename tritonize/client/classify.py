@@ -1,0 +1,54 @@
+"""`tritonize client classify`: top-k labels and probabilities per image from one served model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from tritonize.client.images import DEFAULT_MAX_PIXELS, load_images
+from tritonize.client.server import PartialResult, Server
+from tritonize.client.text import table
+from tritonize.verify import softmax, topk
+
+
+@dataclass
+class ClassifyReport:
+    model: str
+    url: str
+    predictions: list[dict] = field(default_factory=list)  # {"image", "top_k": [{"label", "index", "probability"}]}
+    failures: list[str] = field(default_factory=list)  # one line per unreadable file
+    error: str | None = None  # the server failed midway; predictions hold what came back before
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "url": self.url, "predictions": self.predictions, "failures": self.failures, "error": self.error}
+
+    def to_text(self) -> str:
+        blocks = []
+        for p in self.predictions:
+            rows = [(f"{i}.", t["label"], f"{t['probability']:.4f}") for i, t in enumerate(p["top_k"], 1)]
+            blocks.append(f"{p['image']}  ({self.model})\n" + table(("#", "label", "probability"), rows))
+        return "\n".join(blocks)
+
+
+def classify(server: Server, model: str, paths: Sequence[Path], top_k: int = 5, max_pixels: int = DEFAULT_MAX_PIXELS) -> ClassifyReport:
+    """Preprocess per the model's own contract, infer in batches of at most max_batch_size, softmax, top-k."""
+    info = server.model(model)
+    images = load_images(paths, info.preprocess, max_pixels)
+    report = ClassifyReport(model, server.url, failures=images.failures)
+    if not images.arrays:
+        return report
+    labels = server.labels(info)
+    try:
+        logits = server.infer_all(info, images.arrays)
+    except PartialResult as e:
+        logits, report.error = e.logits, str(e)
+    probs = softmax(logits)
+    for name, row_logits, row_probs in zip(images.names, logits, probs):
+        best = topk(row_logits[None], top_k)[0]
+        report.predictions.append({
+            "image": name,
+            "top_k": [{"label": labels[i], "index": int(i), "probability": float(row_probs[i])} for i in best],
+        })
+    return report
+

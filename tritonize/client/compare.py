@@ -1,0 +1,139 @@
+"""`tritonize client compare`: the same images through several served models, judged with verify.compare.
+
+Each model gets its inputs preprocessed by its own contract (they normally agree), the logits of
+the first round are compared pairwise (the first model of a pair is the reference), and every
+round's request latencies give p50/p95/p99 per model.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from tritonize.client.images import DEFAULT_MAX_PIXELS, load_images
+from tritonize.client.server import Server
+from tritonize.client.stats import latency_summary
+from tritonize.client.text import ms, table
+from tritonize.errors import TritonizeError
+from tritonize.verify import Tolerance, compare
+
+
+@dataclass
+class CompareReport:
+    url: str
+    images: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # unreadable files, one line each
+    models: dict[str, dict] = field(default_factory=dict)  # name -> {"status", "latency", ...}
+    pairs: list[dict] = field(default_factory=list)
+    min_top1_agreement: float | None = None
+    error: str | None = None  # a model failed midway (server died); the rest is kept
+
+    @property
+    def passed(self) -> bool:
+        """False when a pair falls short of --min-top1-agreement (always True without it)."""
+        if self.min_top1_agreement is None:
+            return True
+        return all(p["top1_agreement"] >= self.min_top1_agreement for p in self.pairs)
+
+    def to_dict(self) -> dict:
+        return {
+            "url": self.url, "images": self.images, "failures": self.failures, "models": self.models,
+            "pairs": self.pairs, "min_top1_agreement": self.min_top1_agreement, "passed": self.passed,
+            "error": self.error,
+        }
+
+    def to_text(self) -> str:
+        rows = []
+        for name, m in self.models.items():
+            lat = m.get("latency") or {}
+            rows.append((name, m["status"], m.get("requests", "-"), m.get("max_batch_size", "-"),
+                         ms(lat.get("p50_ms", float("nan"))), ms(lat.get("p95_ms", float("nan"))), ms(lat.get("p99_ms", float("nan")))))
+        out = [f"{len(self.images)} images, {self.url}", "models (latency per request)",
+               table(("model", "status", "requests", "max batch", "p50 ms", "p95 ms", "p99 ms"), rows)]
+        if self.pairs:
+            out.append("pairs (reference vs candidate)")
+            out.append(table(
+                ("reference", "candidate", "top-1 agree", "top-5 overlap", "max abs", "rel to scale", "KL"),
+                [(p["reference"], p["candidate"], f"{p['top1_agreement']:.1%}", f"{p['top5_overlap']:.1%}",
+                  f"{p['max_abs']:.3g}", f"{p['rel_to_scale']:.2e}", f"{p['mean_kl']:.2e}") for p in self.pairs],
+            ))
+        disagreements = [(p["reference"], p["candidate"], d) for p in self.pairs for d in p["disagreements"]]
+        if disagreements:
+            out.append("images where top-1 differs")
+            out.append(table(("image", "reference", "candidate"),
+                             [(d["image"], f"{a}: {d[a]}", f"{b}: {d[b]}") for a, b, d in disagreements]))
+        elif self.pairs:
+            out.append("all models give the same top-1 on every image")
+        if self.min_top1_agreement is not None:
+            verdict = "met" if self.passed else "NOT met"
+            out.append(f"minimum top-1 agreement {self.min_top1_agreement:.1%}: {verdict}")
+        return "\n".join(out)
+
+
+def compare_models(
+    server: Server,
+    paths: Sequence[Path],
+    models: Sequence[str] | None = None,
+    repeat: int = 3,
+    min_top1_agreement: float | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> CompareReport:
+    if repeat < 1:
+        raise TritonizeError(f"--repeat must be at least 1, got {repeat}")
+    states = server.models()
+    names = list(models) if models else sorted(n for n, s in states.items() if s == "READY")
+    report = CompareReport(server.url, min_top1_agreement=min_top1_agreement)
+    infos = {}
+    for name in names:
+        state = states.get(name, "not in the repository")
+        report.models[name] = {"status": state}
+        if state == "READY":
+            infos[name] = server.model(name)
+    if len(infos) < 2:
+        listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items())) or "none"
+        raise TritonizeError(f"compare needs at least two READY models, got {len(infos)} of {', '.join(names) or 'none'}; models at {server.url}: {listing}")
+
+    # Decode once per distinct preprocessing contract; which files are bad does not depend on it.
+    inputs, loaded = {}, {}
+    for name, info in infos.items():
+        if info.preprocess not in loaded:
+            loaded[info.preprocess] = load_images(paths, info.preprocess, max_pixels)
+        inputs[name] = loaded[info.preprocess]
+    first = next(iter(loaded.values()))
+    report.images, report.failures = first.names, first.failures
+    if not report.images:
+        return report
+
+    logits, labels = {}, {}
+    for name, info in infos.items():
+        entry = report.models[name]
+        entry["max_batch_size"] = info.max_batch_size
+        if len(set(loaded)) > 1:
+            entry["preprocess"] = vars(info.preprocess)
+        latencies: list[float] = []
+        try:
+            labels[name] = server.labels(info)
+            for round_ in range(repeat):
+                out = server.infer_all(info, inputs[name].arrays, on_batch=lambda _l, s: latencies.append(s))
+                if round_ == 0:
+                    logits[name] = out
+        except TritonizeError as e:  # the server failed midway: keep what the other models gave
+            entry["status"] = f"FAILED: {e}"
+            report.error = report.error or str(e)
+        entry["requests"] = len(latencies)
+        entry["latency"] = latency_summary(latencies, (50, 95, 99))
+
+    tol = Tolerance(min_top1_agreement=min_top1_agreement if min_top1_agreement is not None else 1.0)
+    for a, b in itertools.combinations([n for n in infos if n in logits], 2):
+        result = compare(logits[a], logits[b], tol)
+        top_a, top_b = logits[a].argmax(-1), logits[b].argmax(-1)
+        pair = {"reference": a, "candidate": b, **result.to_dict()}
+        pair["disagreements"] = [
+            {"image": image, a: labels[a][i], b: labels[b][j]}
+            for image, i, j in zip(report.images, top_a, top_b) if i != j
+        ]
+        report.pairs.append(pair)
+    return report
+

@@ -1,0 +1,230 @@
+"""The gRPC side: reaching the server, describing a model from its config, running batches.
+
+Everything a request needs (tensor names, dtype, max batch, preprocessing, labels) comes from the
+server itself, so the client works with any repository `tritonize repo build` produced.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from tritonize.client.images import Preprocess, batches
+from tritonize.errors import TritonizeError
+
+DEFAULT_URL = "localhost:8001"
+
+
+def short_reason(error: Exception) -> str:
+    """The useful first line of a tritonclient/gRPC error."""
+    text = error.message() if hasattr(error, "message") and callable(error.message) else str(error)
+    text = (text or type(error).__name__).strip().splitlines()[0]
+    return re.sub(r"^\[StatusCode\.\w+\]\s*", "", text)
+
+
+def server_gone(url: str, error: Exception) -> TritonizeError:
+    return TritonizeError(f"lost the Triton server at {url} ({short_reason(error)}); is it still running? (`tritonize serve`)")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the client needs to know about one served model, read from its config."""
+
+    name: str
+    max_batch_size: int  # 0: the model takes no batch axis
+    input_name: str
+    input_dtype: str  # Triton dtype name, e.g. "FP32"
+    input_dims: tuple[int, ...]  # without the batch axis
+    output_name: str
+    output_dims: tuple[int, ...]
+    preprocess: Preprocess
+    parameters: dict = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_config(cls, config: dict) -> "ModelInfo":
+        name = config.get("name", "?")
+        inputs, outputs = config.get("input", []), config.get("output", [])
+        if len(inputs) != 1 or len(outputs) != 1:
+            raise TritonizeError(f"{name} has {len(inputs)} inputs and {len(outputs)} outputs; the client serves image classifiers (one of each)")
+        params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        info = cls(
+            name=name,
+            max_batch_size=int(config.get("max_batch_size", 0)),
+            input_name=inputs[0]["name"],
+            input_dtype=inputs[0].get("data_type", "TYPE_FP32").removeprefix("TYPE_"),
+            input_dims=tuple(int(d) for d in inputs[0].get("dims", [])),
+            output_name=outputs[0]["name"],
+            output_dims=tuple(int(d) for d in outputs[0].get("dims", [])),
+            preprocess=Preprocess.from_parameters(params, name),
+            parameters=params,
+        )
+        expected = (3, info.preprocess.crop, info.preprocess.crop)
+        if info.preprocess.layout == "NHWC":
+            expected = (info.preprocess.crop, info.preprocess.crop, 3)
+        if info.input_dims != expected:
+            raise TritonizeError(f"{name}: input dims {list(info.input_dims)} do not match its preprocessing contract {list(expected)}; rebuild the repository")
+        return info
+
+    @property
+    def np_dtype(self):
+        from tritonclient.utils import triton_to_np_dtype
+
+        return triton_to_np_dtype(self.input_dtype)
+
+    @property
+    def num_classes(self) -> int:
+        return int(np.prod(self.output_dims)) if self.output_dims else 0
+
+
+class Server:
+    """A connection to one Triton server over gRPC (tritonclient's synchronous client)."""
+
+    def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0):
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        self.url, self.timeout = url, timeout
+        self._grpc = grpcclient
+        self._error = InferenceServerException
+        try:
+            self.client = grpcclient.InferenceServerClient(url)
+            live = self.client.is_server_live(client_timeout=min(timeout, 10.0))
+        except Exception as e:  # connection refused, bad address, deadline exceeded
+            raise TritonizeError(
+                f"cannot reach a Triton server at {url} ({short_reason(e)}); start one with "
+                "`tritonize serve models/` or pass --url HOST:PORT"
+            ) from None
+        if not live:
+            raise TritonizeError(f"the Triton server at {url} is not live yet; wait for `tritonize serve` to print its model table")
+        self._labels: dict[str, list[str]] = {}
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def is_local(self) -> bool:
+        host = self.url.rsplit(":", 1)[0].strip("[]")
+        return host in ("localhost", "127.0.0.1", "::1")
+
+    def models(self) -> dict[str, str]:
+        """name -> "READY" or "UNAVAILABLE: reason" for every model in the repository."""
+        try:
+            index = self.client.get_model_repository_index(as_json=True, client_timeout=self.timeout)
+        except self._error as e:
+            raise server_gone(self.url, e) from None
+        states = {}
+        for entry in index.get("models", []):
+            state = entry.get("state") or "UNKNOWN"
+            reason = entry.get("reason", "")
+            states[entry["name"]] = state if state == "READY" or not reason else f"{state}: {reason}"
+        return states
+
+    def ready_models(self) -> list[str]:
+        return sorted(name for name, state in self.models().items() if state == "READY")
+
+    def model(self, name: str) -> ModelInfo:
+        """The model's description; an unknown or unready model is an error listing the others."""
+        states = self.models()
+        if states.get(name) != "READY":
+            listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items())) or "none"
+            what = "is not in the repository" if name not in states else f"is {states[name]}"
+            raise TritonizeError(f"model {name!r} {what} at {self.url}; models there: {listing}")
+        try:
+            config = self.client.get_model_config(name, as_json=True, client_timeout=self.timeout)["config"]
+        except self._error as e:
+            raise server_gone(self.url, e) from None
+        return ModelInfo.from_config(config)
+
+    def labels(self, model: ModelInfo) -> list[str]:
+        """The model's class labels, from the server's classification extension.
+
+        The config only names the label file; the classification extension is how gRPC hands out
+        its contents. One batch-1 request asks for every class, cached per model, so the regular
+        requests can fetch raw logits (exact softmax, and what `compare` needs).
+        """
+        if model.name in self._labels:
+            return self._labels[model.name]
+        zeros = np.zeros((1, *model.input_dims) if model.max_batch_size else model.input_dims, dtype=model.np_dtype)
+        inp = self._grpc.InferInput(model.input_name, list(zeros.shape), model.input_dtype)
+        inp.set_data_from_numpy(zeros)
+        out = self._grpc.InferRequestedOutput(model.output_name, class_count=model.num_classes)
+        try:
+            result = self.client.infer(model.name, [inp], outputs=[out], client_timeout=self.timeout)
+        except self._error as e:
+            raise server_gone(self.url, e) from None
+        labels = [f"class {i}" for i in range(model.num_classes)]
+        for entry in result.as_numpy(model.output_name).reshape(-1):
+            parts = (entry.decode() if isinstance(entry, bytes) else str(entry)).split(":", 2)
+            if len(parts) == 3:  # "score:index:label"; without a label file there is no third part
+                labels[int(parts[1])] = parts[2]
+        self._labels[model.name] = labels
+        return labels
+
+    def request(self, model: ModelInfo, batch: np.ndarray):
+        """The tritonclient InferInput and InferRequestedOutput for one batch."""
+        data = batch.astype(model.np_dtype, copy=False) if model.max_batch_size else batch[0]
+        inp = self._grpc.InferInput(model.input_name, list(data.shape), model.input_dtype)
+        inp.set_data_from_numpy(data)
+        return [inp], [self._grpc.InferRequestedOutput(model.output_name)]
+
+    def infer(self, model: ModelInfo, batch: np.ndarray) -> np.ndarray:
+        """Logits (N, classes) for one batch of at most max_batch_size preprocessed images."""
+        inputs, outputs = self.request(model, batch)
+        try:
+            result = self.client.infer(model.name, inputs, outputs=outputs, client_timeout=self.timeout)
+        except self._error as e:
+            raise server_gone(self.url, e) from None
+        return result.as_numpy(model.output_name).reshape(len(batch), -1)
+
+    def infer_all(self, model: ModelInfo, arrays: Sequence[np.ndarray], on_batch=None) -> np.ndarray:
+        """Logits for all images, sent in requests of at most the model's max_batch_size.
+
+        on_batch(logits_so_far, seconds) is called after each request; when the server fails
+        midway, PartialResult carries the logits obtained before the failure.
+        """
+        import time
+
+        done: list[np.ndarray] = []
+        for chunk in batches(len(arrays), model.max_batch_size):
+            start = time.perf_counter()
+            try:
+                done.append(self.infer(model, np.stack(arrays[chunk])))
+            except TritonizeError as e:
+                raise PartialResult(str(e), np.concatenate(done) if done else np.zeros((0, model.num_classes))) from None
+            if on_batch:
+                on_batch(done[-1], time.perf_counter() - start)
+        return np.concatenate(done) if done else np.zeros((0, model.num_classes), np.float32)
+
+    def statistics(self, name: str) -> dict:
+        """Cumulative server-side counters for a model: {"success": (count, ns), "queue": ..., ...}."""
+        try:
+            stats = self.client.get_inference_statistics(name, as_json=True, client_timeout=self.timeout)
+        except self._error as e:
+            raise server_gone(self.url, e) from None
+        totals: dict[str, list[int]] = {}
+        for entry in stats.get("model_stats", []):
+            for key, value in entry.get("inference_stats", {}).items():
+                acc = totals.setdefault(key, [0, 0])
+                acc[0] += int(value.get("count", 0))
+                acc[1] += int(value.get("ns", 0))
+            acc = totals.setdefault("executions", [0, 0])  # (execution count, inference count)
+            acc[0] += int(entry.get("execution_count", 0))
+            acc[1] += int(entry.get("inference_count", 0))
+        return {k: tuple(v) for k, v in totals.items()}
+
+
+class PartialResult(TritonizeError):
+    """The server failed midway; `logits` holds what was obtained before."""
+
+    def __init__(self, message: str, logits: np.ndarray):
+        super().__init__(message)
+        self.logits = logits
