@@ -36,3 +36,14 @@ def artifacts_copy(small_artifacts, tmp_path) -> Path:
     dest = tmp_path / "artifacts"
     shutil.copytree(small_artifacts, dest)
     return dest
+
+
+@pytest.fixture(scope="session")
+def small_repo(small_artifacts, tmp_path_factory) -> Path:
+    """A model repository (onnx_model, torch_model; CPU instances) built from `small_artifacts`.
+
+    Its model files are hard links to the artifacts: read-only by convention, copy before changing.
+    """
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    return build_repository(small_artifacts, tmp_path_factory.mktemp("small_repo") / "models", RepoOptions(kind="cpu"))

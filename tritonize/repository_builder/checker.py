@@ -3,7 +3,8 @@
 Rules (each finding names the model, what is wrong and how to fix it):
   schema      every config.pbtxt / configs/*.pbtxt parses as Triton's ModelConfig; its name is the directory's
   platform    platform or backend is one Triton ships
-  batching    max_batch_size >= 0; dynamic batching needs max_batch_size > 0; preferred sizes in 1..max_batch_size
+  batching    max_batch_size >= 0; dynamic batching needs max_batch_size > 0; preferred and warmup
+              batch sizes in 1..max_batch_size
   instances   counts >= 1; tensorrt_plan never on KIND_CPU instances
   versions    numeric version directories exist and each holds the backend's model file
   labels      the label file exists and has one line per output class
@@ -146,6 +147,11 @@ class _ModelCheck:
             if bad and mb > 0:
                 self.add("error", f"{rel}: preferred_batch_size {bad} outside 1..max_batch_size {mb}",
                          f"keep preferred sizes <= {mb} (tritonize repo build caps them)")
+
+        for w in cfg.model_warmup:
+            if mb > 0 and w.batch_size > mb:
+                self.add("error", f"{rel}: warmup {w.name!r} uses batch {w.batch_size} > max_batch_size {mb}",
+                         f"warm up at batch <= {mb} or {REBUILD}")
 
         backend = _backend_of(cfg)
         for group in cfg.instance_group:

@@ -1,0 +1,52 @@
+"""Helpers shared by the repository-builder tests: private repository copies and planted faults."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from google.protobuf import text_format
+
+from tritonize.manifest import load_manifest, manifest_sha256, record_artifact
+from tritonize.repository_builder.config import CONFIG_NAME, config_text, model_config, parse_config
+from tritonize.repository_builder.options import BACKENDS, RepoOptions
+from tritonize.spec import ModelSpec
+
+
+def copy_repo(src: Path, dest: Path) -> Path:
+    """A private copy of a repository. Files are hard links (fast): change them only with `rewrite`."""
+    shutil.copytree(src, dest, copy_function=os.link)
+    return dest
+
+
+def rewrite(path: Path, data: str | bytes) -> None:
+    """Replace a file's content without touching other hard links to it."""
+    path.unlink()
+    path.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+def edit_config(model_dir: Path, change, name: str = CONFIG_NAME) -> None:
+    """Parse a config through the schema, let `change(cfg)` modify it, write it back."""
+    cfg = parse_config(model_dir / name)
+    change(cfg)
+    rewrite(model_dir / name, text_format.MessageToString(cfg))
+
+
+def add_trt_model(repo: Path, artifacts: Path, *, profile=None, tensorrt_version="8.6.3.1", kind="gpu",
+                  max_batch=32) -> dict:
+    """Record a TensorRT plan entry in the manifest (no plan file: none can be built here) and write the
+    trt_model directory the builder would write for it, minus the plan."""
+    entry = {
+        "file": "model.plan", "status": "waiting for a GPU", "input_name": "input", "output_name": "output",
+        "profile": profile or {"min": 1, "opt": 16, "max": 32}, "tensorrt_version": tensorrt_version,
+    }
+    record_artifact(artifacts, "tensorrt", entry)
+    spec = ModelSpec.from_dict(load_manifest(artifacts)["model"])
+    cfg = model_config(BACKENDS["trt_model"], spec, entry, RepoOptions(max_batch=max_batch), kind,
+                       manifest_sha256(artifacts))
+    model_dir = repo / "trt_model"
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / CONFIG_NAME).write_text(config_text(cfg))
+    (model_dir / "labels.txt").write_text("\n".join(spec.labels) + "\n")
+    return entry

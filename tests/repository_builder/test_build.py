@@ -1,0 +1,186 @@
+"""`tritonize repo build` on real resnet18 artifacts: the configs parse back through Triton's schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.repository_builder.helpers import copy_repo
+from tritonize.errors import TritonizeError
+from tritonize.manifest import load_manifest, manifest_sha256, record_artifact
+from tritonize.repository_builder import RepoOptions, build_repository
+from tritonize.repository_builder import builder as builder_module
+from tritonize.repository_builder.config import kind_name, model_config, parse_config
+from tritonize.repository_builder.options import BACKENDS
+from tritonize.spec import ModelSpec
+
+EXPECTED_NAMES = {"onnx_model": ("onnxruntime_onnx", "input", "output", "model.onnx"),
+                  "torch_model": ("pytorch_libtorch", "input__0", "output__0", "model.pt")}
+
+
+def _kinds(cfg) -> list[str]:
+    return [kind_name(g.kind) for g in cfg.instance_group]
+
+
+def test_repository_parses_back_with_every_field(small_repo, small_artifacts):
+    assert sorted(p.name for p in small_repo.iterdir()) == ["onnx_model", "torch_model"]
+    spec = ModelSpec.from_dict(load_manifest(small_artifacts)["model"])
+    for name, (platform, input_name, output_name, filename) in EXPECTED_NAMES.items():
+        d = small_repo / name
+        cfg = parse_config(d / "config.pbtxt")
+        assert (cfg.name, cfg.platform, cfg.max_batch_size) == (name, platform, 32)
+        assert [(t.name, list(t.dims)) for t in cfg.input] == [(input_name, [3, 224, 224])]
+        assert [(t.name, list(t.dims), t.label_filename) for t in cfg.output] == [(output_name, [1000], "labels.txt")]
+        assert list(cfg.dynamic_batching.preferred_batch_size) == [4, 8, 16, 32]
+        assert cfg.dynamic_batching.max_queue_delay_microseconds == 100
+        assert [(g.count, kind_name(g.kind)) for g in cfg.instance_group] == [(1, "KIND_CPU")]
+        assert [(w.batch_size, w.inputs[input_name].zero_data) for w in cfg.model_warmup] == [(1, True), (32, True)]
+        assert cfg.version_policy.latest.num_versions == 1
+        params = {k: v.string_value for k, v in cfg.parameters.items()}
+        assert params["preprocess.mean"] == "0.485,0.456,0.406" and params["preprocess.std"] == "0.229,0.224,0.225"
+        assert (params["preprocess.resize"], params["preprocess.crop"]) == ("256", "224")
+        assert params["preprocess.interpolation"] == "bilinear" and params["preprocess.channel_order"] == "RGB"
+        assert float(params["preprocess.scale"]) == pytest.approx(1 / 255)
+        assert (params["source.arch"], params["source.weights"]) == ("resnet18", "none")
+        assert params["source.manifest_sha256"] == manifest_sha256(small_artifacts)
+        assert (d / "labels.txt").read_text().splitlines() == list(spec.labels)
+        # The model file is the verified artifact itself, hard-linked (no 500 MB copy).
+        artifact = small_artifacts / filename
+        assert (d / "1" / filename).stat().st_ino == artifact.stat().st_ino
+
+
+def test_cpu_and_gpu_variants_and_kind_auto(small_artifacts, tmp_path):
+    repo = build_repository(small_artifacts, tmp_path / "models")  # default kind: auto
+    for name in EXPECTED_NAMES:
+        d = repo / name
+        assert _kinds(parse_config(d / "config.pbtxt")) == ["KIND_AUTO"]
+        assert _kinds(parse_config(d / "configs" / "cpu.pbtxt")) == ["KIND_CPU"]
+        assert _kinds(parse_config(d / "configs" / "gpu.pbtxt")) == ["KIND_GPU"]
+        # The variants differ from the default only in the instance kind.
+        gpu = parse_config(d / "configs" / "gpu.pbtxt")
+        del gpu.instance_group[:]
+        default = parse_config(d / "config.pbtxt")
+        del default.instance_group[:]
+        assert gpu == default
+
+
+def test_options_shape_the_config(small_artifacts, tmp_path):
+    options = RepoOptions(max_batch=8, preferred=(2, 8, 16, 64), queue_delay_us=5000, instances=2, kind="gpu",
+                          warmup=False, models=("onnx_model",))
+    repo = build_repository(small_artifacts, tmp_path / "models", options)
+    assert [p.name for p in repo.iterdir()] == ["onnx_model"]
+    cfg = parse_config(repo / "onnx_model" / "config.pbtxt")
+    assert cfg.max_batch_size == 8 and list(cfg.dynamic_batching.preferred_batch_size) == [2, 8]
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 5000
+    assert [(g.count, kind_name(g.kind)) for g in cfg.instance_group] == [(2, "KIND_GPU")]
+    assert len(cfg.model_warmup) == 0
+
+
+def test_trt_config_follows_the_plan_profile(small_artifacts):
+    manifest = load_manifest(small_artifacts)
+    spec = ModelSpec.from_dict(manifest["model"])
+    entry = {"file": "model.plan", "status": "built", "input_name": "input", "output_name": "output",
+             "profile": {"min": 1, "opt": 8, "max": 16}}
+    cfg = model_config(BACKENDS["trt_model"], spec, entry, RepoOptions(max_batch=32), "gpu", "x" * 64)
+    assert (cfg.platform, cfg.max_batch_size) == ("tensorrt_plan", 16)  # never above the profile max
+    assert list(cfg.dynamic_batching.preferred_batch_size) == [4, 8, 16]
+    assert [w.batch_size for w in cfg.model_warmup] == [1, 16]
+    assert [t.name for t in cfg.input] == ["input"] and _kinds(cfg) == ["KIND_GPU"]
+
+
+def test_trt_model_skipped_with_reason_when_plan_not_built(artifacts_copy, tmp_path):
+    record_artifact(artifacts_copy, "tensorrt", {"file": "model.plan", "status": "waiting for a GPU",
+                                                 "profile": {"min": 1, "opt": 16, "max": 32}})
+    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--out", tmp_path / "models")
+    assert result.exit_code == 0, result.output
+    assert "built onnx_model" in result.output and "built torch_model" in result.output
+    assert "skipped trt_model: TensorRT plan status is 'waiting for a GPU'" in result.output
+    assert not (tmp_path / "models" / "trt_model").exists()
+
+
+def test_missing_artifact_is_skipped_and_others_built(artifacts_copy, tmp_path):
+    (artifacts_copy / "model.pt").unlink()
+    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--out", tmp_path / "models")
+    assert result.exit_code == 0, result.output
+    assert f"skipped torch_model: {artifacts_copy / 'model.pt'} is missing" in result.output
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["onnx_model"]
+
+
+def test_failed_build_leaves_previous_repository_untouched(small_artifacts, tmp_path, monkeypatch):
+    out = build_repository(small_artifacts, tmp_path / "models", RepoOptions(models=("onnx_model",)))
+    before = (out / "onnx_model" / "config.pbtxt").read_text()
+    calls = []
+
+    def place_then_fail(src, dst):  # fault injection: the second model file cannot be written
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real_place(src, dst)
+
+    real_place = builder_module._place
+    monkeypatch.setattr(builder_module, "_place", place_then_fail)
+    with pytest.raises(OSError):
+        build_repository(small_artifacts, out, RepoOptions(max_batch=8, force=True))
+    assert len(calls) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["onnx_model"]
+    assert (out / "onnx_model" / "config.pbtxt").read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["models"]  # no temporary directory left behind
+
+
+def test_existing_repository_needs_force_and_readme_is_kept(small_artifacts, tmp_path):
+    out = tmp_path / "models"
+    out.mkdir()
+    (out / "README.md").write_text("generated, not committed\n")
+    assert run_cli("repo", "build", "--artifacts", small_artifacts, "--out", out).exit_code == 0
+    again = run_cli("repo", "build", "--artifacts", small_artifacts, "--out", out)
+    assert again.exit_code != 0 and "add --force" in again.output
+    forced = run_cli("repo", "build", "--artifacts", small_artifacts, "--out", out, "--force", "--max-batch", "16")
+    assert forced.exit_code == 0, forced.output
+    assert parse_config(out / "onnx_model" / "config.pbtxt").max_batch_size == 16
+    assert (out / "README.md").read_text() == "generated, not committed\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--max-batch", "0"], "--max-batch must be >= 1"),
+    (["--preferred", "4,x"], "--preferred takes comma-separated integers"),
+    (["--preferred", "0,8"], "--preferred sizes must be >= 1"),
+    (["--queue-delay-us", "-1"], "--queue-delay-us must be >= 0"),
+    (["--instances", "0"], "--instances must be >= 1"),
+    (["--kind", "tpu"], "--kind must be one of auto, gpu, cpu"),
+    (["--models", "onnx_model,tf_model"], "--models: unknown model tf_model"),
+])
+def test_bad_options_give_one_clear_line(small_artifacts, tmp_path, args, message):
+    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--out", tmp_path / "models", *args)
+    assert result.exit_code != 0
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "models").exists()
+
+
+def test_no_manifest_and_unwritable_output(small_artifacts, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run_cli("repo", "build", "--artifacts", empty, "--out", tmp_path / "models")
+    assert result.exit_code != 0 and "no manifest" in result.output and "tritonize export" in result.output
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--out", blocker / "models")
+    assert result.exit_code != 0 and "cannot write to output directory" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_all_artifacts_missing_is_an_error(artifacts_copy, tmp_path):
+    (artifacts_copy / "model.pt").unlink()
+    (artifacts_copy / "model.onnx").unlink()
+    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--out", tmp_path / "models")
+    assert result.exit_code != 0 and "no model to build" in result.output
+    assert not (tmp_path / "models").exists()
+
+
+def test_json_of_check_on_built_repo(small_repo, small_artifacts, tmp_path):
+    repo = copy_repo(small_repo, tmp_path / "models")
+    result = run_cli("repo", "check", repo, "--artifacts", small_artifacts, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["errors"] == 0 and report["findings"] == []
