@@ -47,3 +47,13 @@ def small_repo(small_artifacts, tmp_path_factory) -> Path:
     from tritonize.repository_builder import RepoOptions, build_repository
 
     return build_repository(small_artifacts, tmp_path_factory.mktemp("small_repo") / "models", RepoOptions(kind="cpu"))
+
+
+@pytest.fixture(scope="session")
+def small_server(small_repo):
+    """The real embedded Triton server (bundled tritonserver + Python-based backends) on `small_repo`,
+    on free ports; yields tritonize.serve.ServerInfo. Stopped (stubs included) at session end."""
+    from tritonize.serve import embedded_server
+
+    with embedded_server(small_repo) as info:
+        yield info

@@ -1,5 +1,55 @@
-"""Placeholder until this stage lands."""
+"""`tritonize serve`: options in, library call out."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
 
 
-def serve_command() -> None:
-    """Serve a model repository with a real Triton server."""
+class Engine(str, Enum):
+    auto = "auto"
+    embedded = "embedded"
+    docker = "docker"
+
+
+def serve_command(
+    repository: Annotated[Path, typer.Argument(help="Triton model repository to serve.")] = Path("models"),
+    engine: Annotated[Engine, typer.Option(
+        help="embedded: the tritonserver bundled in nvidia-pytriton with Python-based backends (no GPU or "
+             "Docker needed); docker: the NGC container on a GPU machine; auto: docker when a Docker engine "
+             "with the NVIDIA runtime answers, else embedded.")] = Engine.auto,
+    host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0 for all interfaces).")] = "127.0.0.1",
+    http_port: Annotated[int, typer.Option(help="HTTP/REST port.")] = 8000,
+    grpc_port: Annotated[int, typer.Option(help="gRPC port.")] = 8001,
+    metrics_port: Annotated[int, typer.Option(help="Prometheus metrics port.")] = 8002,
+    config_name: Annotated[Optional[str], typer.Option(
+        help="Serve <model>/configs/NAME.pbtxt instead of config.pbtxt (Triton's --model-config-name); "
+             "`config` forces config.pbtxt. Default: `cpu` when no GPU is visible and the repository has "
+             "cpu variants (embedded engine), else config.pbtxt.")] = None,
+    triton_release: Annotated[Optional[str], typer.Option(
+        help="NGC container release YY.MM for the docker engine (default: the release whose TensorRT "
+             "runs the plan recorded in the artifacts' manifest).")] = None,
+    print_command: Annotated[bool, typer.Option(
+        "--print-command", help="Print the NGC container's `docker run` command for this repository and exit.")] = False,
+    artifacts: Annotated[Path, typer.Option(
+        help="Artifacts directory whose manifest names the plan's TensorRT version.")] = Path("build"),
+    timeout: Annotated[Optional[float], typer.Option(
+        help="Seconds to wait for the server to be ready (default: 120 embedded, 900 docker).")] = None,
+    log_file: Annotated[Optional[Path], typer.Option(
+        help="Keep the server log here (default: a temporary file removed on stop).")] = None,
+) -> None:
+    """Serve a model repository with a real Triton server until Ctrl-C or SIGTERM."""
+    from tritonize.serve.serving import ServeOptions, docker_command_line, serve
+
+    options = ServeOptions(
+        engine=engine.value, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+        config_name=config_name, triton_release=triton_release, artifacts=artifacts, timeout=timeout,
+        log_file=log_file,
+    )
+    if print_command:
+        typer.echo(docker_command_line(repository, options))
+        return
+    serve(repository, options)

@@ -1,0 +1,161 @@
+"""The docker engine: the NGC Triton container on a GPU machine, serving the same repository with
+Triton's native backends. The release is the one whose TensorRT runs the plan (a plan only loads in
+the TensorRT it was built with), or the user's --triton-release."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonize.errors import TritonizeError
+
+
+@dataclass(frozen=True)
+class ReleaseChoice:
+    release: str
+    why: str  # one line for the user
+
+
+def choose_release(triton_release: str | None, artifacts: Path | None) -> ReleaseChoice:
+    """--triton-release when given; else the release matching the plan's TensorRT in the manifest;
+    else (no plan recorded) the newest release the compatibility table knows."""
+    from tritonize.compat import latest_release, release_info, releases_for_tensorrt, tensorrt_matches
+    from tritonize.manifest import load_manifest_or_empty
+
+    manifest = load_manifest_or_empty(artifacts) if artifacts is not None and Path(artifacts).is_dir() else {}
+    plan = manifest.get("artifacts", {}).get("tensorrt") or {}
+    built_with = plan_tensorrt_version(plan)
+    if triton_release:
+        chosen = release_info(triton_release)
+        if built_with and chosen.tensorrt and not tensorrt_matches(built_with, chosen.tensorrt):
+            raise TritonizeError(
+                f"Triton {chosen.release} runs TensorRT {chosen.tensorrt}, but the plan in {artifacts} was built with "
+                f"TensorRT {built_with} and will not load there; drop --triton-release or rebuild the plan for it"
+            )
+        return ReleaseChoice(chosen.release, f"--triton-release {chosen.release}")
+    if built_with:
+        matching = releases_for_tensorrt(built_with)
+        if not matching:
+            raise TritonizeError(
+                f"no known Triton release runs TensorRT {built_with} (the plan in {artifacts}); give one with "
+                "--triton-release or rebuild the plan with `tritonize convert trt --triton-release YY.MM`"
+            )
+        newest = matching[-1]
+        return ReleaseChoice(newest.release, f"runs TensorRT {newest.tensorrt}, the plan's TensorRT {built_with}")
+    newest = latest_release()
+    where = f"{artifacts}/manifest.json" if artifacts is not None else "the artifacts (--artifacts)"
+    return ReleaseChoice(newest.release, f"newest known release; no TensorRT plan recorded in {where}")
+
+
+def plan_tensorrt_version(plan_entry: dict) -> str | None:
+    """The TensorRT version a plan was built with, as the convert stage records it."""
+    for value in (plan_entry.get("tensorrt_version"), (plan_entry.get("tools") or {}).get("tensorrt")):
+        if value:
+            return str(value)
+    return None
+
+
+def docker_command(
+    repository: Path,
+    release: str,
+    *,
+    host: str = "127.0.0.1",
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    model_config_name: str | None = None,
+) -> list[str]:
+    """The exact `docker run` that serves `repository` with the NGC container of `release`."""
+    from tritonize.compat import release_info
+
+    image = release_info(release).image
+    publish = []
+    for host_port, container_port in ((http_port, 8000), (grpc_port, 8001), (metrics_port, 8002)):
+        bind = f"{host}:" if host not in ("", "0.0.0.0") else ""
+        publish += ["-p", f"{bind}{host_port}:{container_port}"]
+    command = [
+        "docker", "run", "--gpus", "all", "--rm", *publish,
+        "-v", f"{Path(repository).resolve()}:/models",
+        image,
+        "tritonserver", "--model-repository=/models",
+    ]
+    if model_config_name:
+        command.append(f"--model-config-name={model_config_name}")
+    return command
+
+
+def docker_gpu_problem() -> str | None:
+    """Why the docker engine cannot run here, or None when a Docker engine with the NVIDIA runtime answers."""
+    if shutil.which("docker") is None:
+        return "no `docker` command"
+    try:
+        result = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"],
+                                capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        return "`docker info` did not answer within 20 s"
+    if result.returncode != 0:
+        first = (result.stderr or result.stdout).strip().splitlines()[:1] or ["no output"]
+        return f"no Docker engine answers (`docker info`: {first[0]})"
+    try:
+        runtimes = json.loads(result.stdout or "{}") or {}
+    except json.JSONDecodeError:
+        runtimes = {}
+    if "nvidia" not in runtimes:
+        return "the Docker engine has no NVIDIA runtime (install the NVIDIA Container Toolkit)"
+    return None
+
+
+class DockerServer:
+    """The NGC container serving `repository` on the given host ports; same life cycle as
+    EmbeddedServer (start() -> ServerInfo once ready, stop() ends it: `docker run` forwards the
+    SIGTERM to the container, and --rm removes it)."""
+
+    def __init__(self, repository: Path, release: str, *, host: str = "127.0.0.1", http_port: int = 8000,
+                 grpc_port: int = 8001, metrics_port: int = 8002, model_config_name: str | None = None,
+                 ready_timeout: float = 600.0, log_path: Path | None = None):
+        self.repository, self.release, self.host = Path(repository).resolve(), release, host
+        self.requested_ports = (http_port, grpc_port, metrics_port)
+        self.model_config_name, self.ready_timeout = model_config_name, ready_timeout
+        self.log_path = Path(log_path).resolve() if log_path else None
+        self.server = None
+        self.workdir: Path | None = None
+
+    def start(self):
+        from tritonize.serve.repository import validate_repository
+        from tritonize.serve.server import RunningServer, choose_ports
+
+        validate_repository(self.repository)
+        problem = docker_gpu_problem()
+        if problem:
+            raise TritonizeError(f"the docker engine cannot run here: {problem}; use --engine embedded, "
+                                 "or --print-command to get the command for a GPU machine")
+        ports = choose_ports(self.host, *self.requested_ports)
+        self.workdir = Path(tempfile.mkdtemp(prefix="tritonize-serve-"))
+        try:
+            command = docker_command(self.repository, self.release, host=self.host, http_port=ports.http,
+                                     grpc_port=ports.grpc, metrics_port=ports.metrics,
+                                     model_config_name=self.model_config_name)
+            self.server = RunningServer(command, host=self.host, ports=ports, ready_timeout=self.ready_timeout,
+                                        log_path=self.log_path or self.workdir / "tritonserver.log",
+                                        model_config_name=self.model_config_name)
+            return self.server.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

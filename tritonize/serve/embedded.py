@@ -1,0 +1,239 @@
+"""The embedded engine: the real tritonserver binary shipped in nvidia-pytriton, serving an unchanged
+repository through Triton's Python backend and the project's Python-based backends.
+
+Three traps are handled before they bite (../shared/docs/platform-facts.md):
+1. the stub links libpython: the interpreter's LIBDIR goes first on LD_LIBRARY_PATH, else the
+   distro's libpython of another patch level loads and fails in odd ways;
+2. with numpy>=2 the stub loads models but passes zeros: refused with a clear message;
+3. a stub that cannot start makes tritonserver hang for minutes: it is started once beforehand.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from tritonize.errors import TritonizeError
+from tritonize.progress import say
+from tritonize.serve.backends import BACKEND_NAMES, BACKENDS_DIR
+from tritonize.serve.repository import (
+    CPU_CONFIG_NAME,
+    DEFAULT_CONFIG_NAME,
+    gpu_visible,
+    has_config_variant,
+    validate_repository,
+)
+from tritonize.serve.server import Ports, RunningServer, ServerInfo, choose_ports
+
+
+@dataclass(frozen=True)
+class BundledTriton:
+    """The parts of nvidia-pytriton's wheel the embedded engine runs."""
+
+    binary: Path
+    python_backend: Path  # libtriton_python.so + triton_python_backend_utils.py
+    stub: Path  # triton_python_backend_stub for the running Python
+    libs: Path  # nvidia_pytriton.libs: what the binaries link, lost RPATH for copies
+
+    @classmethod
+    def find(cls) -> "BundledTriton":
+        spec = importlib.util.find_spec("pytriton")
+        if spec is None or not spec.submodule_search_locations:
+            raise TritonizeError("nvidia-pytriton is not installed; the embedded engine runs its tritonserver: "
+                                 "pip install nvidia-pytriton (or use --engine docker)")
+        root = Path(list(spec.submodule_search_locations)[0]) / "tritonserver"
+        python = f"{sys.version_info.major}.{sys.version_info.minor}"
+        found = cls(
+            binary=root / "bin" / "tritonserver",
+            python_backend=root / "backends" / "python",
+            stub=root / "python_backend_stubs" / python / "triton_python_backend_stub",
+            libs=root.parent.parent / "nvidia_pytriton.libs",
+        )
+        if not found.stub.is_file():
+            raise TritonizeError(f"nvidia-pytriton ships no Python backend stub for Python {python}; "
+                                 f"use a Python it supports ({', '.join(sorted(p.name for p in found.stub.parent.parent.iterdir()))})")
+        for path in (found.binary, found.python_backend / "libtriton_python.so", found.libs):
+            if not path.exists():
+                raise TritonizeError(f"nvidia-pytriton is incomplete: {path} is missing; reinstall it")
+        return found
+
+
+def stub_environment(triton: BundledTriton) -> dict[str, str]:
+    """The environment of tritonserver and its stubs: this interpreter's python3 first on PATH (the
+    stub finds its packages through it), this interpreter's libpython and the bundled libs first on
+    LD_LIBRARY_PATH."""
+    bindir = Path(sys.executable).parent
+    if not (bindir / "python3").exists():
+        raise TritonizeError(f"{bindir} has no `python3`; the Triton Python stub finds its packages through it: "
+                             "run tritonize from a virtual environment")
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(bindir), env.get("PATH", "")])
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, str(triton.libs), env.get("LD_LIBRARY_PATH", "")) if p)
+    return env
+
+
+def check_stub_environment(triton: BundledTriton, stub: Path, env: dict[str, str]) -> None:
+    """Refuse numpy>=2 and a stub that cannot start, before tritonserver waits on it for minutes."""
+    numpy_version = importlib.metadata.version("numpy")
+    if int(numpy_version.split(".")[0]) >= 2:
+        raise TritonizeError(f"numpy {numpy_version} is installed, but Triton's Python backend stub needs numpy<2 "
+                             "(with numpy 2 requests silently arrive as zeros): pip install 'numpy<2'")
+    # Without arguments a healthy stub prints its usage and exits 1; 127 means it cannot even load.
+    result = subprocess.run([str(stub)], env=env, capture_output=True, text=True, timeout=60)
+    if result.returncode != 1:
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise TritonizeError(
+            f"Triton's Python backend stub cannot start (exit {result.returncode}: {detail[0]}); it needs "
+            f"libpython{sysconfig.get_config_var('LDVERSION')} from {sysconfig.get_config_var('LIBDIR')} and "
+            f"the libraries in {triton.libs}"
+        )
+
+
+def assemble_backend_dir(triton: BundledTriton, dest: Path) -> Path:
+    """A Triton backend directory: `python/` (the bundled Python backend and stub) and one
+    directory per Python-based backend holding its model.py."""
+    python = dest / "python"
+    python.mkdir(parents=True)
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        shutil.copy2(triton.python_backend / name, python / name)
+    shutil.copy2(triton.stub, python / triton.stub.name)
+    for backend in BACKEND_NAMES:
+        (dest / backend).mkdir()
+        shutil.copy2(BACKENDS_DIR / backend / "model.py", dest / backend / "model.py")
+    return dest
+
+
+def resolve_config_name(repository: Path, requested: str | None) -> str | None:
+    """The --model-config-name to run with: the user's choice (`config` means config.pbtxt), else
+    `cpu` when no GPU is visible and the repository has configs/cpu.pbtxt variants."""
+    if requested is not None:
+        if requested == DEFAULT_CONFIG_NAME:
+            return None
+        if not has_config_variant(repository, requested):
+            raise TritonizeError(f"no model in {repository} has configs/{requested}.pbtxt; "
+                                 f"use `--config-name {DEFAULT_CONFIG_NAME}` for config.pbtxt")
+        return requested
+    if not gpu_visible() and has_config_variant(repository, CPU_CONFIG_NAME):
+        say(f"no GPU visible: serving the configs/{CPU_CONFIG_NAME}.pbtxt variants "
+            f"(--config-name {DEFAULT_CONFIG_NAME} serves config.pbtxt instead)")
+        return CPU_CONFIG_NAME
+    return None
+
+
+class EmbeddedServer:
+    """The bundled tritonserver on one repository. `start()` returns a ServerInfo once the server is
+    ready; `stop()` ends the process group (stubs included) and removes the temporary files.
+    Also a context manager; `embedded_server()` is the usual way in."""
+
+    def __init__(
+        self,
+        repository: Path,
+        *,
+        host: str = "127.0.0.1",
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        metrics_port: int | None = None,
+        model_config_name: str | None = None,
+        ready_timeout: float = 120.0,
+        log_path: Path | None = None,
+    ):
+        self.repository = Path(repository).resolve()
+        self.host = host
+        self.requested_ports = (http_port, grpc_port, metrics_port)
+        self.requested_config_name = model_config_name
+        self.ready_timeout = ready_timeout
+        self.log_path = Path(log_path).resolve() if log_path else None
+        self.server: RunningServer | None = None
+        self.workdir: Path | None = None
+
+    def command(self, binary: Path, backend_dir: Path, ports: Ports, config_name: str | None) -> list[str]:
+        host = self.host
+        command = [
+            str(binary),
+            f"--model-repository={self.repository}",
+            f"--backend-directory={backend_dir}",
+            f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}",
+            f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}",
+            "--disable-auto-complete-config",  # the repository's configs are complete; serve them as written
+            "--model-control-mode=explicit", "--load-model=*",
+            "--exit-on-error=false",  # a model that cannot load here is UNAVAILABLE; the others serve
+            "--strict-readiness=false",
+            "--allow-gpu-metrics=false",
+            "--pinned-memory-pool-byte-size=0",
+        ]
+        if config_name:
+            command.append(f"--model-config-name={config_name}")
+        return command
+
+    def start(self) -> ServerInfo:
+        validate_repository(self.repository)
+        config_name = resolve_config_name(self.repository, self.requested_config_name)
+        triton = BundledTriton.find()
+        env = stub_environment(triton)
+        ports = choose_ports(self.host, *self.requested_ports)
+        self.workdir = Path(tempfile.mkdtemp(prefix="tritonize-serve-"))
+        atexit.register(self.stop)
+        try:
+            backend_dir = assemble_backend_dir(triton, self.workdir / "backends")
+            check_stub_environment(triton, backend_dir / "python" / triton.stub.name, env)
+            self.server = RunningServer(
+                self.command(triton.binary, backend_dir, ports, config_name),
+                host=self.host, ports=ports, log_path=self.log_path or self.workdir / "tritonserver.log",
+                ready_timeout=self.ready_timeout, env=env, cwd=self.workdir, model_config_name=config_name,
+            )
+            return self.server.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self) -> ServerInfo:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def embedded_server(
+    repository: Path,
+    *,
+    host: str = "127.0.0.1",
+    http_port: int | None = None,
+    grpc_port: int | None = None,
+    metrics_port: int | None = None,
+    model_config_name: str | None = None,
+    ready_timeout: float = 120.0,
+    log_path: Path | None = None,
+) -> Iterator[ServerInfo]:
+    """Serve `repository` with the bundled tritonserver for the duration of the block.
+
+    Ports left as None are picked free. `model_config_name` None chooses automatically (the
+    configs/cpu.pbtxt variants when no GPU is visible); "config" forces config.pbtxt. Yields the
+    ServerInfo of a ready server; on exit the whole process group is stopped and temporary files
+    are removed. Failures raise TritonizeError (with the log's relevant tail when the server failed).
+    """
+    with EmbeddedServer(
+        repository, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
+        model_config_name=model_config_name, ready_timeout=ready_timeout, log_path=log_path,
+    ) as info:
+        yield info

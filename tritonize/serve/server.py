@@ -1,0 +1,223 @@
+"""What every engine shares once a tritonserver process runs: ports, readiness, the models' state,
+the log's relevant tail, and stopping the whole process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonize.errors import TritonizeError
+
+DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+STOP_GRACE_S = 20.0  # Triton finishes in-flight requests and unloads models on SIGTERM
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """A running server: where to reach it and what it loaded."""
+
+    grpc_url: str  # "127.0.0.1:8001", as tritonclient.grpc wants it
+    http_url: str  # "http://127.0.0.1:8000"
+    metrics_url: str  # "http://127.0.0.1:8002/metrics" (Prometheus text)
+    pid: int
+    log_path: Path
+    models: dict[str, tuple[str, str]]  # name -> (state, reason) from the repository index
+    model_config_name: str | None = None  # the --model-config-name the server runs with
+
+    @property
+    def ready_models(self) -> list[str]:
+        return [name for name, (state, _) in self.models.items() if state == "READY"]
+
+
+@dataclass(frozen=True)
+class Ports:
+    http: int
+    grpc: int
+    metrics: int
+
+
+def choose_ports(host: str, http: int | None, grpc: int | None, metrics: int | None) -> Ports:
+    """Given ports must be free (clear error otherwise); None picks a free one."""
+    wanted = {"http": http, "grpc": grpc, "metrics": metrics}
+    given = [p for p in wanted.values() if p is not None]
+    if len(set(given)) != len(given):
+        raise TritonizeError(f"the HTTP, gRPC and metrics ports must differ (got {wanted})")
+    held = []  # keep picked sockets open so the three picks differ
+    try:
+        chosen = {}
+        for what, port in wanted.items():
+            if port is None:
+                s = _bind(host, 0)
+                held.append(s)
+                chosen[what] = s.getsockname()[1]
+            else:
+                try:
+                    _bind(host, port).close()
+                except OSError as e:
+                    raise TritonizeError(
+                        f"port {port} on {host} is already in use or not available ({e.strerror}); stop what "
+                        f"uses it or choose another with --{what}-port"
+                    ) from None
+                chosen[what] = port
+        return Ports(**chosen)
+    finally:
+        for s in held:
+            s.close()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is not "in use"
+    try:
+        s.bind((host, port))
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def connect_host(host: str) -> str:
+    """Where a local client reaches a server bound to `host`."""
+    return {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+
+
+def endpoints(host: str, ports: Ports) -> tuple[str, str, str]:
+    h = connect_host(host)
+    h = f"[{h}]" if ":" in h else h
+    return f"{h}:{ports.grpc}", f"http://{h}:{ports.http}", f"http://{h}:{ports.metrics}/metrics"
+
+
+class RunningServer:
+    """A tritonserver process (bundled binary or `docker run`) in its own process group: `start()`
+    launches it and returns its ServerInfo once ready; `stop()` ends the whole group."""
+
+    def __init__(self, command: list[str], *, host: str, ports: Ports, log_path: Path, ready_timeout: float,
+                 env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None):
+        self.command, self.host, self.ports, self.log_path = command, host, ports, Path(log_path)
+        self.ready_timeout, self.env, self.cwd, self.model_config_name = ready_timeout, env, cwd, model_config_name
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> ServerInfo:
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                self.command, env=self.env, cwd=self.cwd,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stopping it reaches every stub
+            )
+        grpc_url, http_url, metrics_url = endpoints(self.host, self.ports)
+        try:
+            wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path)
+            models = model_states(http_url)
+        except BaseException:
+            self.stop()
+            raise
+        return ServerInfo(grpc_url=grpc_url, http_url=http_url, metrics_url=metrics_url, pid=self.process.pid,
+                          log_path=self.log_path, models=models, model_config_name=self.model_config_name)
+
+    def exit_code(self) -> int | None:
+        """None while the server runs."""
+        return self.process.poll() if self.process is not None else None
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process_group(self.process)
+            self.process = None
+
+
+def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path) -> None:
+    """Poll the server's readiness until `timeout`; a server that exits or never gets ready is an
+    error carrying the log's relevant tail."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code = process.poll()
+        if code is not None:
+            raise TritonizeError(f"tritonserver exited with code {code} before it was ready\n{log_tail(log_path)}")
+        if _http_ok(f"{http_url}/v2/health/ready") and _tcp_open(grpc_url):
+            return
+        if time.monotonic() > deadline:
+            raise TritonizeError(
+                f"tritonserver was not ready within {timeout:.0f} s (raise --timeout if loading is slow)\n"
+                f"{log_tail(log_path)}"
+            )
+        time.sleep(0.1)
+
+
+def model_states(http_url: str) -> dict[str, tuple[str, str]]:
+    """name -> (state, reason) from the repository index (Triton's model repository extension)."""
+    request = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        index = json.loads(response.read())
+    return {m["name"]: (m.get("state") or "UNKNOWN", _clean_reason(m.get("reason", "")))
+            for m in sorted(index, key=lambda m: m["name"])}
+
+
+def _clean_reason(reason: str) -> str:
+    """Triton appends the Python traceback of a failed initialize(); the message comes first."""
+    return reason.split("\n\nAt:")[0].strip()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _tcp_open(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def log_tail(log_path: Path, lines: int = 15, errors: int = 10) -> str:
+    """The server log's error lines (glog `E...`) and its last lines, in log order, without repeats."""
+    try:
+        text = Path(log_path).read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no server log at {log_path})"
+    keep = set(range(max(0, len(text) - lines), len(text)))
+    keep |= set([i for i, line in enumerate(text) if line.startswith("E")][-errors:])
+    body = "\n".join(f"  | {text[i]}" for i in sorted(keep))
+    return f"server log {log_path} (errors and last lines):\n{body}"
+
+
+def stop_process_group(process: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM the process group (server and its backend stubs), SIGKILL what is left after
+    `grace` seconds, and return only once no member of the group remains."""
+    pgid = process.pid  # started with start_new_session: the leader's pid is the group id
+    if process.poll() is None:
+        _signal_group(pgid, signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            _signal_group(pgid, signal.SIGKILL)
+            process.wait()
+    # Stubs outlive a server that crashed or was killed: end them too.
+    _signal_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _signal_group(pgid, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to the group; False when no process is left in it."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # only zombies left, owned by init until reaped
+        return False

@@ -1,0 +1,129 @@
+"""`tritonize serve` as one library call: pick the engine, start it, show what is served, and keep
+serving until Ctrl-C or SIGTERM, then stop cleanly."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonize.errors import TritonizeError
+from tritonize.progress import say
+from tritonize.serve.server import RunningServer, ServerInfo, log_tail
+
+ENGINES = ("auto", "embedded", "docker")
+READY_TIMEOUT_S = {"embedded": 120.0, "docker": 900.0}  # docker: the first run pulls a ~15 GB image
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    engine: str = "auto"
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    config_name: str | None = None  # --model-config-name; None: automatic, "config": config.pbtxt
+    triton_release: str | None = None  # docker engine; None: from the plan's TensorRT in the manifest
+    artifacts: Path | None = Path("build")  # where the manifest is, for the docker release
+    timeout: float | None = None  # seconds to wait for readiness; None: the engine's default
+    log_file: Path | None = None
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise TritonizeError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
+        for option, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
+                             ("--metrics-port", self.metrics_port)):
+            if not 1 <= port <= 65535:
+                raise TritonizeError(f"{option} must be a port between 1 and 65535 (got {port})")
+        if self.timeout is not None and self.timeout <= 0:
+            raise TritonizeError(f"--timeout must be positive seconds (got {self.timeout})")
+
+
+def docker_command_line(repository: Path, options: ServeOptions) -> str:
+    """The `docker run` command line serving `repository` with the matching NGC container."""
+    from tritonize.serve.docker import choose_release, docker_command
+
+    choice = choose_release(options.triton_release, options.artifacts)
+    say(f"Triton {choice.release}: {choice.why}")
+    return shlex.join(docker_command(
+        repository, choice.release, host=options.host, http_port=options.http_port, grpc_port=options.grpc_port,
+        metrics_port=options.metrics_port, model_config_name=_docker_config_name(options.config_name),
+    ))
+
+
+def serve(repository: Path, options: ServeOptions) -> None:
+    """Serve until Ctrl-C / SIGTERM. Raises TritonizeError when no model is READY or the server dies."""
+    from tritonize.serve.repository import validate_repository
+
+    validate_repository(Path(repository))  # before probing for docker: a typo should fail fast
+    server = _server(Path(repository), options)
+    with server as info:
+        print(models_table(info), flush=True)
+        if not info.ready_models:
+            raise TritonizeError("no model is READY (reasons above); the server was stopped")
+        say("serving; Ctrl-C or SIGTERM stops")
+        wait_for_stop(server.server)
+        say("stopping")
+    say("stopped")
+
+
+def _server(repository: Path, options: ServeOptions):
+    from tritonize.serve.docker import DockerServer, choose_release, docker_gpu_problem
+    from tritonize.serve.embedded import EmbeddedServer
+
+    engine = options.engine
+    if engine == "auto":
+        problem = docker_gpu_problem()
+        engine = "embedded" if problem else "docker"
+        say(f"engine: {engine}" + (f" (docker: {problem})" if problem else ""))
+    timeout = options.timeout or READY_TIMEOUT_S[engine]
+    ports = dict(http_port=options.http_port, grpc_port=options.grpc_port, metrics_port=options.metrics_port)
+    if engine == "docker":
+        choice = choose_release(options.triton_release, options.artifacts)
+        say(f"Triton {choice.release}: {choice.why}")
+        return DockerServer(repository, choice.release, host=options.host, **ports,
+                            model_config_name=_docker_config_name(options.config_name),
+                            ready_timeout=timeout, log_path=options.log_file)
+    return EmbeddedServer(repository, host=options.host, **ports, model_config_name=options.config_name,
+                          ready_timeout=timeout, log_path=options.log_file)
+
+
+def _docker_config_name(config_name: str | None) -> str | None:
+    from tritonize.serve.repository import DEFAULT_CONFIG_NAME
+
+    return None if config_name in (None, DEFAULT_CONFIG_NAME) else config_name
+
+
+def models_table(info: ServerInfo) -> str:
+    rows = [("MODEL", "STATE", "REASON")] + [(name, state, reason) for name, (state, reason) in info.models.items()]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    lines = [f"{name:<{widths[0]}}  {state:<{widths[1]}}  {reason}".rstrip() for name, state, reason in rows]
+    config = f"configs/{info.model_config_name}.pbtxt" if info.model_config_name else "config.pbtxt"
+    lines += [
+        "",
+        f"gRPC     {info.grpc_url}",
+        f"HTTP     {info.http_url}",
+        f"metrics  {info.metrics_url}",
+        f"configs  {config}",
+        f"log      {info.log_path}",
+    ]
+    return "\n".join(lines)
+
+
+def wait_for_stop(server: RunningServer) -> None:
+    """Block until SIGINT/SIGTERM; a server that exits by itself is an error with its log's tail."""
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            code = server.exit_code()
+            if code is not None:
+                raise TritonizeError(f"tritonserver stopped by itself (exit code {code})\n{log_tail(server.log_path)}")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
