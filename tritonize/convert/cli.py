@@ -1,4 +1,61 @@
-"""Placeholder until this stage lands."""
+"""`tritonize convert trt`: options in, library call out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
 
+from tritonize.convert.options import BuilderName, Precision
+
 app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("trt")
+def trt_command(
+    min_batch: Annotated[int, typer.Option("--min", help="Smallest batch of the optimization profile.")] = 1,
+    opt_batch: Annotated[int, typer.Option("--opt", help="Batch TensorRT tunes kernels for.")] = 16,
+    max_batch: Annotated[int, typer.Option("--max", help="Largest batch of the optimization profile.")] = 32,
+    precision: Annotated[Precision, typer.Option(help="fp32; fp16 = mixed precision (FP32 kept where FP16 overflows); "
+                                                      "int8 = Q/DQ calibrated on --calib-images.")] = Precision.fp16,
+    builder: Annotated[BuilderName, typer.Option(help="Who builds the engine; auto = the first of container, trtexec, "
+                                                      "tensorrt, torch-tensorrt that can run here.")] = BuilderName.auto,
+    workspace: Annotated[float, typer.Option(help="Builder workspace memory in GiB.")] = 4.0,
+    timing_cache: Annotated[Optional[Path], typer.Option(help="Timing cache file, reused across builds "
+                                                              "(default: timing.cache in --out).")] = None,
+    opt_level: Annotated[int, typer.Option(help="TensorRT builder optimization level 0-5 (TensorRT 8.6+).")] = 3,
+    version_compatible: Annotated[bool, typer.Option("--version-compatible", help="Build a version-compatible "
+                                                     "plan (runs on later TensorRT; TensorRT 8.6+).")] = False,
+    hardware_compatibility: Annotated[str, typer.Option(help="none, or ampere+ to run on any Ampere-or-newer GPU "
+                                                             "(TensorRT 8.6+).")] = "none",
+    triton_release: Annotated[Optional[str], typer.Option(help="Triton container release YY.MM that serves the "
+                                                               "plan (default: the newest tritonize knows).")] = None,
+    calib_images: Annotated[Optional[Path], typer.Option(help="Folder of real images for INT8 calibration and "
+                                                              "held-out checks (`synthetic` = noise, accuracy unknown).")] = None,
+    calib_count: Annotated[int, typer.Option(help="How many images calibrate; the rest are held out.")] = 32,
+    onnx: Annotated[Optional[Path], typer.Option(help="ONNX to convert (default: the export named in the manifest).")] = None,
+    out: Annotated[Path, typer.Option(help="Artifacts directory (with manifest.json from `tritonize export`).")] = Path("build"),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Prepare and verify the ONNX, write convert.sh and the "
+                                                            "manifest entry, but build nothing.")] = False,
+) -> None:
+    """Build a TensorRT plan with one batch profile, precision prepared and verified on the CPU first."""
+    from tritonize.convert import ConvertOptions, Profile, convert_trt
+
+    options = ConvertOptions(
+        profile=Profile(min_batch, opt_batch, max_batch),
+        precision=precision,
+        builder=builder,
+        workspace_gib=workspace,
+        timing_cache=timing_cache,
+        opt_level=opt_level,
+        version_compatible=version_compatible,
+        hardware_compatibility=hardware_compatibility,
+        triton_release=triton_release,
+        calib_images=calib_images,
+        calib_count=calib_count,
+        onnx=onnx,
+        dry_run=dry_run,
+    )
+    entry = convert_trt(out, options)
+    typer.echo(f"tensorrt: {entry['status']} ({out / 'manifest.json'})")

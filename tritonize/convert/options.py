@@ -1,0 +1,110 @@
+"""What the user asked the convert stage for, validated once, with string-valued enums."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+from tritonize.errors import TritonizeError
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"  # mixed precision: FP32 kept where FP16 would overflow
+    int8 = "int8"  # explicit Q/DQ, calibrated on images
+
+
+class BuilderName(str, Enum):
+    auto = "auto"
+    trtexec = "trtexec"
+    tensorrt = "tensorrt"
+    torch_tensorrt = "torch-tensorrt"
+    container = "container"
+
+
+# trtexec's --hardwareCompatibilityLevel values (8.6+): "ampere+" runs on any Ampere-or-newer GPU.
+HARDWARE_COMPATIBILITY = ("none", "ampere+")
+SYNTHETIC = "synthetic"  # --calib-images value that opts into noise calibration
+_RELEASE = re.compile(r"^\d{2}\.\d{2}$")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The one optimization profile on the batch axis."""
+
+    min: int = 1
+    opt: int = 16
+    max: int = 32
+
+    def __post_init__(self):
+        if self.min < 1:
+            raise TritonizeError(f"--min must be >= 1, got {self.min}")
+        if not self.min <= self.opt <= self.max:
+            raise TritonizeError(
+                f"batch profile must satisfy min <= opt <= max, got --min {self.min} --opt {self.opt} --max {self.max}"
+            )
+
+    def to_dict(self) -> dict:
+        return {"min": self.min, "opt": self.opt, "max": self.max}
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    profile: Profile = Profile()
+    precision: Precision = Precision.fp16
+    builder: BuilderName = BuilderName.auto
+    workspace_gib: float = 4.0
+    timing_cache: Path | None = None  # default: timing.cache next to the plan
+    opt_level: int = 3  # TensorRT's own default builder optimization level
+    version_compatible: bool = False
+    hardware_compatibility: str = "none"
+    triton_release: str | None = None  # None: the newest release the compatibility table knows
+    calib_images: Path | None = None
+    calib_count: int = 32
+    onnx: Path | None = None  # default: the manifest's ONNX export
+    dry_run: bool = False
+    build_timeout_s: int = 3600
+
+    def __post_init__(self):
+        object.__setattr__(self, "precision", _enum(Precision, self.precision, "--precision"))
+        object.__setattr__(self, "builder", _enum(BuilderName, self.builder, "--builder"))
+        if not 0 < self.workspace_gib <= 1024:
+            raise TritonizeError(f"--workspace must be a size in GiB between 0 and 1024, got {self.workspace_gib}")
+        if not 0 <= self.opt_level <= 5:
+            raise TritonizeError(f"--opt-level must be 0..5 (TensorRT builder optimization level), got {self.opt_level}")
+        if self.hardware_compatibility not in HARDWARE_COMPATIBILITY:
+            raise TritonizeError(
+                f"--hardware-compatibility {self.hardware_compatibility!r} is not a TensorRT level: "
+                f"choose {', '.join(HARDWARE_COMPATIBILITY)}"
+            )
+        if self.triton_release is not None and not _RELEASE.match(self.triton_release):
+            raise TritonizeError(f"--triton-release must look like YY.MM (e.g. 24.10), got {self.triton_release!r}")
+        if self.calib_count < 1:
+            raise TritonizeError(f"--calib-count must be >= 1, got {self.calib_count}")
+        if self.precision is Precision.int8 and self.calib_images is None:
+            raise TritonizeError(
+                "--precision int8 needs --calib-images DIR (real images of the kind the model will see; "
+                f"`--calib-images {SYNTHETIC}` calibrates on noise and leaves INT8 accuracy unknown)"
+            )
+        if self.calib_images is not None and not self.synthetic_calibration and not Path(self.calib_images).is_dir():
+            raise TritonizeError(f"--calib-images {self.calib_images} is not a directory of images")
+        if self.build_timeout_s < 1:
+            raise TritonizeError(f"build timeout must be >= 1 s, got {self.build_timeout_s}")
+
+    @property
+    def synthetic_calibration(self) -> bool:
+        return self.calib_images is not None and str(self.calib_images) == SYNTHETIC
+
+    @property
+    def workspace_mib(self) -> int:
+        return max(1, int(round(self.workspace_gib * 1024)))
+
+
+def _enum(kind, value, option: str):
+    try:
+        return kind(value.value if isinstance(value, Enum) else value)
+    except ValueError:
+        choices = "|".join(m.value for m in kind)
+        raise TritonizeError(f"unknown {option} {value!r}: choose {choices}") from None

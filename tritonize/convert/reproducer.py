@@ -1,0 +1,62 @@
+"""`convert.sh`: the exact build, runnable by hand on the GPU box, with trtexec or in the Triton container."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from tritonize.convert.builders import CONTAINER_TRTEXEC, LOG_NAME
+from tritonize.convert.trtexec import SUPPORTED_MAJORS, BuildJob, trtexec_argv
+from tritonize.files import atomic_path
+
+SCRIPT_NAME = "convert.sh"
+# A representative version per major: the flags differ between majors (and 8.x before 8.6).
+MAJOR_VERSIONS = {8: "8.6", 10: "10.0", 11: "11.0"}
+
+
+def argv_by_major(job: BuildJob) -> dict[str, list[str]]:
+    return {str(m): trtexec_argv(job, MAJOR_VERSIONS[m]) for m in SUPPORTED_MAJORS}
+
+
+def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) -> Path:
+    """Write convert.sh (mode 0755) next to the plan; returns its path."""
+    lines = [
+        "#!/usr/bin/env bash",
+        "# Written by `tritonize convert trt`. Rebuilds the TensorRT plan by hand on a GPU box:",
+        f"#   bash {SCRIPT_NAME}             # trtexec from PATH (or $TRTEXEC)",
+        f"#   bash {SCRIPT_NAME} container   # trtexec inside {image}, the release that serves the plan",
+        *(f"# {h}" for h in header),
+        "# The flags depend on the TensorRT major version, read from trtexec's banner (override: TRT_MAJOR=10).",
+        "# Verification and the manifest entry come from `tritonize convert trt` itself; this script only builds.",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+        f"IMAGE={shlex.quote(image)}",
+        'if [ "${1:-local}" = container ]; then',
+        '  RUN=(docker run --rm --gpus all --user "$(id -u):$(id -g)" -v "$PWD":/work -w /work '
+        f'--entrypoint {CONTAINER_TRTEXEC} "$IMAGE")',
+        "else",
+        '  RUN=("${TRTEXEC:-trtexec}")',
+        "fi",
+        'if [ -z "${TRT_MAJOR:-}" ]; then',
+        "  N=$(\"${RUN[@]}\" --help 2>&1 | grep -o 'TensorRT v[0-9]*' | head -n1 | tr -dc 0-9 || true)",
+        '  if [ -z "$N" ]; then echo "cannot read the TensorRT version from trtexec; set TRT_MAJOR=8|10|11" >&2; exit 2; fi',
+        "  if [ \"$N\" -ge 100000 ]; then TRT_MAJOR=$((N / 10000)); else TRT_MAJOR=$((N / 1000)); fi",
+        "fi",
+        'case "$TRT_MAJOR" in',
+    ]
+    for major, argv in argv_by_major(job).items():
+        lines.append(f"  {major}) ARGS=({' '.join(shlex.quote(a) for a in argv[1:])}) ;;")
+    lines += [
+        '  *) echo "TensorRT $TRT_MAJOR is not supported (8, 10, 11)" >&2; exit 2 ;;',
+        "esac",
+        f"rm -f {shlex.quote(job.partial_plan)}",
+        f'"${{RUN[@]}}" "${{ARGS[@]}}" 2>&1 | tee {LOG_NAME}',
+        "# Publish only a complete engine: trtexec wrote to a temporary name.",
+        f"mv -f {shlex.quote(job.partial_plan)} {shlex.quote(job.plan_file)}",
+        f'echo "built $PWD/{job.plan_file} (TensorRT $TRT_MAJOR.x); log: {LOG_NAME}"',
+    ]
+    path = Path(out) / SCRIPT_NAME
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.chmod(0o755)
+    return path

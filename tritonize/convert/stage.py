@@ -1,0 +1,425 @@
+"""The convert stage: precision-prepared ONNX (verified on the CPU) -> reproducer -> TensorRT plan.
+
+Reads only the artifacts directory and its manifest. Writes, each published atomically:
+  model_fp16.onnx / model_int8.onnx   manifest "onnx_fp16" / "onnx_int8"   (fp32 builds use model.onnx)
+  convert.sh                          the by-hand build, trtexec or the Triton container
+  model.plan, convert.log             only when TensorRT really built it
+and the manifest entry "tensorrt" (status waiting_for_gpu | built | failed) that the repository
+builder reads (`profile`, `status`).
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tritonize import manifest as mf
+from tritonize.convert import precision as prec
+from tritonize.convert.builders import Builder, candidate_builders, container_argv, pick_builder
+from tritonize.convert.images import image_files, load_images
+from tritonize.convert.options import SYNTHETIC, ConvertOptions, Precision
+from tritonize.convert.reproducer import SCRIPT_NAME, argv_by_major, write_reproducer
+from tritonize.convert.trtexec import BuildJob, trtexec_argv, version_tuple
+from tritonize.errors import TritonizeError
+from tritonize.files import atomic_path, ensure_writable_dir
+from tritonize.progress import say, step
+from tritonize.spec import ModelSpec
+from tritonize.verify import Tolerance, compare, summarize, verification_batches, verification_inputs, verify_runner
+
+PLAN_NAME = "model.plan"
+TIMING_CACHE_NAME = "timing.cache"
+VARIANTS = {Precision.fp16: ("onnx_fp16", "model_fp16.onnx"), Precision.int8: ("onnx_int8", "model_int8.onnx")}
+# FP16 keeps ~3 significant digits per value (unit roundoff 4.9e-4); over tens of layers the error
+# measured relative to the logit scale stays near 1e-3 (resnet18: 3.5e-4 in onnxruntime, 6.8e-4 in
+# true FP16). 1e-2 leaves room for deeper nets; a near-tie between two logits may still flip top-1.
+FP16_TOLERANCE = Tolerance(max_rel_to_scale=1e-2, min_top1_agreement=0.9)
+# INT8 steps are 1/127 of each tensor's calibrated range; errors of a few % of the logit scale are
+# normal (resnet18 on held-out photos: 2.1 %). 10 % and 75 % top-1 agreement flag a broken
+# calibration, not the last percent of accuracy, which needs a labelled validation set to judge.
+INT8_TOLERANCE = Tolerance(max_rel_to_scale=0.10, min_top1_agreement=0.75)
+TRUE_FP16_SAMPLES = 8  # the node-by-node check costs one session per node: a few images suffice
+RANGE_SAMPLES = 16  # synthetic images for FP16 activation ranges when no images are given
+
+
+@dataclass
+class Data:
+    """The inputs the CPU checks use, and where they came from."""
+
+    calibration: np.ndarray
+    held_out: np.ndarray
+    described: str
+    synthetic: bool
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Prepared:
+    onnx_file: str
+    fp32_layers: tuple[str, ...] = ()
+
+
+def convert_trt(artifacts: Path, options: ConvertOptions) -> dict:
+    """Prepare, verify and (where TensorRT can run) build; returns the manifest's "tensorrt" entry.
+
+    Raises TritonizeError (exit code 3) when no builder can run here and this is not a dry run,
+    after writing everything the GPU box needs.
+    """
+    out = ensure_writable_dir(Path(artifacts))
+    manifest = mf.load_manifest(out)
+    spec = ModelSpec.from_dict(manifest["model"])
+    source = _source_onnx(out, manifest, options)
+    release = _target_release(options.triton_release)
+    say(f"Converting {spec.arch} for Triton {release.release} ({release.image}): {options.precision.value}, "
+        f"batch profile {options.profile.min}/{options.profile.opt}/{options.profile.max}")
+
+    prepared = prepare_precision(out, spec, source, options)
+    job = BuildJob(
+        onnx_file=prepared.onnx_file,
+        plan_file=PLAN_NAME,
+        input_name=spec.input_name,
+        input_shape=tuple(spec.input_shape),
+        profile=options.profile.to_dict(),
+        precision=options.precision.value,
+        workspace_mib=options.workspace_mib,
+        timing_cache=_timing_cache(out, options),
+        opt_level=options.opt_level,
+        version_compatible=options.version_compatible,
+        hardware_compatibility=options.hardware_compatibility,
+        fp32_layers=prepared.fp32_layers,
+    )
+    argv_by_major(job)  # fail now, not on the GPU box, if a flag combination is impossible
+    gpu_command = _gpu_command(out, options, release.release)
+    header = [
+        f"Model {spec.arch} (weights {spec.weights}); input {spec.input_name} {'x'.join(map(str, spec.input_shape))}, "
+        f"batch min {job.profile['min']} / opt {job.profile['opt']} / max {job.profile['max']}",
+        f"Precision {job.precision}: prepared in {job.onnx_file} (see manifest.json)",
+        f"Serving release {release.release}: TensorRT {release.tensorrt or 'unknown to tritonize (check the NGC release notes)'}",
+        f"Full build with verification and manifest entry: {gpu_command}",
+    ]
+    script = write_reproducer(out, job, release.image, header)
+    builders = candidate_builders(release.image, _torchscript(out, manifest))
+    builder, why = pick_builder(options.builder.value, builders)
+
+    entry = {
+        "status": "waiting_for_gpu",
+        "profile": job.profile,
+        "precision": job.precision,
+        "builder": builder.name if builder else options.builder.value,
+        "builder_reason": why,
+        "input_name": spec.input_name,
+        "output_name": spec.output_name,
+        "input_shape": list(spec.input_shape),
+        "onnx": {"file": job.onnx_file, "sha256": mf.file_facts(out / job.onnx_file)["sha256"]},
+        "fp32_layers": list(job.fp32_layers),
+        "reproducer": script.name,
+        "trtexec_argv": argv_by_major(job),
+        "container_argv": container_argv(release.image, "$PWD", argv_by_major(job)["10"][1:], user="$(id -u):$(id -g)"),
+        "target": {"triton_release": release.release, "image": release.image, "tensorrt": release.tensorrt},
+        "options": {
+            "workspace_mib": job.workspace_mib,
+            "timing_cache": job.timing_cache,
+            "opt_level": job.opt_level,
+            "version_compatible": job.version_compatible,
+            "hardware_compatibility": job.hardware_compatibility,
+        },
+        "gpu_command": gpu_command,
+        "created": mf.now_iso(),
+    }
+    if release.tensorrt:
+        entry["trtexec_argv_target"] = trtexec_argv(job, release.tensorrt)
+
+    if builder is None or options.dry_run:
+        mf.record_artifact(out, "tensorrt", entry)
+        say(f"  ✓ wrote {script} and {job.onnx_file}; manifest entry 'tensorrt' is waiting_for_gpu")
+        if builder is None:
+            say(f"  ! no TensorRT builder can run here ({why})")
+        line = f"on the GPU box run: {gpu_command}   (or by hand: bash {script})"
+        if builder is None and not options.dry_run:
+            raise TritonizeError(f"TensorRT cannot run on this machine; {line}", exit_code=3)
+        say(line)
+        return entry
+    return _build(out, spec, job, builder, release, options, entry)
+
+
+# ------------------------------------------------------------------------------------ precision
+
+
+def prepare_precision(out: Path, spec: ModelSpec, source: Path, options: ConvertOptions) -> Prepared:
+    """The ONNX the engine is built from, with its precision in the graph and verified on the CPU."""
+    if options.precision is Precision.fp32:
+        if source.parent.resolve() != out.resolve():  # builds read files relative to the artifacts dir
+            with atomic_path(out / source.name) as tmp:
+                shutil.copyfile(source, tmp)
+        return Prepared(onnx_file=source.name)
+    import onnx
+
+    data = _cpu_data(spec, options)
+    for note in data.notes:
+        say(f"  ! {note}")
+    key, name = VARIANTS[options.precision]
+    session = prec.ort_session(source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # onnxconverter-common and the quantizer warn per node
+        with atomic_path(out / name) as tmp:
+            if options.precision is Precision.fp16:
+                entry, fp32_layers = _prepare_fp16(onnx.load(str(source)), source, tmp, spec, session, data, options)
+            else:
+                entry, fp32_layers = _prepare_int8(source, tmp, spec, session, data, options), ()
+            passed = entry["verification"]["passed"] and entry.get("true_fp16", {}).get("passed", True)
+            if not passed and not data.synthetic:
+                raise TritonizeError(
+                    f"the {options.precision.value} variant failed CPU verification ({summarize(entry['verification'])}); "
+                    f"{name} was not published: use --precision fp32 or check the images"
+                )
+    facts = mf.file_facts(out / name)
+    entry = {**facts, **entry, "source": {"file": source.name, "sha256": mf.file_facts(source)["sha256"]}, "created": mf.now_iso()}
+    mf.record_artifact(out, key, entry)
+    say(f"  ✓ published {out / name} ({facts['size_bytes'] / 1e6:.0f} MB) — {summarize(entry['verification'])}")
+    return Prepared(onnx_file=name, fp32_layers=tuple(fp32_layers))
+
+
+def _prepare_fp16(model, source, tmp, spec, reference_session, data: Data, options):
+    import onnx
+
+    range_inputs = data.calibration
+    with step(f"FP16 mixed precision (activation ranges from {len(range_inputs)} inputs)") as s_convert:
+        mixed = prec.mixed_fp16(model, range_inputs, spec.input_name, source_path=source)
+        onnx.save_model(mixed.model, str(tmp))
+    with step("verify FP16 in onnxruntime against FP32 (batches 1, odd, max)") as s_verify:
+        report, held = _verify_variant(tmp, spec, reference_session, data, options, FP16_TOLERANCE)
+    sample = (data.held_out if len(data.held_out) else _synthetic(spec, TRUE_FP16_SAMPLES, seed=0))[:TRUE_FP16_SAMPLES]
+    with step(f"true-FP16 check, node by node ({len(sample)} inputs)") as s_true:
+        reference = prec.run_onnx(reference_session, sample, spec.input_name, spec.output_name)
+        true_mixed = compare(reference, prec.run_true_fp16(mixed.model, sample, spec.input_name, spec.output_name), FP16_TOLERANCE)
+        naive = compare(reference, prec.run_true_fp16(prec.all_fp16(model), sample, spec.input_name, spec.output_name), FP16_TOLERANCE)
+    say(f"  · FP32 kept for {len(mixed.fp32_nodes)}/{mixed.nodes_total} nodes (peak FP32 activation {mixed.max_activation:.3g}); "
+        f"true FP16: mixed rel err {true_mixed.rel_to_scale:.1e}, all-FP16 "
+        f"{'finite' if naive.finite else 'NOT FINITE'} rel err {naive.rel_to_scale:.1e}")
+    entry = {
+        "format": "onnx",
+        "precision": "fp16",
+        "status": "verified",
+        "tool": mixed.tool,
+        "input_name": spec.input_name,
+        "output_name": spec.output_name,
+        "fp32_nodes": mixed.fp32_nodes,
+        "nodes_total": mixed.nodes_total,
+        "data_max": prec.DATA_MAX,
+        "max_fp32_activation": mixed.max_activation,
+        "range_data": data.described,
+        "verification": report,
+        "held_out": held,
+        "true_fp16": true_mixed.to_dict(),
+        "all_fp16_true": naive.to_dict(),
+        "notes": [
+            "verification/held_out: onnxruntime CPU, which computes many FP16 ops in FP32 and hides overflow",
+            "true_fp16: the same graph run node by node, every tensor stored in its declared type (as on a GPU)",
+            "all_fp16_true: every node in FP16 (what a plain --fp16 build risks), for comparison only",
+            *data.notes,
+        ],
+        "timings": {"convert": asdict(s_convert), "verify": asdict(s_verify), "true_fp16": asdict(s_true)},
+    }
+    return entry, mixed.fp32_nodes
+
+
+def _prepare_int8(source, tmp, spec, reference_session, data: Data, options):
+    import onnx
+
+    with step(f"INT8 Q/DQ with onnxruntime quantize_static ({len(data.calibration)} calibration inputs)") as s_quant:
+        tool = prec.quantized_int8(source, tmp, data.calibration, spec.input_name, tmp.parent)
+    with step("verify INT8 in onnxruntime against FP32") as s_verify:
+        report, held = _verify_variant(tmp, spec, reference_session, data, options, INT8_TOLERANCE)
+    status = "verified"
+    if data.synthetic:
+        status = "unverified_synthetic_calibration"
+        say("  !!! INT8 ACCURACY IS UNKNOWN: calibrated and checked on synthetic noise, not real images. "
+            "Re-run with --calib-images DIR of real photos before serving this model.")
+    return {
+        "format": "onnx",
+        "precision": "int8",
+        "status": status,
+        "tool": tool,
+        "input_name": spec.input_name,
+        "output_name": spec.output_name,
+        "quantization": {
+            "format": "QDQ", "per_channel": True, "weights": "int8 symmetric", "activations": "int8 symmetric",
+            "calibration_method": "MinMax", "quantize_bias": False, **prec.qdq_facts(onnx.load(str(tmp))),
+        },
+        "calibration_data": data.described,
+        "verification": report,
+        "held_out": held,
+        "notes": data.notes,
+        "timings": {"quantize": asdict(s_quant), "verify": asdict(s_verify)},
+    }
+
+
+def _verify_variant(path, spec, reference_session, data: Data, options, tol):
+    """Batch sizes 1/odd/max on the check inputs, plus all held-out real images."""
+    session = prec.ort_session(path)
+    run = lambda x: session.run([spec.output_name], {spec.input_name: x})[0]  # noqa: E731
+    if len(data.held_out) and options.precision is Precision.int8:
+        inputs = data.held_out  # INT8 scales fit real images: noise lies outside the calibrated ranges
+    else:
+        pre = spec.preprocessing
+        inputs = verification_inputs(spec.input_shape, options.profile.max, pre.mean, pre.std, seed=0)
+    reference = prec.run_onnx(reference_session, inputs, spec.input_name, spec.output_name)
+    report = verify_runner(run, inputs, reference, tol, batches=verification_batches(len(inputs)))
+    report["inputs"] = "held-out real images" if inputs is data.held_out else "synthetic (normalized uniform noise)"
+    held = None
+    if len(data.held_out):
+        ref = prec.run_onnx(reference_session, data.held_out, spec.input_name, spec.output_name)
+        held = compare(ref, prec.run_onnx(session, data.held_out, spec.input_name, spec.output_name), tol).to_dict()
+    return report, held
+
+
+def _cpu_data(spec: ModelSpec, options: ConvertOptions) -> Data:
+    """Calibration inputs and held-out real images (never the same files)."""
+    pre = spec.preprocessing
+    if options.calib_images is None or options.synthetic_calibration:
+        count = options.calib_count if options.precision is Precision.int8 else RANGE_SAMPLES
+        notes = [] if options.precision is Precision.fp16 else ["INT8 calibrated on synthetic noise: accuracy unknown"]
+        if options.precision is Precision.fp16:
+            notes.append("FP16 activation ranges measured on synthetic inputs; give --calib-images for real ones")
+        return Data(_synthetic(spec, count, seed=1), np.zeros((0, *spec.input_shape), np.float32),
+                    f"{count} synthetic inputs (seed 1)", synthetic=True, notes=notes)
+    files = image_files(options.calib_images)
+    n = len(files)
+    hold = min(options.profile.max, n - options.calib_count) if n > options.calib_count else (max(1, n // 5) if n >= 2 else 0)
+    calib_files, held_files = files[: n - hold][: options.calib_count], files[n - hold :]
+    notes = []
+    if n <= options.calib_count:
+        notes.append(f"{n} images for --calib-count {options.calib_count}: {len(calib_files)} calibrate, {hold} held out")
+    if not held_files:
+        notes.append("only one image: no held-out image, checks use synthetic inputs")
+    with step(f"decode {n} images from {options.calib_images}"):
+        calibration, held_out = load_images(calib_files, pre), load_images(held_files, pre)
+    described = f"{len(calib_files)} images from {options.calib_images} ({len(held_files)} more held out for checks)"
+    return Data(calibration, held_out, described, synthetic=False, notes=notes)
+
+
+def _synthetic(spec: ModelSpec, count: int, seed: int) -> np.ndarray:
+    pre = spec.preprocessing
+    return verification_inputs(spec.input_shape, count, pre.mean, pre.std, seed=seed)
+
+
+# ------------------------------------------------------------------------------------ building
+
+
+def _build(out, spec, job: BuildJob, builder: Builder, release, options, entry) -> dict:
+    from tritonize.compat import tensorrt_matches
+
+    version = builder.tensorrt_version()
+    if release.tensorrt and not tensorrt_matches(version, release.tensorrt):
+        older = version_tuple(version) <= version_tuple(release.tensorrt) and version_tuple(version) >= (8, 6)
+        if not (options.version_compatible and older):
+            raise TritonizeError(
+                f"{builder.name} has TensorRT {version} but Triton {release.release} runs TensorRT {release.tensorrt}: "
+                "the plan would not deserialize there; use --builder container, or --version-compatible with TensorRT "
+                f"8.6..{release.tensorrt}"
+            )
+    elif not release.tensorrt:
+        say(f"  ! tritonize does not know Triton {release.release}'s TensorRT; building with TensorRT {version} "
+            "(--builder container matches the server by construction)")
+    (out / PLAN_NAME).unlink(missing_ok=True)  # a stale plan must not outlive a failed rebuild
+    entry.update(builder=builder.name, tensorrt_version=version)
+    try:
+        with step(f"build the engine with {builder.name} (TensorRT {version})") as s_build:
+            built = builder.build(job, out, options.build_timeout_s)
+        with step("verify the plan against onnxruntime FP32 (batches min, odd, max)") as s_verify:
+            from tritonize.convert.plan_check import gpu_facts, verify_plan
+
+            report = verify_plan(out / PLAN_NAME, out, spec, job, _plan_tolerance(job.precision))
+    except TritonizeError as e:
+        (out / PLAN_NAME).unlink(missing_ok=True)
+        mf.record_artifact(out, "tensorrt", {**entry, "status": "failed", "error": str(e)})
+        raise
+    entry.update(
+        mf.file_facts(out / PLAN_NAME),
+        status="built" if report["passed"] else "failed",
+        log=built.log,
+        gpu=gpu_facts(),
+        verification=report,
+        timings={"build": asdict(s_build), "builder_seconds": built.seconds, "verify": asdict(s_verify)},
+        created=mf.now_iso(),
+    )
+    if built.argv:
+        entry["argv_used"] = built.argv
+    mf.record_artifact(out, "tensorrt", entry)
+    if not report["passed"]:
+        (out / PLAN_NAME).unlink(missing_ok=True)
+        raise TritonizeError(f"the TensorRT plan failed verification ({summarize(report)}); it was removed")
+    say(f"  ✓ built {out / PLAN_NAME} ({entry['size_bytes'] / 1e6:.0f} MB) — {summarize(report)}")
+    return entry
+
+
+def _plan_tolerance(precision: str) -> Tolerance:
+    # TensorRT's FP32 kernels reorder sums (TF32 is off): a little looser than the export checks.
+    return {"fp32": Tolerance(1e-3, 1.0), "fp16": FP16_TOLERANCE, "int8": INT8_TOLERANCE}[precision]
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def _source_onnx(out: Path, manifest: dict, options: ConvertOptions) -> Path:
+    if options.onnx is not None:
+        path = Path(options.onnx)
+        if not path.is_file():
+            raise TritonizeError(f"--onnx {path} does not exist")
+        return path
+    entry = manifest.get("artifacts", {}).get("onnx")
+    if not entry:
+        raise TritonizeError(f"{out}/manifest.json has no ONNX export: run `tritonize export --format onnx --out {out}` first")
+    path = out / entry["file"]
+    if not path.is_file():
+        raise TritonizeError(f"the manifest names {path} but it is missing: re-run `tritonize export --out {out}`")
+    return path
+
+
+def _target_release(name: str | None):
+    from tritonize.compat import latest_release, release_info
+
+    return release_info(name) if name else latest_release()
+
+
+def _timing_cache(out: Path, options: ConvertOptions) -> str:
+    if options.timing_cache is None:
+        return TIMING_CACHE_NAME
+    path = Path(options.timing_cache).expanduser().resolve()
+    try:
+        return str(path.relative_to(out.resolve()))
+    except ValueError:
+        return str(path)  # reused across builds from wherever it lives
+
+
+def _torchscript(out: Path, manifest: dict) -> Path | None:
+    entry = manifest.get("artifacts", {}).get("torchscript")
+    return out / entry["file"] if entry else None
+
+
+def _gpu_command(out: Path, options: ConvertOptions, release: str) -> str:
+    p = options.profile
+    parts = ["tritonize", "convert", "trt", "--out", str(out), "--min", str(p.min), "--opt", str(p.opt),
+             "--max", str(p.max), "--precision", options.precision.value, "--triton-release", release]
+    if options.calib_images is not None:
+        parts += ["--calib-images", SYNTHETIC if options.synthetic_calibration else str(options.calib_images),
+                  "--calib-count", str(options.calib_count)]
+    if options.builder.value != "auto":
+        parts += ["--builder", options.builder.value]
+    if options.workspace_gib != 4.0:
+        parts += ["--workspace", f"{options.workspace_gib:g}"]
+    if options.timing_cache is not None:
+        parts += ["--timing-cache", str(options.timing_cache)]
+    if options.opt_level != 3:
+        parts += ["--opt-level", str(options.opt_level)]
+    if options.version_compatible:
+        parts.append("--version-compatible")
+    if options.hardware_compatibility != "none":
+        parts += ["--hardware-compatibility", options.hardware_compatibility]
+    if options.onnx is not None:
+        parts += ["--onnx", str(options.onnx)]
+    return " ".join(shlex.quote(x) for x in parts)

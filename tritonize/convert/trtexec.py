@@ -1,0 +1,206 @@
+"""The exact trtexec command for a TensorRT major version, and running it as a subprocess.
+
+Flag history (TensorRT docs: "Migrating trtexec Usage from TensorRT 8.x to 10.x" and
+"... from TensorRT 10.x to 11.x", the trtexec reference of each release):
+- `--workspace=N` (MiB): deprecated in 8.4 for `--memPoolSize=workspace:N`, removed in 10.0.
+- `--buildOnly` was renamed `--skipInference` in 8.6; 10 and 11 know only `--skipInference`.
+- `--builderOptimizationLevel`, `--versionCompatible`, `--hardwareCompatibilityLevel`: new in 8.6.
+- `--stronglyTyped`: TensorRT 10 (precision comes from the graph's types; no precision flags with it).
+- TensorRT 11 removed `--fp16/--int8/--bf16/--fp8/--best/--calib`; strong typing is always on and
+  `--stronglyTyped` is no longer needed.
+- 8.x is weakly typed: `--fp16` / `--int8` enable the precisions the graph uses; FP32 islands of the
+  mixed-precision graph are pinned with `--precisionConstraints=obey --layerPrecisions=<node>:fp32`
+  (8.4+; the ONNX parser names layers after the ONNX nodes).
+Never `--best`: it enables INT8 without calibration data (random scales) on 8.x and 10.x.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tritonize.errors import TritonizeError
+
+SUPPORTED_MAJORS = (8, 10, 11)
+_BANNER = re.compile(r"\[TensorRT v(\d+)\]")
+
+
+@dataclass(frozen=True)
+class BuildJob:
+    """Everything a builder needs; file names are relative to the artifacts directory."""
+
+    onnx_file: str
+    plan_file: str
+    input_name: str
+    input_shape: tuple[int, ...]  # without batch
+    profile: dict  # {"min", "opt", "max"}
+    precision: str  # fp32 | fp16 | int8
+    workspace_mib: int
+    timing_cache: str
+    opt_level: int = 3
+    version_compatible: bool = False
+    hardware_compatibility: str = "none"
+    fp32_layers: tuple[str, ...] = field(default=())  # FP32 islands of a mixed-precision graph
+
+    def shape(self, batch: int) -> str:
+        return "x".join(str(d) for d in (batch, *self.input_shape))
+
+    @property
+    def partial_plan(self) -> str:
+        """The name trtexec writes to; renamed to plan_file only after a successful build."""
+        return f".{self.plan_file}.partial"
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    try:
+        major, minor = (int(p) for p in str(version).split(".")[:2])
+    except ValueError:
+        raise TritonizeError(f"cannot read TensorRT version {version!r}; expected MAJOR.MINOR[.PATCH]") from None
+    return major, minor
+
+
+def trtexec_argv(job: BuildJob, tensorrt_version: str, executable: str = "trtexec") -> list[str]:
+    """The argv that builds `job` with the trtexec of `tensorrt_version`."""
+    major, minor = version_tuple(tensorrt_version)
+    if major not in SUPPORTED_MAJORS:
+        raise TritonizeError(
+            f"TensorRT {tensorrt_version} is not supported (supported majors: {', '.join(map(str, SUPPORTED_MAJORS))}; "
+            "Triton containers ship 8, 10 or 11)"
+        )
+    modern = (major, minor) >= (8, 6)
+    wants_86 = job.opt_level != 3 or job.version_compatible or job.hardware_compatibility != "none"
+    if wants_86 and not modern:
+        raise TritonizeError(
+            f"--opt-level/--version-compatible/--hardware-compatibility need TensorRT 8.6 or newer, target has {tensorrt_version}"
+        )
+    name = job.input_name
+    argv = [
+        executable,
+        f"--onnx={job.onnx_file}",
+        f"--saveEngine={job.partial_plan}",
+        f"--minShapes={name}:{job.shape(job.profile['min'])}",
+        f"--optShapes={name}:{job.shape(job.profile['opt'])}",
+        f"--maxShapes={name}:{job.shape(job.profile['max'])}",
+    ]
+    if major >= 10:
+        argv.append(f"--memPoolSize=workspace:{job.workspace_mib}M")
+    else:
+        argv.append(f"--workspace={job.workspace_mib}")
+    argv += _precision_flags(job, major, minor)
+    argv.append(f"--timingCacheFile={job.timing_cache}")
+    if modern:
+        argv.append(f"--builderOptimizationLevel={job.opt_level}")
+    if job.version_compatible:
+        argv.append("--versionCompatible")
+    if job.hardware_compatibility != "none":
+        argv.append(f"--hardwareCompatibilityLevel={job.hardware_compatibility}")
+    argv.append("--skipInference" if modern else "--buildOnly")
+    return argv
+
+
+def _precision_flags(job: BuildJob, major: int, minor: int) -> list[str]:
+    if major >= 11:
+        return []  # always strongly typed; precision flags were removed
+    if major == 10:
+        # Strongly typed: FP16/INT8 come from the graph. TF32 would loosen an FP32 build.
+        return ["--stronglyTyped"] + (["--noTF32"] if job.precision == "fp32" else [])
+    flags = {"fp32": ["--noTF32"], "fp16": ["--fp16"], "int8": ["--int8"]}[job.precision]
+    if job.precision == "fp16" and job.fp32_layers:
+        if (major, minor) < (8, 4):
+            raise TritonizeError(
+                f"TensorRT {major}.{minor} cannot pin the {len(job.fp32_layers)} FP32 layers of the mixed-precision "
+                "graph (needs 8.4+ --precisionConstraints); target a newer Triton release"
+            )
+        flags += ["--precisionConstraints=obey", "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in job.fp32_layers)]
+    return flags
+
+
+def parse_banner_version(text: str) -> str | None:
+    """'&&&& RUNNING TensorRT.trtexec [TensorRT v100500]' -> '10.5.0'; 'v8601' -> '8.6.1'."""
+    match = _BANNER.search(text)
+    if not match:
+        return None
+    n = int(match.group(1))
+    if n >= 100000:  # 10.x and later encode MAJOR*10000 + MINOR*100 + PATCH
+        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"  # 8.x: MAJOR*1000 + MINOR*100 + PATCH
+
+
+def probe_trtexec(executable: str, timeout_s: float = 60) -> str | None:
+    """The TensorRT version of a trtexec binary (it prints its banner even for --help)."""
+    try:
+        done = subprocess.run([executable, "--help"], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_banner_version(done.stdout + done.stderr)
+
+
+@dataclass
+class TrtexecRun:
+    returncode: int
+    seconds: float
+    log: Path
+    timed_out: bool = False
+
+
+def run_trtexec(argv: list[str], cwd: Path, job: BuildJob, log_name: str, timeout_s: float) -> TrtexecRun:
+    """Run trtexec in `cwd`, keep its whole output in `log_name`, and publish the plan only on success.
+
+    trtexec writes to job.partial_plan; that file is renamed to job.plan_file when trtexec exits 0
+    and left nowhere otherwise (failure, crash, timeout, Ctrl-C), so a plan on disk is always complete.
+    """
+    cwd = Path(cwd)
+    partial, final, log = cwd / job.partial_plan, cwd / job.plan_file, cwd / log_name
+    partial.unlink(missing_ok=True)
+    start = time.perf_counter()
+    timed_out = False
+    with open(log, "w") as log_file:
+        log_file.write("$ " + " ".join(argv) + "\n")
+        log_file.flush()
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            raise TritonizeError(f"cannot start {argv[0]}: {e.strerror or e}") from None
+        try:
+            returncode = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _stop(proc)
+            returncode = proc.returncode
+        except BaseException:
+            _stop(proc)
+            partial.unlink(missing_ok=True)
+            raise
+    seconds = round(time.perf_counter() - start, 3)
+    if returncode == 0 and not timed_out and partial.is_file() and partial.stat().st_size > 0:
+        os.replace(partial, final)
+    else:
+        partial.unlink(missing_ok=True)
+    return TrtexecRun(returncode=returncode, seconds=seconds, log=log, timed_out=timed_out)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop trtexec and anything it started (its own process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        proc.wait()
+
+
+def log_tail(log: Path, lines: int = 3) -> str:
+    """The last meaningful lines of a trtexec log, for a one-line error."""
+    try:
+        text = [l.strip() for l in log.read_text(errors="replace").splitlines() if l.strip()]
+    except OSError:
+        return ""
+    errors = [l for l in text if "error" in l.lower()]
+    return " | ".join((errors or text)[-lines:])
