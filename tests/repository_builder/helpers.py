@@ -33,15 +33,21 @@ def edit_config(model_dir: Path, change, name: str = CONFIG_NAME) -> None:
     rewrite(model_dir / name, text_format.MessageToString(cfg))
 
 
-def add_trt_model(repo: Path, artifacts: Path, *, profile=None, tensorrt_version="8.6.3.1", kind="gpu",
-                  max_batch=32) -> dict:
-    """Record a TensorRT plan entry in the manifest (no plan file: none can be built here) and write the
-    trt_model directory the builder would write for it, minus the plan."""
+def record_plan(artifacts: Path, *, profile=None, tensorrt_version="8.6.3.1") -> dict:
+    """A TensorRT plan entry in the manifest, as the convert stage records one (no plan file: none can be
+    built on this machine, and a fake one must never be written)."""
     entry = {
         "file": "model.plan", "status": "waiting for a GPU", "input_name": "input", "output_name": "output",
         "profile": profile or {"min": 1, "opt": 16, "max": 32}, "tensorrt_version": tensorrt_version,
     }
     record_artifact(artifacts, "tensorrt", entry)
+    return entry
+
+
+def add_trt_model(repo: Path, artifacts: Path, *, profile=None, tensorrt_version="8.6.3.1", kind="gpu",
+                  max_batch=32) -> dict:
+    """Record a plan entry and write the trt_model directory the builder would write for it, minus the plan."""
+    entry = record_plan(artifacts, profile=profile, tensorrt_version=tensorrt_version)
     spec = ModelSpec.from_dict(load_manifest(artifacts)["model"])
     cfg = model_config(BACKENDS["trt_model"], spec, entry, RepoOptions(max_batch=max_batch), kind,
                        manifest_sha256(artifacts))

@@ -1,0 +1,180 @@
+"""`tritonize repo check`: a clean repository passes; each rule catches its planted fault on a real repository."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from tests.conftest import run_cli
+from tests.repository_builder.helpers import add_trt_model, copy_repo, edit_config, record_plan, rewrite
+from tritonize.errors import TritonizeError
+from tritonize.repository_builder import check_repository
+
+
+@pytest.fixture
+def repo(small_repo, tmp_path):
+    return copy_repo(small_repo, tmp_path / "models")
+
+
+def _errors(findings, model=None):
+    return [f.message for f in findings if f.severity == "error" and (model is None or f.model == model)]
+
+
+def _only(findings, model, fragment):
+    """The one error finding that contains `fragment`; every finding must carry a fix."""
+    assert all(f.fix for f in findings)
+    hits = [f for f in findings if f.model == model and f.severity == "error" and fragment in f.message]
+    assert len(hits) == 1, [f.to_dict() for f in findings]
+    return hits[0]
+
+
+def test_built_repository_passes(repo, small_artifacts):
+    assert check_repository(repo, small_artifacts) == []
+    assert check_repository(repo) == []
+    result = run_cli("repo", "check", repo, "--artifacts", small_artifacts)
+    assert result.exit_code == 0 and "0 error(s), 0 warning(s)" in result.output
+
+
+def test_schema_parse_error(repo):
+    cfg = repo / "onnx_model" / "config.pbtxt"
+    rewrite(cfg, cfg.read_text().replace("max_batch_size: 32", "max_batch_sise: 32"))
+    f = _only(check_repository(repo), "onnx_model", "does not parse against Triton's ModelConfig schema")
+    assert "max_batch_sise" in f.message
+    result = run_cli("repo", "check", repo)
+    assert result.exit_code == 1 and "error: onnx_model: config.pbtxt does not parse" in result.output
+
+
+def test_name_must_match_directory(repo):
+    edit_config(repo / "torch_model", lambda c: setattr(c, "name", "resnet"))
+    _only(check_repository(repo), "torch_model", "name 'resnet' differs from the directory name 'torch_model'")
+
+
+def test_unknown_platform(repo):
+    edit_config(repo / "onnx_model", lambda c: setattr(c, "platform", "onnxruntime_onnxx"))
+    _only(check_repository(repo), "onnx_model", "unknown platform 'onnxruntime_onnxx'")
+
+
+def test_preferred_and_warmup_batches_above_max_batch(repo):
+    edit_config(repo / "onnx_model", lambda c: setattr(c, "max_batch_size", 8))
+    findings = check_repository(repo)
+    _only(findings, "onnx_model", "preferred_batch_size [16, 32] outside 1..max_batch_size 8")
+    _only(findings, "onnx_model", "warmup 'batch_32' uses batch 32 > max_batch_size 8")
+
+
+def test_onnx_tensor_name_mismatch(repo):
+    edit_config(repo / "onnx_model", lambda c: setattr(c.input[0], "name", "image"))
+    findings = check_repository(repo)
+    _only(findings, "onnx_model", "config input 'image' is not an input of model.onnx (graph inputs: input)")
+    _only(findings, "onnx_model", "model.onnx input 'input' is missing from the config")
+
+
+def test_onnx_dims_mismatch(repo):
+    def change(c):
+        del c.input[0].dims[:]
+        c.input[0].dims.extend([3, 256, 256])
+    edit_config(repo / "onnx_model", change)
+    _only(check_repository(repo), "onnx_model", "config dims [3, 256, 256] do not match the graph's [3, 224, 224]")
+
+
+def test_onnx_fixed_batch_axis(repo):
+    path = repo / "onnx_model" / "1" / "model.onnx"
+    model = onnx.load(str(path))
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1  # freezes the batch axis
+    rewrite(path, model.SerializeToString())
+    _only(check_repository(repo), "onnx_model", "the graph's batch axis is fixed at 1, but max_batch_size is 32")
+
+
+def test_torchscript_input_count(repo):
+    def change(c):
+        extra = c.input.add()
+        extra.CopyFrom(c.input[0])
+        extra.name = "input__1"
+    edit_config(repo / "torch_model", change)
+    _only(check_repository(repo), "torch_model", "config declares 2 input(s); model.pt forward(x) takes 1")
+
+
+def test_torchscript_output_dims_from_a_real_forward(repo):
+    def change(c):
+        del c.output[0].dims[:]
+        c.output[0].dims.append(10)
+        c.output[0].label_filename = ""
+    edit_config(repo / "torch_model", change)
+    _only(check_repository(repo), "torch_model", "output 'output__0': config dims [10], model.pt returns [1000]")
+
+
+def test_torchscript_naming_rule(repo):
+    edit_config(repo / "torch_model", lambda c: setattr(c.output[0], "name", "logits"))
+    _only(check_repository(repo), "torch_model", "output 'logits' does not follow the libtorch naming rule")
+
+
+def test_label_file_length(repo):
+    labels = repo / "onnx_model" / "labels.txt"
+    rewrite(labels, "\n".join(labels.read_text().splitlines()[:999]) + "\n")
+    _only(check_repository(repo), "onnx_model", "labels.txt has 999 labels for 1000 outputs")
+
+
+def test_version_directories(repo):
+    (repo / "onnx_model" / "1").rename(repo / "onnx_model" / "v1")
+    (repo / "torch_model" / "2").mkdir()
+    findings = check_repository(repo)
+    _only(findings, "onnx_model", "no numeric version directory")
+    assert any(f.severity == "warning" and "'v1' is not a version number" in f.message for f in findings)
+    _only(findings, "torch_model", "version 2/ has no model.pt")
+
+
+def test_file_hash_against_manifest(repo, small_artifacts):
+    path = repo / "onnx_model" / "1" / "model.onnx"
+    model = onnx.load(str(path))
+    model.doc_string = "edited after export"  # still a valid graph with the same tensors
+    rewrite(path, model.SerializeToString())
+    assert _errors(check_repository(repo)) == []  # without the manifest the graph itself is fine
+    _only(check_repository(repo, small_artifacts), "onnx_model", "1/model.onnx does not match the manifest's sha256")
+
+
+def test_contract_parameters_missing_is_a_warning(repo):
+    edit_config(repo / "onnx_model", lambda c: c.parameters.pop("preprocess.mean"))
+    findings = check_repository(repo)
+    assert _errors(findings) == []
+    assert [f.message for f in findings if f.severity == "warning"] == [
+        "parameters lack preprocess.mean: clients cannot fetch the preprocessing contract"]
+
+
+def test_tensorrt_on_cpu_instances(repo, artifacts_copy):
+    add_trt_model(repo, artifacts_copy, kind="cpu")
+    findings = check_repository(repo, artifacts_copy)
+    _only(findings, "trt_model", "tensorrt_plan on KIND_CPU instances")
+    _only(findings, "trt_model", "version 1/ has no model.plan")  # no plan can be built on this machine
+
+
+def test_plan_profile_against_max_batch(repo, artifacts_copy):
+    add_trt_model(repo, artifacts_copy, profile={"min": 2, "opt": 8, "max": 16})
+    edit_config(repo / "trt_model", lambda c: setattr(c, "max_batch_size", 32))  # the builder caps it at 16
+    findings = check_repository(repo, artifacts_copy)
+    _only(findings, "trt_model", "profile min is 2")
+    _only(findings, "trt_model", "profile max 16 is below max_batch_size 32")
+
+
+def test_plan_tensorrt_version_against_triton_release(repo, artifacts_copy):
+    add_trt_model(repo, artifacts_copy, tensorrt_version="8.6.1.6")
+    f = _only(check_repository(repo, artifacts_copy, "24.02"), "trt_model", "plan built with TensorRT 8.6.1.6")
+    assert "Triton 24.02 runs TensorRT 8.6.3.1" in f.message and "no release in the table runs it" in f.fix
+    result = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--triton-release", "24.02", "--json")
+    assert result.exit_code == 1 and '"errors": 2' in result.output  # the version, and the absent plan file
+
+    record_plan(artifacts_copy, tensorrt_version="8.6.3.1")  # the plan rebuilt with 24.02's TensorRT
+    assert not [m for m in _errors(check_repository(repo, artifacts_copy, "24.03")) if "TensorRT" in m]
+    # A release whose TensorRT no stored source confirmed: a warning, never a silent pass.
+    warnings = [f.message for f in check_repository(repo, artifacts_copy, "24.10") if f.severity == "warning"]
+    assert "the compatibility table has no confirmed TensorRT version for release 24.10" in warnings
+
+
+def test_bad_check_inputs(tmp_path):
+    with pytest.raises(TritonizeError, match="no model repository at"):
+        check_repository(tmp_path / "nowhere")
+    result = run_cli("repo", "check", tmp_path, "--triton-release", "24.10")
+    assert result.exit_code != 0 and "holds no model directories" in result.output
+
+
+def test_unknown_triton_release(repo):
+    result = run_cli("repo", "check", repo, "--triton-release", "19.01")
+    assert result.exit_code != 0 and "unknown Triton release '19.01'" in result.output and "24.10" in result.output
