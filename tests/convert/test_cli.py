@@ -1,0 +1,144 @@
+"""`tritonize convert trt` end to end on the CPU: option validation, the precision-prepared ONNX with
+its verification figures (real onnxconverter-common / onnxruntime quantization runs), convert.sh, the
+manifest entry, and the non-zero exit that names the GPU-box command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def manifest(path):
+    return json.loads((path / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--min", "0"], "--min must be >= 1"),
+    (["--min", "8", "--opt", "4"], "min <= opt <= max"),
+    (["--opt", "64", "--max", "32"], "min <= opt <= max"),
+    (["--precision", "int4"], "int4"),
+    (["--precision", "int8"], "needs --calib-images"),
+    (["--opt-level", "9"], "--opt-level must be 0..5"),
+    (["--hardware-compatibility", "hopper+"], "not a TensorRT level"),
+    (["--triton-release", "24.1"], "YY.MM"),
+    (["--triton-release", "19.01"], "unknown Triton release"),
+    (["--onnx", "/nonexistent/model.onnx"], "does not exist"),
+])
+def test_bad_options_fail_with_one_line(small_artifacts, args, message):
+    result = run_cli("convert", "trt", "--out", small_artifacts, "--dry-run", *args)
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_manifest(tmp_path):
+    result = run_cli("convert", "trt", "--out", tmp_path, "--dry-run")
+    assert result.exit_code != 0 and "tritonize export" in result.output
+
+
+def test_int8_calib_dir_without_images(small_artifacts, tmp_path):
+    result = run_cli("convert", "trt", "--out", small_artifacts, "--dry-run", "--precision", "int8", "--calib-images", tmp_path)
+    assert result.exit_code != 0 and "no images in" in result.output
+
+
+@pytest.fixture(scope="module")
+def fp16_dry_run(small_artifacts, photo_dir, tmp_path_factory):
+    import shutil
+
+    out = tmp_path_factory.mktemp("fp16") / "art"
+    shutil.copytree(small_artifacts, out)
+    result = run_cli("convert", "trt", "--min", "1", "--opt", "16", "--max", "32", "--dry-run", "--out", out,
+                     "--calib-images", photo_dir, "--calib-count", "10", "--triton-release", "24.04")
+    return out, result
+
+
+def test_dry_run_writes_fp16_variant_with_cpu_figures(fp16_dry_run):
+    out, result = fp16_dry_run
+    assert result.exit_code == 0, result.output
+    entry = manifest(out)["artifacts"]["onnx_fp16"]
+    assert entry["status"] == "verified" and (out / entry["file"]).is_file()
+    assert entry["verification"]["passed"] and set(entry["verification"]["batches"]) == {"1", "7", "32"}
+    assert entry["held_out"]["batch"] == 4  # 14 photos: 10 calibrate, 4 held out
+    assert 0 < entry["verification"]["worst_rel_to_scale"] < 1e-2
+    assert entry["true_fp16"]["finite"] and 0 < entry["true_fp16"]["rel_to_scale"] < 1e-2
+    assert "all_fp16_true" in entry and entry["nodes_total"] > 40
+    import onnx
+
+    model = onnx.load(str(out / entry["file"]))
+    types = {init.data_type for init in model.graph.initializer}
+    assert onnx.TensorProto.FLOAT16 in types  # really converted
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT  # FP32 I/O kept
+
+
+def test_dry_run_writes_reproducer_and_waiting_entry(fp16_dry_run):
+    out, result = fp16_dry_run
+    trt = manifest(out)["artifacts"]["tensorrt"]
+    assert trt["status"] == "waiting_for_gpu" and "file" not in trt
+    assert trt["profile"] == {"min": 1, "opt": 16, "max": 32} and trt["precision"] == "fp16"
+    assert trt["target"] == {"triton_release": "24.04", "image": "nvcr.io/nvidia/tritonserver:24.04-py3", "tensorrt": "8.6.3.1"}
+    assert "--fp16" in trt["trtexec_argv_target"]  # Triton 24.04 runs TensorRT 8.6: weakly typed flags
+    assert "--stronglyTyped" in trt["trtexec_argv"]["10"]
+    assert not (out / "model.plan").exists()
+    script = out / "convert.sh"
+    assert os.access(script, os.X_OK)
+    text = script.read_text()
+    for flag in ("--minShapes=input:1x3x224x224", "--optShapes=input:16x3x224x224", "--maxShapes=input:32x3x224x224",
+                 "--onnx=model_fp16.onnx", "docker run", "nvcr.io/nvidia/tritonserver:24.04-py3"):
+        assert flag in text
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert "on the GPU box run: tritonize convert trt" in result.output
+
+
+def test_reproducer_runs_with_stand_in_trtexec(fp16_dry_run, standin_trtexec, tmp_path):
+    """convert.sh against the STAND-IN trtexec: right flags for the reported major, publish by rename."""
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(fp16_dry_run[0], out)
+    env = {**os.environ, "TRTEXEC": str(standin_trtexec), "STANDIN_MODE": "ok"}
+    done = subprocess.run(["bash", str(out / "convert.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    log = (out / "convert.log").read_text()
+    assert "--stronglyTyped" in log and "--memPoolSize=workspace:4096M" in log  # stand-in reports TensorRT 10.5
+    assert (out / "model.plan").is_file() and not (out / ".model.plan.partial").exists()
+    (out / "model.plan").unlink()
+    env["STANDIN_MODE"] = "fail"
+    done = subprocess.run(["bash", str(out / "convert.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and not (out / "model.plan").exists()
+
+
+def test_without_dry_run_exits_nonzero_naming_the_gpu_command(artifacts_copy):
+    result = run_cli("convert", "trt", "--out", artifacts_copy, "--precision", "fp32")
+    assert result.exit_code == 3
+    line = [l for l in result.output.splitlines() if l.startswith("error:")]
+    assert len(line) == 1 and "on the GPU box run: tritonize convert trt" in line[0] and "--precision fp32" in line[0]
+    assert manifest(artifacts_copy)["artifacts"]["tensorrt"]["status"] == "waiting_for_gpu"
+    assert not (artifacts_copy / "model.plan").exists()
+
+
+def test_int8_variant_calibrated_on_photos(artifacts_copy, photo_dir):
+    result = run_cli("convert", "trt", "--out", artifacts_copy, "--dry-run", "--precision", "int8",
+                     "--calib-images", photo_dir, "--calib-count", "10")
+    assert result.exit_code == 0, result.output
+    entry = manifest(artifacts_copy)["artifacts"]["onnx_int8"]
+    assert entry["status"] == "verified"
+    q = entry["quantization"]
+    assert q["zero_points_all_zero"] and q["zero_point_dtypes"] == ["int8"] and q["per_channel_weight_dq"] > 10
+    v = entry["verification"]
+    assert v["inputs"] == "held-out real images" and v["passed"]
+    assert 0 < v["worst_rel_to_scale"] < 0.10
+    assert "--int8" not in manifest(artifacts_copy)["artifacts"]["tensorrt"]["trtexec_argv"]["10"]
+    assert "--int8" in manifest(artifacts_copy)["artifacts"]["tensorrt"]["trtexec_argv"]["8"]
+
+
+def test_int8_on_synthetic_data_says_accuracy_unknown(artifacts_copy):
+    result = run_cli("convert", "trt", "--out", artifacts_copy, "--dry-run", "--precision", "int8",
+                     "--calib-images", "synthetic", "--calib-count", "8")
+    assert result.exit_code == 0, result.output
+    assert "INT8 ACCURACY IS UNKNOWN" in result.output
+    assert manifest(artifacts_copy)["artifacts"]["onnx_int8"]["status"] == "unverified_synthetic_calibration"

@@ -1,0 +1,41 @@
+"""Real engine builds: they need TensorRT and a CUDA GPU (a user's GPU box) and skip elsewhere."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+def _has_tensorrt_gpu() -> bool:
+    if importlib.util.find_spec("tensorrt") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+pytestmark = [
+    pytest.mark.requires_tensorrt,
+    pytest.mark.skipif(not _has_tensorrt_gpu(), reason="requires TensorRT and a CUDA GPU (runs on a user's GPU box)"),
+]
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_tensorrt_api_builds_and_verifies_a_plan(artifacts_copy, precision):
+    result = run_cli("convert", "trt", "--out", artifacts_copy, "--min", "1", "--opt", "4", "--max", "8",
+                     "--precision", precision, "--builder", "tensorrt")
+    assert result.exit_code == 0, result.output
+    entry = json.loads((artifacts_copy / "manifest.json").read_text())["artifacts"]["tensorrt"]
+    assert entry["status"] == "built" and entry["file"] == "model.plan" and (artifacts_copy / "model.plan").is_file()
+    assert entry["verification"]["passed"] and set(entry["verification"]["batches"]) == {"1", "3", "8"}
+    assert entry["gpu"]["compute_capability"] and entry["tensorrt_version"]
+
+
+def test_int8_plan(artifacts_copy, photo_dir):
+    result = run_cli("convert", "trt", "--out", artifacts_copy, "--max", "8", "--opt", "4", "--precision", "int8",
+                     "--calib-images", photo_dir, "--calib-count", "10", "--builder", "tensorrt")
+    assert result.exit_code == 0, result.output

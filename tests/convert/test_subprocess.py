@@ -1,0 +1,75 @@
+"""trtexec as a subprocess, driven with a STAND-IN executable (conftest.STAND_IN), never real TensorRT:
+exit codes, log capture, timeout, and a crash mid-build leaving no plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from tritonize.convert.builders import LOG_NAME, TrtexecBuilder, pick_builder
+from tritonize.convert.trtexec import BuildJob, run_trtexec, trtexec_argv
+from tritonize.errors import TritonizeError
+
+
+@pytest.fixture
+def job() -> BuildJob:
+    return BuildJob(onnx_file="model.onnx", plan_file="model.plan", input_name="input", input_shape=(3, 224, 224),
+                    profile={"min": 1, "opt": 16, "max": 32}, precision="fp16", workspace_mib=1024, timing_cache="timing.cache")
+
+
+def run(standin, tmp_path, job, monkeypatch, mode, timeout=30):
+    monkeypatch.setenv("STANDIN_MODE", mode)
+    argv = trtexec_argv(job, "10.5.0", executable=str(standin))
+    return run_trtexec(argv, tmp_path, job, LOG_NAME, timeout)
+
+
+def test_success_renames_partial_and_keeps_log(standin_trtexec, tmp_path, job, monkeypatch):
+    result = run(standin_trtexec, tmp_path, job, monkeypatch, "ok")
+    assert result.returncode == 0 and not result.timed_out
+    assert (tmp_path / "model.plan").is_file() and not (tmp_path / job.partial_plan).exists()
+    log = (tmp_path / LOG_NAME).read_text()
+    assert log.startswith("$ " + str(standin_trtexec)) and "Engine built" in log and "--stronglyTyped" in log
+
+
+def test_failure_exit_code_leaves_no_plan(standin_trtexec, tmp_path, job, monkeypatch):
+    result = run(standin_trtexec, tmp_path, job, monkeypatch, "fail")
+    assert result.returncode == 1
+    assert not (tmp_path / "model.plan").exists() and not (tmp_path / job.partial_plan).exists()
+    assert "stand-in parse failure" in (tmp_path / LOG_NAME).read_text()
+
+
+def test_crash_mid_build_leaves_no_plan(standin_trtexec, tmp_path, job, monkeypatch):
+    (tmp_path / "model.plan").write_bytes(b"old")  # a previous plan is not mistaken for the new one
+    result = run(standin_trtexec, tmp_path, job, monkeypatch, "crash")
+    assert result.returncode < 0  # killed by SIGSEGV after writing half an engine
+    assert not (tmp_path / job.partial_plan).exists()
+    assert (tmp_path / "model.plan").read_bytes() == b"old"
+
+
+def test_timeout_stops_the_process_and_leaves_no_plan(standin_trtexec, tmp_path, job, monkeypatch):
+    result = run(standin_trtexec, tmp_path, job, monkeypatch, "hang", timeout=2)
+    assert result.timed_out and result.seconds < 30
+    assert not (tmp_path / "model.plan").exists() and not (tmp_path / job.partial_plan).exists()
+
+
+def test_builder_reports_failure_as_one_line(standin_trtexec, tmp_path, job, monkeypatch):
+    builder = TrtexecBuilder(str(standin_trtexec))
+    assert builder.why_not() is None and builder.tensorrt_version() == "10.5.0"
+    monkeypatch.setenv("STANDIN_MODE", "fail")
+    with pytest.raises(TritonizeError, match=r"exit code 1: .*stand-in parse failure.*no plan written"):
+        builder.build(job, tmp_path, 30)
+    monkeypatch.setenv("STANDIN_MODE", "hang")
+    with pytest.raises(TritonizeError, match="timed out"):
+        builder.build(job, tmp_path, 1)
+
+
+def test_auto_picks_the_first_builder_that_can_run_and_says_why(standin_trtexec):
+    class Refuses:
+        name = "container"
+
+        def why_not(self):
+            return "no docker engine"
+
+    builders = {"container": Refuses(), "trtexec": TrtexecBuilder(str(standin_trtexec))}
+    builder, why = pick_builder("auto", builders)
+    assert builder is builders["trtexec"] and "container: no docker engine" in why
+    assert pick_builder("container", builders) == (None, "container: no docker engine")
