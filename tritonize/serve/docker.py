@@ -21,8 +21,9 @@ class ReleaseChoice:
 
 
 def choose_release(triton_release: str | None, artifacts: Path | None) -> ReleaseChoice:
-    """--triton-release when given; else the release matching the plan's TensorRT in the manifest;
-    else (no plan recorded) the newest release the compatibility table knows."""
+    """--triton-release when given (refused when the built plan cannot load there); else the release
+    whose TensorRT runs the built plan (the convert target when it is one of them); else the release
+    a not-yet-built plan targets; else the newest release the compatibility table knows."""
     from tritonize.compat import latest_release, release_info, releases_for_tensorrt, tensorrt_matches
     from tritonize.manifest import load_manifest_or_empty
 
@@ -37,6 +38,7 @@ def choose_release(triton_release: str | None, artifacts: Path | None) -> Releas
                 f"TensorRT {built_with} and will not load there; drop --triton-release or rebuild the plan for it"
             )
         return ReleaseChoice(chosen.release, f"--triton-release {chosen.release}")
+    target = (plan.get("target") or {}).get("triton_release")
     if built_with:
         matching = releases_for_tensorrt(built_with)
         if not matching:
@@ -44,19 +46,20 @@ def choose_release(triton_release: str | None, artifacts: Path | None) -> Releas
                 f"no known Triton release runs TensorRT {built_with} (the plan in {artifacts}); give one with "
                 "--triton-release or rebuild the plan with `tritonize convert trt --triton-release YY.MM`"
             )
-        newest = matching[-1]
-        return ReleaseChoice(newest.release, f"runs TensorRT {newest.tensorrt}, the plan's TensorRT {built_with}")
+        chosen = next((r for r in matching if r.release == target), matching[-1])
+        return ReleaseChoice(chosen.release, f"runs TensorRT {chosen.tensorrt}, the plan's TensorRT {built_with}")
+    if target:
+        return ReleaseChoice(release_info(target).release,
+                             f"the release the plan is converted for (plan status {plan.get('status')!r})")
     newest = latest_release()
     where = f"{artifacts}/manifest.json" if artifacts is not None else "the artifacts (--artifacts)"
     return ReleaseChoice(newest.release, f"newest known release; no TensorRT plan recorded in {where}")
 
 
 def plan_tensorrt_version(plan_entry: dict) -> str | None:
-    """The TensorRT version a plan was built with, as the convert stage records it."""
-    for value in (plan_entry.get("tensorrt_version"), (plan_entry.get("tools") or {}).get("tensorrt")):
-        if value:
-            return str(value)
-    return None
+    """The TensorRT version a built plan was built with (the convert stage records `tensorrt_version`)."""
+    version = plan_entry.get("tensorrt_version") if plan_entry.get("status") == "built" else None
+    return str(version) if version else None
 
 
 def docker_command(

@@ -1,0 +1,325 @@
+"""The embedded engine against the real bundled tritonserver, with the project's Python-based backends."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tritonize.errors import TritonizeError
+from tritonize.serve import embedded_server
+from tritonize.verify import Tolerance, compare
+
+SAME = Tolerance(max_rel_to_scale=1e-5, min_top1_agreement=1.0)
+INPUT_SHAPE = (3, 224, 224)
+
+
+def _inputs(batch: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, *INPUT_SHAPE), dtype=np.float32)
+
+
+def _infer(client, model: str, input_name: str, output_name: str, x: np.ndarray) -> np.ndarray:
+    import tritonclient.grpc as grpcclient
+
+    tensor = grpcclient.InferInput(input_name, list(x.shape), "FP32")
+    tensor.set_data_from_numpy(x)
+    return client.infer(model, [tensor]).as_numpy(output_name)
+
+
+def _infer_concurrently(client, model: str, inputs: list[np.ndarray]) -> list:
+    """Send every input at once (async gRPC); returns each result's output array or its error."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    done: queue.Queue = queue.Queue()
+    for i, x in enumerate(inputs):
+        tensor = grpcclient.InferInput("input", list(x.shape), grpcclient.np_to_triton_dtype(x.dtype))
+        tensor.set_data_from_numpy(x)
+        client.async_infer(model, [tensor], callback=lambda result, error, i=i: done.put((i, result, error)))
+    results = [None] * len(inputs)
+    for _ in inputs:
+        i, result, error = done.get(timeout=120)
+        results[i] = error if error is not None else result.as_numpy("output")
+    return results
+
+
+@pytest.fixture(scope="module")
+def local_onnx(small_artifacts):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(small_artifacts / "model.onnx"), providers=["CPUExecutionProvider"])
+    return lambda x: session.run(["output"], {"input": x})[0]
+
+
+@pytest.fixture(scope="module")
+def client(small_server):
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(small_server.grpc_url) as c:
+        yield c
+
+
+def _group_members(pgid: int) -> dict[int, str]:
+    """pid -> command line of the live (non-zombie) processes in process group `pgid`."""
+    members = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()  # after "pid (comm)": state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members[int(entry.name)] = cmdline
+    return members
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+# ------------------------------------------------------------------ the shared small server
+
+
+def test_models_ready_and_endpoints(small_server):
+    assert small_server.models == {"onnx_model": ("READY", ""), "torch_model": ("READY", "")}
+    assert small_server.grpc_url.startswith("127.0.0.1:")
+    with urllib.request.urlopen(f"{small_server.http_url}/v2/health/ready", timeout=5) as r:
+        assert r.status == 200
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_onnx_results_equal_local_onnxruntime(small_server, client, local_onnx, batch):
+    x = _inputs(batch, seed=batch)
+    served = _infer(client, "onnx_model", "input", "output", x)
+    assert served.shape == (batch, 1000)
+    assert compare(local_onnx(x), served, SAME).passed
+
+
+def test_torch_results_equal_local_torchscript(small_server, client, small_artifacts):
+    import torch
+
+    module = torch.jit.load(str(small_artifacts / "model.pt")).eval()
+    x = _inputs(3, seed=7)
+    with torch.inference_mode():
+        local = module(torch.from_numpy(x)).numpy()
+    served = _infer(client, "torch_model", "input__0", "output__0", x)
+    assert compare(local, served, SAME).passed
+
+
+def test_bad_request_fails_alone(small_server, client, local_onnx):
+    good = [_inputs(1, seed=s) for s in (1, 2)]
+    wrong_shape = np.zeros((1, 3, 100, 100), np.float32)
+    wrong_dtype = _inputs(1).astype(np.float64)
+    results = _infer_concurrently(client, "onnx_model", [good[0], wrong_shape, good[1], wrong_dtype])
+    from tritonclient.utils import InferenceServerException
+
+    assert isinstance(results[1], InferenceServerException) and "shape" in str(results[1])
+    assert isinstance(results[3], InferenceServerException) and "FP64" in str(results[3])
+    for x, served in zip(good, (results[0], results[2])):
+        assert compare(local_onnx(x), served, SAME).passed
+    assert compare(local_onnx(good[0]), _infer(client, "onnx_model", "input", "output", good[0]), SAME).passed
+
+
+def test_metrics_count_inferences(small_server, client):
+    _infer(client, "onnx_model", "input", "output", _inputs(1))
+    with urllib.request.urlopen(small_server.metrics_url, timeout=5) as r:
+        text = r.read().decode()
+    counts = [line for line in text.splitlines() if line.startswith("nv_inference_count{") and 'model="onnx_model"' in line]
+    assert counts and float(counts[0].rsplit(" ", 1)[1]) >= 1
+
+
+# ------------------------------------------------------------------ batching and instances
+
+
+@pytest.fixture(scope="module")
+def batching_server(small_artifacts, tmp_path_factory):
+    """onnx_model with a 20 ms queue delay (dynamic batching is invisible at 100 us on CPU) and two instances."""
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    repo = build_repository(small_artifacts, tmp_path_factory.mktemp("batching") / "models",
+                            RepoOptions(kind="cpu", queue_delay_us=20_000, instances=2, models=("onnx_model",), warmup=False))
+    with embedded_server(repo) as info:
+        yield info
+
+
+def _onnx_stats(client) -> tuple[int, int]:
+    stats = client.get_inference_statistics("onnx_model", as_json=True)["model_stats"][0]
+    return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+
+
+def test_dynamic_batching_under_concurrency(batching_server, local_onnx):
+    import tritonclient.grpc as grpcclient
+
+    inputs = [_inputs(1, seed=100 + i) for i in range(48)]
+    with grpcclient.InferenceServerClient(batching_server.grpc_url) as client:
+        inferences_before, executions_before = _onnx_stats(client)
+        results = _infer_concurrently(client, "onnx_model", inputs)
+        inferences, executions = _onnx_stats(client)
+    # Every response belongs to its own request after the batch was split back.
+    for x, served in zip(inputs, results):
+        assert compare(local_onnx(x), served, SAME).passed
+    assert inferences - inferences_before == len(inputs)
+    assert executions - executions_before <= len(inputs) // 3, "requests were not batched together"
+
+
+def test_two_instances_both_execute(batching_server):
+    import tritonclient.grpc as grpcclient
+
+    stubs = {pid: cmd for pid, cmd in _group_members(batching_server.pid).items() if "triton_python_backend_stub" in cmd}
+    instances = {name: pid for name in ("onnx_model_0_0", "onnx_model_0_1") for pid, cmd in stubs.items() if f" {name} " in cmd}
+    assert len(instances) == 2, stubs
+    before = {name: _cpu_seconds(pid) for name, pid in instances.items()}
+    with grpcclient.InferenceServerClient(batching_server.grpc_url) as client:
+        _infer_concurrently(client, "onnx_model", [_inputs(1, seed=i) for i in range(48)])
+    used = {name: _cpu_seconds(pid) - before[name] for name, pid in instances.items()}
+    assert all(seconds > 0.05 for seconds in used.values()), used
+    # Each instance gets its share of the cores, not all of them.
+    threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    log = Path(batching_server.log_path).read_text()
+    for name in instances:
+        assert f"{name}: onnxruntime backend on CPU 0, {threads} intra-op thread(s)" in log
+
+
+# ------------------------------------------------------------------ what cannot run here
+
+
+def _derive_model(repo: Path, source: str, name: str, platform: str, config_file: str = "config.pbtxt") -> None:
+    """A model directory whose config is `source`'s with another name and platform, and an empty
+    version directory: the backend must refuse it before it looks for a model file."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    config = text_format.Parse((repo / source / config_file).read_text(), model_config_pb2.ModelConfig())
+    config.name, config.platform = name, platform
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(text_format.MessageToString(config))
+    shutil.copy2(repo / source / "labels.txt", repo / name / "labels.txt")
+
+
+def test_gpu_repository_served_unchanged_without_gpu(small_artifacts, tmp_path):
+    """A repository built for the GPU (KIND_GPU configs, a trt_model) on this GPU-less machine: the
+    cpu variants are chosen automatically, trt_model (no cpu variant) is UNAVAILABLE with Triton's
+    reason, the others serve."""
+    from tritonize.repository_builder import RepoOptions, build_repository
+    from tritonize.serve.repository import gpu_visible
+
+    if gpu_visible():
+        pytest.skip("a GPU is visible: the automatic cpu variant is not chosen here")
+    repo = build_repository(small_artifacts, tmp_path / "models", RepoOptions(kind="gpu", models=("onnx_model",), warmup=False))
+    _derive_model(repo, "onnx_model", "trt_model", "tensorrt_plan")  # KIND_GPU, like the builder's trt_model
+    with embedded_server(repo) as info:
+        assert info.model_config_name == "cpu"
+        assert info.models["onnx_model"] == ("READY", "")
+        state, reason = info.models["trt_model"]
+        assert state == "UNAVAILABLE" and "KIND_GPU" in reason and "no GPUs" in reason
+    with embedded_server(repo, model_config_name="config") as info:
+        assert info.model_config_name is None
+        assert info.models["onnx_model"][0] == "UNAVAILABLE" and "no GPUs" in info.models["onnx_model"][1]
+
+
+def test_tensorrt_backend_says_what_is_missing(small_artifacts, tmp_path, local_onnx):
+    """The tensorrt backend itself refuses at initialize, naming what is missing; the others serve."""
+    import importlib.util
+
+    from tritonize.repository_builder import RepoOptions, build_repository
+    from tritonize.serve.repository import gpu_visible
+
+    if importlib.util.find_spec("tensorrt") is not None and gpu_visible():
+        pytest.skip("TensorRT and a GPU are present: the tensorrt backend can run here")
+    repo = build_repository(small_artifacts, tmp_path / "models", RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+    # KIND_CPU so Triton hands the model to the backend instead of refusing it for lack of a GPU.
+    _derive_model(repo, "onnx_model", "trt_model", "tensorrt_plan")
+    with embedded_server(repo) as info:
+        state, reason = info.models["trt_model"]
+        assert state == "UNAVAILABLE"
+        assert "TensorRT plans need TensorRT and an NVIDIA GPU" in reason
+        if importlib.util.find_spec("tensorrt") is None:
+            assert "`tensorrt` Python package is not installed" in reason
+        assert info.models["onnx_model"] == ("READY", "")
+        import tritonclient.grpc as grpcclient
+
+        with grpcclient.InferenceServerClient(info.grpc_url) as client:
+            x = _inputs(2)
+            assert compare(local_onnx(x), _infer(client, "onnx_model", "input", "output", x), SAME).passed
+
+
+# ------------------------------------------------------------------ life cycle and errors
+
+
+@pytest.fixture(scope="module")
+def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    return build_repository(small_artifacts, tmp_path_factory.mktemp("onnx_only") / "models",
+                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+
+
+def test_stop_leaves_no_process_and_no_temp_files(onnx_repo):
+    with embedded_server(onnx_repo) as info:
+        members = _group_members(info.pid)
+        assert info.pid in members
+        assert any("triton_python_backend_stub" in cmd for cmd in members.values())
+        workdir = Path(info.log_path).parent
+        assert workdir.is_dir()
+    assert _group_members(info.pid) == {}
+    assert not workdir.exists()
+
+
+def test_port_in_use_is_a_clear_error(onnx_repo):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(TritonizeError, match=rf"port {port} on 127.0.0.1 is already in use.*--grpc-port"):
+            with embedded_server(onnx_repo, grpc_port=port):
+                pass
+
+
+def test_missing_repository_is_a_clear_error(tmp_path):
+    with pytest.raises(TritonizeError, match="does not exist; build it with `tritonize repo build`"):
+        with embedded_server(tmp_path / "nowhere"):
+            pass
+
+
+def test_invalid_repository_is_a_clear_error(onnx_repo, tmp_path):
+    with pytest.raises(TritonizeError, match="no <model>/config.pbtxt"):
+        with embedded_server(tmp_path):
+            pass
+    broken = tmp_path / "broken"
+    shutil.copytree(onnx_repo, broken)
+    config = broken / "onnx_model" / "config.pbtxt"
+    config.write_text(config.read_text().replace("max_batch_size", "max_batch_sise"))
+    with pytest.raises(TritonizeError, match=r"onnx_model/config.pbtxt.*max_batch_sise"):
+        with embedded_server(broken):
+            pass
+
+
+def test_server_that_never_gets_ready_is_stopped_with_its_log(onnx_repo):
+    """A readiness timeout stops the server and reports the log's tail."""
+    with pytest.raises(TritonizeError, match=r"(?s)not ready within 0 s.*server log"):
+        with embedded_server(onnx_repo, ready_timeout=0.01):
+            pass
+
+
+def test_stub_that_cannot_start_is_refused(tmp_path):
+    """Trap 3: without the bundled libraries on LD_LIBRARY_PATH the stub cannot load; that must be an
+    error before tritonserver would wait on it for minutes."""
+    from tritonize.serve.embedded import BundledTriton, assemble_backend_dir, check_stub_environment, stub_environment
+
+    triton = BundledTriton.find()
+    backends = assemble_backend_dir(triton, tmp_path / "backends")
+    stub = backends / "python" / triton.stub.name
+    check_stub_environment(triton, stub, stub_environment(triton))  # the real environment works
+    broken = {k: v for k, v in stub_environment(triton).items() if k != "LD_LIBRARY_PATH"}
+    with pytest.raises(TritonizeError, match="Python backend stub cannot start"):
+        check_stub_environment(triton, stub, broken)
