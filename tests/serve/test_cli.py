@@ -1,0 +1,153 @@
+"""`tritonize serve`: the real command, its errors, and the docker engine's command."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tritonize.serve.server import choose_ports
+
+
+@pytest.fixture(scope="module")
+def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    return build_repository(small_artifacts, tmp_path_factory.mktemp("cli") / "models",
+                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode():
+                found.append(entry.name)
+        except OSError:
+            continue
+    return found
+
+
+def test_serve_until_sigterm(onnx_repo):
+    """The command a user runs: prints the table and endpoints, serves, stops cleanly on SIGTERM."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    ports = choose_ports("127.0.0.1", None, None, None)
+    command = [str(Path(sys.executable).parent / "tritonize"), "serve", str(onnx_repo), "--http-port", str(ports.http),
+               "--grpc-port", str(ports.grpc), "--metrics-port", str(ports.metrics)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        table = []
+        for line in process.stdout:  # the table comes once the server is ready
+            table.append(line.rstrip())
+            if line.startswith("log "):
+                break
+        assert table[0].split() == ["MODEL", "STATE", "REASON"]
+        assert table[1].split() == ["onnx_model", "READY"]
+        assert f"gRPC     127.0.0.1:{ports.grpc}" in table
+        assert f"metrics  http://127.0.0.1:{ports.metrics}/metrics" in table
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{ports.grpc}") as client:
+            x = grpcclient.InferInput("input", [1, 3, 224, 224], "FP32")
+            x.set_data_from_numpy(np.zeros((1, 3, 224, 224), np.float32))
+            assert client.infer("onnx_model", [x]).as_numpy("output").shape == (1, 1000)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+        stderr = process.stderr.read()
+        assert "engine: embedded" in stderr and "stopped" in stderr
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert _processes_mentioning(str(onnx_repo)) == []
+
+
+def test_port_in_use(onnx_repo):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("serve", onnx_repo, "--engine", "embedded", "--http-port", port)
+    assert result.exit_code != 0
+    assert f"port {port} on 127.0.0.1 is already in use" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_repository(tmp_path):
+    result = run_cli("serve", tmp_path / "models")
+    assert result.exit_code != 0
+    assert "does not exist; build it with `tritonize repo build`" in result.output
+
+
+def test_unknown_config_name(onnx_repo):
+    result = run_cli("serve", onnx_repo, "--engine", "embedded", "--config-name", "a100")
+    assert result.exit_code != 0
+    assert "has configs/a100.pbtxt" in result.output
+
+
+# ------------------------------------------------------------------ docker engine
+
+
+def _expected_docker(repo: Path, release: str) -> str:
+    return (f"docker run --gpus all --rm -p 127.0.0.1:8000:8000 -p 127.0.0.1:8001:8001 -p 127.0.0.1:8002:8002 "
+            f"-v {shlex.quote(str(repo.resolve()))}:/models nvcr.io/nvidia/tritonserver:{release}-py3 "
+            f"tritonserver --model-repository=/models")
+
+
+def test_print_command_follows_the_plans_tensorrt(onnx_repo, artifacts_copy):
+    from tritonize.compat import load_releases, tensorrt_matches
+    from tritonize.manifest import record_artifact
+
+    known = [r for r in load_releases() if r.tensorrt]
+    built_with = known[0].tensorrt  # the oldest release whose TensorRT the table knows
+    record_artifact(artifacts_copy, "tensorrt", {"status": "built", "file": "model.plan", "tensorrt_version": built_with})
+    expected = [r.release for r in known if tensorrt_matches(built_with, r.tensorrt)][-1]
+    result = run_cli("serve", onnx_repo, "--engine", "docker", "--print-command", "--artifacts", artifacts_copy)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == _expected_docker(onnx_repo, expected)
+    assert f"plan's TensorRT {built_with}" in result.stderr
+
+
+def test_print_command_without_plan_uses_newest_release(onnx_repo, small_artifacts):
+    from tritonize.compat import latest_release
+
+    result = run_cli("serve", onnx_repo, "--print-command", "--artifacts", small_artifacts)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == _expected_docker(onnx_repo, latest_release().release)
+
+
+def test_print_command_with_release_and_config_name(onnx_repo, small_artifacts):
+    result = run_cli("serve", onnx_repo, "--print-command", "--triton-release", "24.10", "--config-name", "gpu",
+                     "--artifacts", small_artifacts)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == _expected_docker(onnx_repo, "24.10") + " --model-config-name=gpu"
+
+
+def test_triton_release_that_cannot_load_the_plan_is_refused(onnx_repo, artifacts_copy):
+    from tritonize.compat import load_releases
+    from tritonize.manifest import record_artifact
+
+    known = [r for r in load_releases() if r.tensorrt]
+    newest, oldest = known[-1], known[0]
+    if newest.tensorrt == oldest.tensorrt:
+        pytest.skip("the release table has a single TensorRT version")
+    record_artifact(artifacts_copy, "tensorrt", {"status": "built", "file": "model.plan", "tensorrt_version": oldest.tensorrt})
+    result = run_cli("serve", onnx_repo, "--engine", "docker", "--print-command", "--triton-release", newest.release,
+                     "--artifacts", artifacts_copy)
+    assert result.exit_code != 0
+    assert f"built with TensorRT {oldest.tensorrt} and will not load there" in result.output
+
+
+def test_docker_engine_without_docker_gpu_engine_is_a_clear_error(onnx_repo, small_artifacts):
+    from tritonize.serve.docker import docker_gpu_problem
+
+    if docker_gpu_problem() is None:
+        pytest.skip("a Docker engine with the NVIDIA runtime is present: the docker engine would run")
+    result = run_cli("serve", onnx_repo, "--engine", "docker", "--artifacts", small_artifacts)
+    assert result.exit_code != 0
+    assert "the docker engine cannot run here" in result.output and "--print-command" in result.output
