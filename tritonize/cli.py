@@ -29,6 +29,7 @@ app = typer.Typer(
 
 
 def _mount() -> None:
+    from tritonize.pipeline_cli import build_command
     from tritonize.client.cli import app as client_app
     from tritonize.convert.cli import app as convert_app
     from tritonize.export.cli import export_command
@@ -40,6 +41,7 @@ def _mount() -> None:
     app.add_typer(repo_app, name="repo", help="Build and check the Triton model repository.")
     app.command("serve")(serve_command)
     app.add_typer(client_app, name="client", help="gRPC client: classify, compare backends, perf sweeps.")
+    app.command("build")(build_command)
 
 
 _mount()
