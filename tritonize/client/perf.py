@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import itertools
 import json
 import os
 import time
@@ -27,6 +28,7 @@ from tritonize.client.stats import latency_summary
 from tritonize.client.text import table
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
+from tritonize.progress import say
 from tritonize.verify import verification_inputs
 
 # perf_analyzer's `-f` header, then the three columns `--verbose-csv` adds. All times in microseconds.
@@ -151,6 +153,9 @@ class PerfInterrupted(TritonizeError):
 
 # --- the load generator ---------------------------------------------------------------------------
 
+_REGION_IDS = itertools.count()
+
+
 class _Transport:
     """Builds requests for one model: tensors in the gRPC message, or in system shared memory."""
 
@@ -176,7 +181,8 @@ class _Transport:
     def _create_regions(self, slots: int) -> None:
         import tritonclient.utils.shared_memory as shm
 
-        tag = f"tritonize_{os.getpid()}_{self.info.name}"
+        # Unique per transport: a region the server still holds from an earlier run never collides.
+        tag = f"tritonize_{os.getpid()}_{next(_REGION_IDS)}_{self.info.name}"
         # One read-only input region shared by all workers, one output region per worker.
         specs = [(f"{tag}_in", self.batch.nbytes)] + [(f"{tag}_out{i}", self.out_bytes) for i in range(slots)]
         try:
@@ -211,12 +217,24 @@ class _Transport:
         import tritonclient.utils.shared_memory as shm
 
         for name, handle in self.regions:
-            try:
-                self.server.client.unregister_system_shared_memory(name)
-            except Exception:  # the server may be gone; the local region is still removed
-                pass
+            self._unregister(name)
             shm.destroy_shared_memory_region(handle)
         self.regions.clear()
+
+    def _unregister(self, name: str, patience: float = 5.0) -> None:
+        """Unregister a region, waiting while the server still holds it for a just-finished response."""
+        deadline = time.monotonic() + patience
+        while True:
+            try:
+                self.server.client.unregister_system_shared_memory(name, client_timeout=self.server.timeout)
+                return
+            except Exception as e:
+                gone = "UNAVAILABLE" in str(getattr(e, "status", lambda: "")())
+                if gone or time.monotonic() > deadline:
+                    if not gone:
+                        say(f"warning: could not unregister shared memory region {name} ({short_reason(e)})")
+                    return
+                time.sleep(0.05)
 
 
 @dataclass

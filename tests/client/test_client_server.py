@@ -1,0 +1,230 @@
+"""classify / compare / perf against the real embedded Triton server."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import socket
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.client.conftest import PHOTO
+from tests.client.test_reports import PERF_ANALYZER_HEADER
+from tests.conftest import run_cli
+from tritonize.errors import TritonizeError
+
+
+def reference_logits(artifacts, image_path) -> np.ndarray:
+    """Local onnxruntime on the input torchvision's own transforms make: what the server must return."""
+    import onnxruntime as ort
+    import torchvision
+
+    transforms = torchvision.models.ResNet18_Weights.DEFAULT.transforms()
+    x = transforms(Image.open(image_path).convert("RGB")).numpy()[None]
+    session = ort.InferenceSession(str(artifacts / "model.onnx"), providers=["CPUExecutionProvider"])
+    return session.run(None, {"input": x})[0]
+
+
+def test_classify_table_matches_local_onnxruntime_and_torchvision_labels(small_server, small_artifacts):
+    import torchvision
+
+    result = run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    logits = reference_logits(small_artifacts, PHOTO)[0]
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    categories = torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"]
+    lines = [line.split() for line in result.stdout.splitlines() if line.strip()[:2] in {f"{i}." for i in range(1, 6)}]
+    assert len(lines) == 5
+    for rank, index in enumerate(np.argsort(-logits)[:5]):
+        row = result.stdout.splitlines()[rank + 2]
+        assert categories[index] in row and f"{probs[index]:.4f}" in row, (row, categories[index])
+
+
+def test_classify_json_every_mode_and_bad_files(small_server, tmp_path):
+    rng = np.random.default_rng(3)
+    rgb = Image.fromarray(rng.integers(0, 256, (180, 240, 3), dtype=np.uint8), "RGB")
+    good = []
+    for mode in ["1", "L", "LA", "P", "RGBA", "CMYK", "I;16"]:
+        image = rgb.convert("L").convert(mode) if mode == "I;16" else rgb.convert(mode)
+        path = tmp_path / f"mode_{mode.replace(';', '_')}.{'jpg' if mode == 'CMYK' else 'png'}"
+        image.save(path)
+        good.append(path)
+    empty = tmp_path / "empty.jpg"
+    empty.write_bytes(b"")
+    truncated = tmp_path / "truncated.jpg"
+    truncated.write_bytes(PHOTO.read_bytes()[:3000])
+    text = tmp_path / "readme.png"
+    text.write_text("not a picture")
+    folder = tmp_path / "a_directory"
+    folder.mkdir()
+    bomb = tmp_path / "bomb.png"
+    Image.new("1", (12000, 12000)).save(bomb)
+    bad = [empty, truncated, text, folder, bomb]
+
+    result = run_cli("client", "classify", *good, *bad, PHOTO, "--model", "torch_model", "--top-k", "3", "--json", "--url", small_server.grpc_url)
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert [p["image"] for p in report["predictions"]] == [str(p) for p in [*good, PHOTO]]
+    for p in report["predictions"]:
+        assert len(p["top_k"]) == 3 and 0 < p["top_k"][2]["probability"] <= p["top_k"][0]["probability"] < 1
+        assert all(t["label"] and not t["label"].startswith("class ") for t in p["top_k"])
+    assert len(report["failures"]) == len(bad) and report["error"] is None
+    skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped: ")]
+    assert len(skipped) == len(bad)
+    for path, line, expected in zip(bad, skipped, ["empty file", "truncated or corrupt", "not an image", "is a directory", "decompression bomb"]):
+        assert str(path) in line and expected in line, line
+    assert f"{len(bad)} of {len(good) + len(bad) + 1} inputs could not be read" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_requests_respect_max_batch_size(small_server, tmp_path):
+    from tritonize.client.classify import classify
+    from tritonize.client.server import Server
+
+    paths = [PHOTO] * 40
+    with Server(small_server.grpc_url) as server:
+        before = server.statistics("onnx_model")
+        report = classify(server, "onnx_model", paths, top_k=1)
+        after = server.statistics("onnx_model")
+    assert len(report.predictions) == 40
+    requests = after["success"][0] - before["success"][0]
+    inferences = after["executions"][1] - before["executions"][1]
+    assert requests == 1 + 2  # the label request, then 32 + 8 images (max_batch_size 32)
+    assert inferences == 1 + 40
+    assert len({json.dumps(p["top_k"]) for p in report.predictions}) == 1  # same image, same answer in any batch
+
+
+def test_compare_agreeing_backends(small_server, sample_images):
+    result = run_cli("client", "compare", *sample_images, "--repeat", "2", "--min-top1-agreement", "1.0",
+                     "--json", "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["passed"] and len(report["images"]) == len(sample_images)
+    (pair,) = report["pairs"]
+    assert {pair["reference"], pair["candidate"]} == {"onnx_model", "torch_model"}
+    assert pair["top1_agreement"] == 1.0 and pair["top5_overlap"] == 1.0 and pair["disagreements"] == []
+    assert pair["rel_to_scale"] < 1e-4 and pair["max_abs"] >= 0 and pair["mean_kl"] < 1e-6
+    for name in ("onnx_model", "torch_model"):
+        model = report["models"][name]
+        assert model["status"] == "READY" and model["requests"] == 2  # 8 images in one request, twice
+        assert 0 < model["latency"]["p50_ms"] <= model["latency"]["p95_ms"] <= model["latency"]["p99_ms"]
+
+
+def test_compare_lists_unavailable_models_and_prints_a_table(small_server):
+    result = run_cli("client", "compare", PHOTO, "--models", "onnx_model,torch_model,trt_model", "--repeat", "1",
+                     "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    assert "trt_model" in result.stdout and "not in the repository" in result.stdout
+    assert "100.0%" in result.stdout and "all models give the same top-1" in result.stdout
+
+
+def test_compare_detects_a_real_disagreement(disagreeing_server, sample_images):
+    url = disagreeing_server.grpc_url
+    result = run_cli("client", "compare", *sample_images, "--repeat", "1", "--min-top1-agreement", "0.99", "--json", "--url", url)
+    assert result.exit_code == 2, result.output
+    report = json.loads(result.stdout)
+    (pair,) = report["pairs"]
+    assert not report["passed"] and pair["top1_agreement"] < 0.99 and not pair["passed"]
+    assert pair["rel_to_scale"] > 0.1 and pair["mean_kl"] > 0
+    wrong = pair["disagreements"]
+    assert len(wrong) == round((1 - pair["top1_agreement"]) * len(sample_images)) > 0
+    assert all(d["onnx_model"] != d["torch_model"] for d in wrong)
+    assert "below --min-top1-agreement 99.0%" in result.stderr
+    table = run_cli("client", "compare", *sample_images, "--repeat", "1", "--url", url)
+    assert table.exit_code == 0 and "images where top-1 differs" in table.stdout
+
+
+def test_perf_writes_perf_analyzer_csv_plot_and_json(small_server, tmp_path):
+    out = tmp_path / "perf"
+    result = run_cli("client", "perf", "--model", "onnx_model,torch_model", "--concurrency", "1,2", "--requests", "6",
+                     "--warmup", "1", "--out", out, "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    for model in ("onnx_model", "torch_model"):
+        lines = (out / f"{model}.csv").read_text().splitlines()
+        assert lines[0] == PERF_ANALYZER_HEADER
+        rows = list(csv.DictReader(lines))
+        assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2]
+        for r in rows:
+            assert float(r["Inferences/Second"]) > 0
+            assert int(r["Server Compute Infer"]) > 0 and int(r["p50 latency"]) <= int(r["p99 latency"])
+            assert int(r["Server Compute Infer"]) < int(r["Avg latency"])  # the server's part fits inside the client's
+    with Image.open(out / "latency_vs_throughput.png") as image:
+        assert image.format == "PNG"
+    report = json.loads((out / "perf.json").read_text())
+    assert len(report["levels"]) == 4 and all(level["requests"] == 6 for level in report["levels"])
+    assert "onnx_model" in result.stdout and "p99 ms" in result.stdout
+
+
+def test_perf_with_system_shared_memory_reports_what_it_saves(small_server, tmp_path):
+    result = run_cli("client", "perf", "--model", "onnx_model", "--concurrency", "2", "--requests", "8", "--batch", "2",
+                     "--shared-memory", "system", "--json", "--out", tmp_path, "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    (level,) = report["levels"]
+    assert level["transport"] == "system shared memory" and level["tensor_bytes_on_wire"] == 0 and level["requests"] == 8
+    savings = report["shared_memory_savings"]["onnx_model"]
+    assert savings["bytes_saved_per_request"] == 2 * 3 * 224 * 224 * 4 + 2 * 1000 * 4
+    assert savings["grpc"]["client_us"] > 0 and savings["system_shared_memory"]["client_us"] > 0
+    from tritonize.client.server import Server
+
+    with Server(small_server.grpc_url) as server:  # every region was unregistered afterwards
+        assert server.client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", [["classify", PHOTO], ["compare", PHOTO], ["perf"]])
+def test_unreachable_server_is_one_line_with_the_url_and_hint(command):
+    url = f"127.0.0.1:{free_port()}"
+    result = run_cli("client", *command, "--url", url, "--timeout", "2")
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and url in lines[0] and "tritonize serve" in lines[0] and lines[0].startswith("error:")
+
+
+def test_unknown_model_lists_the_available_ones(small_server):
+    for command in (["classify", PHOTO, "--model", "resnet_model"], ["perf", "--model", "resnet_model"],
+                    ["compare", PHOTO, "--models", "onnx_model,resnet_model"]):
+        result = run_cli("client", *command, "--url", small_server.grpc_url)
+        assert result.exit_code == 1, result.output
+        line = result.output.strip().splitlines()[-1]
+        assert "resnet_model" in line and "onnx_model (READY)" in line and "torch_model (READY)" in line
+
+
+def test_bad_perf_options_are_one_line(small_server):
+    result = run_cli("client", "perf", "--model", "onnx_model", "--batch", "64", "--url", small_server.grpc_url)
+    assert result.exit_code == 1 and "max_batch_size 32" in result.output
+    result = run_cli("client", "perf", "--concurrency", "1,two", "--url", small_server.grpc_url)
+    assert result.exit_code == 1 and "--concurrency" in result.output
+
+
+def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path):
+    import shutil
+
+    from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
+    from tritonize.client.server import Server
+    from tritonize.serve import embedded_server
+
+    repo = tmp_path / "models"
+    shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")  # its own server, onnx only (fast start)
+    with contextlib.ExitStack() as stack:
+        info = stack.enter_context(embedded_server(repo))
+        server = stack.enter_context(Server(info.grpc_url, timeout=10))
+        options = PerfOptions(concurrency=(1, 2, 4), requests=5, duration=None, warmup=1)
+        with pytest.raises(PerfInterrupted) as caught:
+            run_perf(server, ["onnx_model"], options, on_level=lambda level: stack.close() if level.concurrency == 1 else None)
+    error = caught.value
+    assert info.grpc_url in str(error) or "concurrency 2" in str(error)
+    assert [level.concurrency for level in error.report.levels] == [1] and error.report.error
+    written = write_outputs(error.report, tmp_path / "partial")
+    rows = list(csv.DictReader((tmp_path / "partial" / "onnx_model.csv").read_text().splitlines()))
+    assert [r["Concurrency"] for r in rows] == ["1"] and len(written) == 3
+    with pytest.raises(TritonizeError, match="tritonize serve"):
+        Server(info.grpc_url, timeout=2)
