@@ -38,3 +38,30 @@ def test_true_fp16_catches_what_onnxruntime_hides_and_mixing_avoids_it():
 def test_activation_ranges_are_fp32_maxima():
     ranges = prec.activation_ranges(overflowing_model(), np.full((1, 4), 2.0, np.float32), "x")
     assert ranges == {"h1": 600.0, "h2": 180000.0, "y": 18.0}
+
+
+def test_fp16_round_trips_between_fp32_nodes_are_removed():
+    """onnxconverter-common casts a blocked node's output to FP16 even when every consumer is blocked
+    too (seen on wide_resnet101_2: 8.6e4 -> inf); those round trips must go."""
+    to16, to32 = TensorProto.FLOAT16, TensorProto.FLOAT
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Cast", ["r"], ["r16"], to=to16, name="down"),
+             helper.make_node("Cast", ["r16"], ["r32"], to=to32, name="up"),
+             helper.make_node("Add", ["r32", "r32"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "trip", [helper.make_tensor_value_info("x", to32, [2])],
+                              [helper.make_tensor_value_info("y", to32, [2])])
+    model = prec.drop_fp16_round_trips(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9))
+    assert [n.name for n in model.graph.node] == ["relu", "add"] and list(model.graph.node[1].input) == ["r", "r"]
+    x = np.array([9e4, 1.0], np.float32)
+    assert np.allclose(prec.run_true_fp16(model, x, "x", "y"), 2 * x)
+
+
+def test_blocked_last_node_keeps_an_fp32_output():
+    """When the node producing the output stays FP32, the output must stay FP32 (keep_io_types)."""
+    model = overflowing_model()
+    x = np.full((1, 4), 30.0, np.float32)  # the output itself (8100) is beyond DATA_MAX: div stays FP32
+    mixed = prec.mixed_fp16(model, x, "x", use_modelopt=False)
+    assert "div" in mixed.fp32_nodes
+    assert mixed.model.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    big = np.full((1, 4), 1e4, np.float32)  # output 9e4: finite only if it never passes through FP16
+    assert np.allclose(prec.run_true_fp16(mixed.model, big, "x", "y"), 9e4)

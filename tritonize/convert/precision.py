@@ -125,7 +125,69 @@ def mixed_fp16(model, range_inputs: np.ndarray, input_name: str, use_modelopt: b
         node_block_list=keep,
         max_finite_val=FP16_MAX,  # the default (1e4) would clip legitimate weights
     )
+    converted = drop_fp16_round_trips(_restore_fp32_outputs(converted))
     return MixedPrecision(converted, "onnxconverter-common " + _version("onnxconverter-common"), keep, total, peak)
+
+
+def _restore_fp32_outputs(model):
+    """keep_io_types is lost when the node producing an output is blocked: onnxconverter-common then
+    ends the graph with Cast(FP32->FP16) and declares the output FP16. Undo that cast."""
+    import onnx
+
+    for output in model.graph.output:
+        if output.type.tensor_type.elem_type != onnx.TensorProto.FLOAT16:
+            continue
+        for node in model.graph.node:
+            if node.op_type == "Cast" and node.output[0] == output.name:
+                node.op_type = "Identity"
+                del node.attribute[:]
+                output.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return model
+
+
+def drop_fp16_round_trips(model):
+    """Remove Cast(FP32->FP16) -> Cast(FP16->FP32) pairs between two FP32 nodes.
+
+    onnxconverter-common wraps every blocked node in casts, also between two blocked neighbours, so
+    the very values that had to stay FP32 would pass through FP16 and overflow on a GPU.
+    """
+    import onnx
+
+    FLOAT, FLOAT16 = onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16
+    inferred = onnx.shape_inference.infer_shapes(model)
+    elem = {v.name: v.type.tensor_type.elem_type for v in (*inferred.graph.value_info, *inferred.graph.input)}
+    outputs = {o.name for o in model.graph.output}
+
+    def cast_to(node, dtype):
+        return node.op_type == "Cast" and any(a.name == "to" and a.i == dtype for a in node.attribute)
+
+    nodes = list(model.graph.node)
+    users: dict[str, list] = {}
+    for node in nodes:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    rename, dropped = {}, set()
+    for down in nodes:
+        if not cast_to(down, FLOAT16) or elem.get(down.input[0]) != FLOAT or down.output[0] in outputs:
+            continue
+        ups = [u for u in users.get(down.output[0], []) if cast_to(u, FLOAT)]
+        for up in ups:
+            if up.output[0] in outputs:  # keep the graph output's name: copy the FP32 value instead
+                up.op_type, up.input[0] = "Identity", down.input[0]
+                del up.attribute[:]
+            else:
+                rename[up.output[0]] = down.input[0]
+                dropped.add(id(up))
+        if len(ups) == len(users.get(down.output[0], [])):
+            dropped.add(id(down))
+    kept = [n for n in nodes if id(n) not in dropped]
+    for node in kept:
+        for i, name in enumerate(node.input):
+            if name in rename:
+                node.input[i] = rename[name]
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model
 
 
 def all_fp16(model):
