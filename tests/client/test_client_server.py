@@ -215,16 +215,35 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path):
     repo = tmp_path / "models"
     shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")  # its own server, onnx only (fast start)
     with contextlib.ExitStack() as stack:
-        info = stack.enter_context(embedded_server(repo))
-        server = stack.enter_context(Server(info.grpc_url, timeout=10))
+        info = stack.enter_context(embedded_server(repo))  # stack.close() stops the server
+        server = Server(info.grpc_url, timeout=10)
         options = PerfOptions(concurrency=(1, 2, 4), requests=5, duration=None, warmup=1)
         with pytest.raises(PerfInterrupted) as caught:
             run_perf(server, ["onnx_model"], options, on_level=lambda level: stack.close() if level.concurrency == 1 else None)
     error = caught.value
-    assert info.grpc_url in str(error) or "concurrency 2" in str(error)
+    assert f"lost the Triton server at {info.grpc_url} during onnx_model at concurrency 2" in str(error)
     assert [level.concurrency for level in error.report.levels] == [1] and error.report.error
     written = write_outputs(error.report, tmp_path / "partial")
     rows = list(csv.DictReader((tmp_path / "partial" / "onnx_model.csv").read_text().splitlines()))
     assert [r["Concurrency"] for r in rows] == ["1"] and len(written) == 3
     with pytest.raises(TritonizeError, match="tritonize serve"):
         Server(info.grpc_url, timeout=2)
+
+
+def test_server_dying_between_batches_keeps_the_logits_received(small_repo, tmp_path):
+    import shutil
+
+    from tritonize.client.images import load_images
+    from tritonize.client.server import PartialResult, Server
+    from tritonize.serve import embedded_server
+
+    repo = tmp_path / "models"
+    shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")
+    with contextlib.ExitStack() as stack:
+        info = stack.enter_context(embedded_server(repo))  # stack.close() stops the server
+        server = Server(info.grpc_url, timeout=10)
+        model = server.model("onnx_model")
+        arrays = load_images([PHOTO], model.preprocess).arrays * 40  # two requests: 32 + 8
+        with pytest.raises(PartialResult, match=f"lost the Triton server at {info.grpc_url}") as caught:
+            server.infer_all(model, arrays, on_batch=lambda logits, seconds: stack.close())
+    assert caught.value.logits.shape == (32, 1000) and np.isfinite(caught.value.logits).all()

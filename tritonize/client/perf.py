@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tritonize.client.server import ModelInfo, Server, short_reason
+from tritonize.client.server import ModelInfo, Server, server_gone, short_reason
 from tritonize.client.stats import latency_summary
 from tritonize.client.text import table
 from tritonize.errors import TritonizeError
@@ -298,7 +298,9 @@ def measure_level(server: Server, info: ModelInfo, transport: _Transport, concur
                                               options.level_time_limit, options.timeout))
         after = server.statistics(info.name)
     except InferenceServerException as e:
-        raise TritonizeError(f"{info.name} at concurrency {concurrency}: {short_reason(e)}") from None
+        if "UNAVAILABLE" in str(e.status()):
+            raise server_gone(server.url, e, f"{info.name} at concurrency {concurrency}") from None
+        raise TritonizeError(f"{info.name} at concurrency {concurrency}: the server refused a request ({short_reason(e)})") from None
     per_request, server_batches, _ = _server_delta(before, after)
     mean = lambda xs: sum(xs) / len(xs) * 1e6 if xs else 0.0
     return LevelResult(

@@ -25,8 +25,9 @@ def short_reason(error: Exception) -> str:
     return re.sub(r"^\[StatusCode\.\w+\]\s*", "", text)
 
 
-def server_gone(url: str, error: Exception) -> TritonizeError:
-    return TritonizeError(f"lost the Triton server at {url} ({short_reason(error)}); is it still running? (`tritonize serve`)")
+def server_gone(url: str, error: Exception, during: str = "") -> TritonizeError:
+    where = f" during {during}" if during else ""
+    return TritonizeError(f"lost the Triton server at {url}{where} ({short_reason(error)}); is it still running? (`tritonize serve`)")
 
 
 @dataclass(frozen=True)
