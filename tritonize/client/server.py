@@ -7,7 +7,7 @@ server itself, so the client works with any repository `tritonize repo build` pr
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -42,7 +42,6 @@ class ModelInfo:
     output_name: str
     output_dims: tuple[int, ...]
     preprocess: Preprocess
-    parameters: dict = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelInfo":
@@ -60,7 +59,6 @@ class ModelInfo:
             output_name=outputs[0]["name"],
             output_dims=tuple(int(d) for d in outputs[0].get("dims", [])),
             preprocess=Preprocess.from_parameters(params, name),
-            parameters=params,
         )
         expected = (3, info.preprocess.crop, info.preprocess.crop)
         if info.preprocess.layout == "NHWC":
