@@ -233,7 +233,7 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path):
 def test_server_dying_between_batches_keeps_the_logits_received(small_repo, tmp_path):
     import shutil
 
-    from tritonize.client.images import load_images
+    from tritonize.images import load_images
     from tritonize.client.server import PartialResult, Server
     from tritonize.serve import embedded_server
 

@@ -9,7 +9,7 @@ import pytest
 from matplotlib import cbook
 from PIL import Image
 
-from tritonize.client.images import BadImage, Preprocess, batches, load_images, load_rgb
+from tritonize.images import BadImage, Preprocess, batches, load_images, load_rgb
 from tritonize.errors import TritonizeError
 
 PHOTO = cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)

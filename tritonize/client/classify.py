@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from tritonize.client.images import DEFAULT_MAX_PIXELS, load_images
+from tritonize.images import DEFAULT_MAX_PIXELS, load_images
 from tritonize.client.server import PartialResult, Server
 from tritonize.client.text import table
 from tritonize.verify import softmax, topk

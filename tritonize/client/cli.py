@@ -8,7 +8,7 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from tritonize.client.images import DEFAULT_MAX_PIXELS
+from tritonize.images import DEFAULT_MAX_PIXELS
 from tritonize.client.server import DEFAULT_URL
 from tritonize.errors import TritonizeError
 

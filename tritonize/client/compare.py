@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from tritonize.client.images import DEFAULT_MAX_PIXELS, load_images
+from tritonize.images import DEFAULT_MAX_PIXELS, load_images
 from tritonize.client.server import Server
 from tritonize.client.stats import latency_summary
 from tritonize.client.text import ms, table

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tritonize.client.images import Preprocess, batches
+from tritonize.images import Preprocess, batches
 from tritonize.errors import TritonizeError
 
 DEFAULT_URL = "localhost:8001"

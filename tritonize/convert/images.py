@@ -1,4 +1,4 @@
-"""Real images -> model inputs, with the preprocessing the manifest records (for calibration and checks)."""
+"""Calibration and held-out images for the precision checks, preprocessed as the manifest records."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from tritonize.errors import TritonizeError
+from tritonize.images import BadImage, Preprocess, load_rgb
 from tritonize.spec import Preprocessing
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
@@ -22,37 +23,12 @@ def image_files(directory: Path) -> list[Path]:
     return files
 
 
-def preprocess(path: Path, pre: Preprocessing) -> np.ndarray:
-    """Decode one image and apply resize (shorter side), center crop, scale and mean/std: a CHW float32 array."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as img:
-            img = img.convert(pre.channel_order)
-            w, h = img.size
-            ratio = pre.resize / min(w, h)
-            size = (max(1, round(w * ratio)), max(1, round(h * ratio)))
-            # PIL filters downscaling with the full kernel, which is what torchvision's antialias=True does.
-            img = img.resize(size, _resample(pre.interpolation))
-            left, top = int(round((size[0] - pre.crop) / 2.0)), int(round((size[1] - pre.crop) / 2.0))
-            img = img.crop((left, top, left + pre.crop, top + pre.crop))
-            pixels = np.asarray(img, dtype=np.float32) * np.float32(pre.scale)
-    except (OSError, UnidentifiedImageError) as e:
-        raise TritonizeError(f"cannot decode image {path}: {e}; remove it from the image folder") from None
-    mean = np.asarray(pre.mean, dtype=np.float32)
-    std = np.asarray(pre.std, dtype=np.float32)
-    return ((pixels - mean) / std).transpose(2, 0, 1).copy()
-
-
 def load_images(files: list[Path], pre: Preprocessing) -> np.ndarray:
-    return np.stack([preprocess(f, pre) for f in files]) if files else np.zeros((0, 3, pre.crop, pre.crop), np.float32)
-
-
-def _resample(name: str):
-    from PIL import Image
-
-    methods = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "lanczos": Image.LANCZOS}
+    """A (N, C, H, W) float32 batch; a file that cannot be decoded is an error (calibration must be clean)."""
+    if not files:
+        return np.zeros((0, 3, pre.crop, pre.crop), np.float32)
+    transform = Preprocess.from_spec(pre)
     try:
-        return methods[name]
-    except KeyError:
-        raise TritonizeError(f"unsupported interpolation {name!r} in the manifest's preprocessing") from None
+        return np.stack([transform(load_rgb(f)) for f in files])
+    except BadImage as e:
+        raise TritonizeError(f"cannot use calibration image {e}; remove it from the image folder") from None

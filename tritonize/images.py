@@ -1,7 +1,9 @@
 """Images in, model inputs out: decoding with Pillow and the preprocessing contract a model carries.
 
-The contract (resize, crop, mean, std, interpolation, ...) comes from the model's config parameters
-on the server, which the repository builder copied from the torchvision weights' own transforms.
+Used by the client (the contract comes from the served model's config parameters, which the
+repository builder copied from the manifest) and by the convert stage's INT8 calibration and
+held-out checks (the contract comes from the manifest: `Preprocess.from_spec`). The contract
+itself is the torchvision weights' own transforms.
 The steps below are the ones torchvision's `ImageClassification` applies to a PIL image (resize
 the shorter side, center crop, scale to [0, 1], normalize), done with Pillow and numpy so the
 client needs no torch.
@@ -52,6 +54,13 @@ class Preprocess:
             raise TritonizeError(f"preprocessing contract has crop {self.crop} and resize {self.resize}; the crop must be positive and not larger than the resize")
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
             raise TritonizeError(f"preprocessing contract needs 3 means and 3 positive stds, got mean={self.mean} std={self.std}")
+
+    @classmethod
+    def from_spec(cls, preprocessing) -> "Preprocess":
+        """From the manifest's record (tritonize.spec.Preprocessing): the same fields."""
+        from dataclasses import asdict
+
+        return cls(**asdict(preprocessing))
 
     @classmethod
     def from_parameters(cls, parameters: Mapping[str, str], model: str = "model") -> "Preprocess":
