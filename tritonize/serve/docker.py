@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
+from tritonize.serve.server import ServerHandle
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def docker_gpu_problem() -> str | None:
     return None
 
 
-class DockerServer:
+class DockerServer(ServerHandle):
     """The NGC container serving `repository` on the given host ports; same life cycle as
     EmbeddedServer (start() -> ServerInfo once ready, stop() ends it: `docker run` forwards the
     SIGTERM to the container, and --rm removes it)."""
@@ -124,8 +125,6 @@ class DockerServer:
         self.requested_ports = (http_port, grpc_port, metrics_port)
         self.model_config_name, self.ready_timeout = model_config_name, ready_timeout
         self.log_path = Path(log_path).resolve() if log_path else None
-        self.server = None
-        self.workdir: Path | None = None
 
     def start(self):
         from tritonize.serve.repository import validate_repository
@@ -150,15 +149,3 @@ class DockerServer:
             self.stop()
             raise
 
-    def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()

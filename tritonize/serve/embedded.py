@@ -34,7 +34,7 @@ from tritonize.serve.repository import (
     has_config_variant,
     validate_repository,
 )
-from tritonize.serve.server import Ports, RunningServer, ServerInfo, choose_ports
+from tritonize.serve.server import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,7 @@ def resolve_config_name(repository: Path, requested: str | None) -> str | None:
     return None
 
 
-class EmbeddedServer:
+class EmbeddedServer(ServerHandle):
     """The bundled tritonserver on one repository. `start()` returns a ServerInfo once the server is
     ready; `stop()` ends the process group (stubs included) and removes the temporary files.
     Also a context manager; `embedded_server()` is the usual way in."""
@@ -155,8 +155,6 @@ class EmbeddedServer:
         self.requested_config_name = model_config_name
         self.ready_timeout = ready_timeout
         self.log_path = Path(log_path).resolve() if log_path else None
-        self.server: RunningServer | None = None
-        self.workdir: Path | None = None
 
     def command(self, binary: Path, backend_dir: Path, ports: Ports, config_name: str | None) -> list[str]:
         host = self.host
@@ -199,18 +197,8 @@ class EmbeddedServer:
             raise
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.stop()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        super().stop()
         atexit.unregister(self.stop)
-
-    def __enter__(self) -> ServerInfo:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -234,3 +235,30 @@ def _signal_group(pgid: int, sig: int) -> bool:
         return False
     except PermissionError:  # only zombies left, owned by init until reaped
         return False
+
+
+class ServerHandle:
+    """The life cycle both engines share: `start()` (the engine's own) sets `server` and a
+    temporary `workdir` and returns a ServerInfo; `stop()` ends the server and removes the
+    workdir; as a context manager, `with Engine(...) as info:`."""
+
+    server: RunningServer | None = None
+    workdir: Path | None = None
+
+    def start(self) -> ServerInfo:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self) -> ServerInfo:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
