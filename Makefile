@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m tritonize.demo
+	$(PY) -m tritonize.pipeline.demo
 
 test: $(STAMP)
 	$(PY) -m pytest -ra

@@ -10,7 +10,6 @@ step runs). Ratios (share of the total time) are what compare across machines.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import markdown_table, save  # noqa: E402
 
+from tritonize.manifest import Manifest  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,15 +29,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "tritonize.cli", "export", "--arch", args.arch, "--weights", "none", "--out", tmp],
+            [sys.executable, "-m", "tritonize.cli", "export", "--arch", args.arch, "--weights", "none", "--artifacts", tmp],
             check=True,
         )
         wall = time.perf_counter() - start
-        manifest = json.loads((Path(tmp) / "manifest.json").read_text())
+        manifest = Manifest.load(Path(tmp))
 
     steps = []  # (artifact, step, seconds, peak MB); build/reference are shared, listed once
     for artifact in ("torchscript", "onnx"):
-        for name, t in manifest["artifacts"][artifact]["timings"].items():
+        for name, t in manifest.artifacts[artifact].details["timings"].items():
             if name in ("build", "reference") and artifact == "onnx":
                 continue
             label = name if name in ("build", "reference") else f"{artifact} {name}"

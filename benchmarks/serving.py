@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, markdown_table, save  # noqa: E402
 
 from tritonize.client.perf import PerfOptions, run_perf  # noqa: E402
-from tritonize.client.server import Server  # noqa: E402
-from tritonize.manifest import load_manifest  # noqa: E402
+from tritonize.client.connection import Connection  # noqa: E402
+from tritonize.manifest import Manifest, Status  # noqa: E402
 from tritonize.repository_builder import RepoOptions, build_repository  # noqa: E402
 from tritonize.repository_builder.config import parse_config  # noqa: E402
-from tritonize.serve import embedded_server  # noqa: E402
+from tritonize.serve.embedded import embedded_server  # noqa: E402
 from tritonize.verify import verification_inputs  # noqa: E402
 
 warnings.filterwarnings("ignore", category=FutureWarning)  # torch.jit.* deprecation notices
@@ -45,14 +45,15 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=40, help="measured requests per figure")
     args = parser.parse_args()
     artifacts = _artifacts(args.arch)
-    manifest = load_manifest(artifacts)
-    models = ["onnx_model", "torch_model"] + (["trt_model"] if _plan_built(manifest) else [])
+    manifest = Manifest.load(artifacts)
+    models = ["onnx_model", "torch_model"] + (["trt_model"] if manifest.plan and manifest.plan.status is Status.built else [])
     threads = len(os.sched_getaffinity(0))  # what the backends give a model with one instance
     work = RESULTS / f"work-{args.arch}"
 
-    on = build_repository(artifacts, work / "batching_on", RepoOptions(
+    on, off = work / "batching_on", work / "batching_off"
+    build_repository(artifacts, on, RepoOptions(
         kind="cpu", queue_delay_us=BATCHING_QUEUE_DELAY_US, max_batch=max(32, args.batch), force=True))
-    off = build_repository(artifacts, work / "batching_off", RepoOptions(kind="cpu", max_batch=max(32, args.batch), force=True))
+    build_repository(artifacts, off, RepoOptions(kind="cpu", max_batch=max(32, args.batch), force=True))
     for model in models:
         _without_dynamic_batching(off / model / "configs" / "cpu.pbtxt")
 
@@ -62,15 +63,15 @@ def main() -> None:
         print(f"\n## {model}", flush=True)
         # In-process before and after the served run: the mean cancels slow drift of the machine.
         before = _in_process_throughput(model, artifacts, manifest, inputs[: args.batch], args.requests, threads)
-        with embedded_server(on) as server, Server(server.grpc_url, 120) as client:
+        with embedded_server(on) as server, Connection(server.grpc_url, 120) as client:
             served = run_perf(client, [model], PerfOptions(concurrency=(1, 2), batch=args.batch, requests=args.requests,
                                                            duration=None, warmup=3, shared_memory="system"))
         after = _in_process_throughput(model, artifacts, manifest, inputs[: args.batch], args.requests, threads)
         inproc = (before + after) / 2
-        with embedded_server(on) as server, Server(server.grpc_url, 120) as client:
+        with embedded_server(on) as server, Connection(server.grpc_url, 120) as client:
             batched = run_perf(client, [model], PerfOptions(concurrency=(8,), batch=1, requests=args.requests * 2,
                                                             duration=None, warmup=2))
-        with embedded_server(off) as server, Server(server.grpc_url, 120) as client:
+        with embedded_server(off) as server, Connection(server.grpc_url, 120) as client:
             unbatched = run_perf(client, [model], PerfOptions(concurrency=(8,), batch=1, requests=args.requests * 2,
                                                               duration=None, warmup=2))
         grpc_levels = [r for r in served.levels]
@@ -106,17 +107,13 @@ def _artifacts(arch: str) -> Path:
     artifacts = RESULTS / f"artifacts-{arch}"
     if not (artifacts / "manifest.json").is_file():
         subprocess.run([sys.executable, "-m", "tritonize.cli", "export", "--arch", arch, "--weights", "none",
-                        "--out", str(artifacts)], check=True)
+                        "--artifacts", str(artifacts)], check=True)
     return artifacts
 
 
-def _plan_built(manifest: dict) -> bool:
-    return manifest.get("artifacts", {}).get("tensorrt", {}).get("status") == "built"
-
-
-def _shape_and_norm(manifest: dict):
-    model = manifest["model"]
-    return model["input_shape"], 64, model["preprocessing"]["mean"], model["preprocessing"]["std"]
+def _shape_and_norm(manifest: Manifest):
+    spec = manifest.spec
+    return spec.input_shape, 64, spec.preprocessing.mean, spec.preprocessing.std
 
 
 def _without_dynamic_batching(config_path: Path) -> None:
@@ -127,21 +124,20 @@ def _without_dynamic_batching(config_path: Path) -> None:
     config_path.write_text(text_format.MessageToString(config))
 
 
-def _in_process_throughput(model: str, artifacts: Path, manifest: dict, batch: np.ndarray, requests: int, threads: int) -> float:
+def _in_process_throughput(model: str, artifacts: Path, manifest: Manifest, batch: np.ndarray, requests: int, threads: int) -> float:
     """Images per second of the same artifact run in this process, as the backend runs it."""
-    entries = manifest["artifacts"]
     if model == "onnx_model":
         import onnxruntime as ort
 
         options = ort.SessionOptions()
         options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        session = ort.InferenceSession(str(artifacts / entries["onnx"]["file"]), options, providers=["CPUExecutionProvider"])
-        run = lambda: session.run(None, {entries["onnx"]["input_name"]: batch})
+        session = ort.InferenceSession(str(manifest.path(manifest.onnx)), options, providers=["CPUExecutionProvider"])
+        run = lambda: session.run(None, {manifest.onnx.input_name: batch})
     elif model == "torch_model":
         import torch
 
         torch.set_num_threads(threads)
-        module = torch.jit.load(str(artifacts / entries["torchscript"]["file"])).eval()
+        module = torch.jit.load(str(manifest.path(manifest.torchscript))).eval()
         tensor = torch.from_numpy(batch)
 
         def run():

@@ -11,6 +11,30 @@ from typer.testing import CliRunner
 SMALL_ARCH = "resnet18"
 
 
+def plan_entry(status: str = "built", *, profile=None, tensorrt_version: str | None = "8.6.3.1",
+               triton_release: str = "24.04", version_compatible: bool = False, **fields):
+    """A TensorRT plan entry as the convert stage records one. No plan file goes with it: none can be
+    built on this machine, and a fake one must never be written."""
+    from tritonize.manifest import FileRef, Plan, PlanOptions, Profile, Status, Target
+
+    return Plan(
+        status=Status(status), precision="fp16", profile=Profile(**(profile or {"min": 1, "opt": 16, "max": 32})),
+        input_name="input", output_name="output", onnx=FileRef("model_fp16.onnx", "0" * 64),
+        target=Target(triton_release, f"nvcr.io/nvidia/tritonserver:{triton_release}-py3", tensorrt_version),
+        options=PlanOptions(workspace_mib=4096, timing_cache="timing.cache", version_compatible=version_compatible),
+        reproducer="convert.sh", gpu_command="tritonize convert trt", created="2026-01-01T00:00:00+00:00",
+        file="model.plan" if status == "built" else None,
+        tensorrt_version=tensorrt_version if status == "built" else None, **fields,
+    )
+
+
+def record(artifacts, key: str, entry) -> None:
+    """Record an entry in the manifest of `artifacts`, as a stage would."""
+    from tritonize.manifest import Manifest
+
+    Manifest.load(artifacts).record(key, entry)
+
+
 def run_cli(*args: str):
     """Drive the real `tritonize` app; returns click's Result (exit_code, output, stderr)."""
     from tritonize.cli import app
@@ -25,7 +49,7 @@ def small_artifacts(tmp_path_factory) -> Path:
     Shared by the whole session: tests that change files must work on a copy (`artifacts_copy`).
     """
     out = tmp_path_factory.mktemp("small_artifacts")
-    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--out", out)
+    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", out)
     assert result.exit_code == 0, result.output
     return out
 
@@ -46,14 +70,16 @@ def small_repo(small_artifacts, tmp_path_factory) -> Path:
     """
     from tritonize.repository_builder import RepoOptions, build_repository
 
-    return build_repository(small_artifacts, tmp_path_factory.mktemp("small_repo") / "models", RepoOptions(kind="cpu"))
+    repo = tmp_path_factory.mktemp("small_repo") / "models"
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu"))
+    return repo
 
 
 @pytest.fixture(scope="session")
 def small_server(small_repo):
     """The real embedded Triton server (bundled tritonserver + Python-based backends) on `small_repo`,
     on free ports; yields tritonize.serve.ServerInfo. Stopped (stubs included) at session end."""
-    from tritonize.serve import embedded_server
+    from tritonize.serve.embedded import embedded_server
 
     with embedded_server(small_repo) as info:
         yield info

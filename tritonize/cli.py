@@ -29,7 +29,7 @@ app = typer.Typer(
 
 
 def _mount() -> None:
-    from tritonize.pipeline_cli import build_command
+    from tritonize.pipeline.cli import build_command
     from tritonize.client.cli import app as client_app
     from tritonize.convert.cli import app as convert_app
     from tritonize.export.cli import export_command

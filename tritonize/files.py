@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+from tritonize.errors import TritonizeError
+
 
 @contextlib.contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
@@ -51,10 +53,8 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def ensure_writable_dir(path: Path) -> Path:
-    """Create `path` if needed and prove we can write there, with a clear error otherwise."""
-    from tritonize.errors import TritonizeError
-
+def ensure_writable_dir(path: Path, option: str) -> Path:
+    """Create `path` if needed and prove we can write there; the error names the `option` to change."""
     path = Path(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -63,6 +63,6 @@ def ensure_writable_dir(path: Path) -> Path:
         probe.unlink()
     except OSError as e:
         raise TritonizeError(
-            f"cannot write to output directory {path}: {e.strerror or e}; choose another with --out"
+            f"cannot write to output directory {path}: {e.strerror or e}; choose another with {option}"
         ) from None
     return path

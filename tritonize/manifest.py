@@ -1,69 +1,318 @@
-"""The artifact manifest: the one file through which the stages talk.
+"""The artifact manifest: the one file through which the stages talk, and its schema.
 
-`<artifacts>/manifest.json` holds
-  - "model":     the ModelSpec (arch, weights, tensor names, input shape, preprocessing, labels);
-  - "artifacts": one entry per artifact key ("torchscript", "onnx", "onnx_fp16", "onnx_int8",
-                 "tensorrt", ...) with at least "file", "status", and what the stage measured
-                 (size, sha256, tool versions, verification figures, timings).
-Each stage reads what it needs from here and records what it did with `record_artifact`.
+`<artifacts>/manifest.json` holds the model spec and one entry per artifact:
+
+    key           entry type         written by                      read by
+    torchscript   ExportedArtifact   export                          convert (torch-tensorrt), repo build/check
+    onnx          ExportedArtifact   export                          convert, repo build/check
+    onnx_fp16     PrecisionVariant   convert (--precision fp16)      convert (up-to-date check)
+    onnx_int8     PrecisionVariant   convert (--precision int8)      convert (up-to-date check)
+    tensorrt      Plan               convert                         repo build/check
+
+Every reader goes through `Manifest.load(dir)` and the typed entries below; nothing else indexes
+the JSON. The fields other stages read are typed; what a stage measured for people (timings,
+tool versions, per-node notes) travels in each entry's `details` and is written at the entry's
+top level, so the file stays flat and readable.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
+from enum import Enum
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, sha256_file
+from tritonize.spec import ModelSpec
+from tritonize.verify import VerificationReport
 
 MANIFEST_NAME = "manifest.json"
 SCHEMA_VERSION = 1
 
 
+class Status(str, Enum):
+    """What an entry's artifact is worth, as the stage that wrote it judged."""
+
+    verified = "verified"  # checked against its reference within tolerance
+    unverified_synthetic_calibration = "unverified_synthetic_calibration"  # INT8 calibrated on noise
+    waiting_for_gpu = "waiting_for_gpu"  # a plan that only a GPU box can build (reproducer written)
+    built = "built"  # a TensorRT plan built and verified
+    failed = "failed"  # a build that did not produce a usable artifact
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The one optimization profile on the batch axis of a TensorRT plan."""
+
+    min: int = 1
+    opt: int = 16
+    max: int = 32
+
+    def __post_init__(self):
+        if self.min < 1:
+            raise TritonizeError(f"--min must be >= 1, got {self.min}")
+        if not self.min <= self.opt <= self.max:
+            raise TritonizeError(
+                f"batch profile must satisfy min <= opt <= max, got --min {self.min} --opt {self.opt} --max {self.max}"
+            )
+
+    def to_dict(self) -> dict:
+        return {"min": self.min, "opt": self.opt, "max": self.max}
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file (relative to the artifacts directory) and the sha256 it had when it was used."""
+
+    file: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """The Triton release a plan is built for."""
+
+    triton_release: str
+    image: str
+    tensorrt: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Builder settings that change the engine (besides profile and precision)."""
+
+    workspace_mib: int
+    timing_cache: str
+    opt_level: int = 3
+    version_compatible: bool = False
+    hardware_compatibility: str = "none"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Fields every artifact entry has; subclasses add what other stages read."""
+
+    status: Status
+    details: Mapping[str, Any] = field(default_factory=dict, kw_only=True)  # figures for people, not for stages
+
+    _nested: ClassVar[dict[str, Any]] = {}  # field name -> type with from_dict/to_dict, or a dataclass
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "details":
+                continue
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = _plain(value)
+        return {**out, **{k: _plain(v) for k, v in self.details.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Entry":
+        known = {f.name for f in fields(cls)} - {"details"}
+        values: dict[str, Any] = {}
+        for name in known & set(data):
+            value = data[name]
+            kind = cls._nested.get(name)
+            if value is not None and kind is not None:
+                value = kind.from_dict(value) if hasattr(kind, "from_dict") else kind(**value)
+            values[name] = value
+        try:
+            values["status"] = Status(values["status"])
+        except (KeyError, ValueError):
+            raise TritonizeError(f"manifest entry has an unknown status {data.get('status')!r}; re-run the stage that writes it") from None
+        try:
+            return cls(**values, details={k: v for k, v in data.items() if k not in known})
+        except TypeError as e:
+            raise TritonizeError(f"manifest entry is incomplete ({e}); re-run the stage that writes it") from None
+
+    def with_details(self, **details) -> "Entry":
+        return replace(self, details={**self.details, **details})
+
+
+@dataclass(frozen=True)
+class ExportedArtifact(Entry):
+    """`torchscript` / `onnx`: an export of the model, verified against PyTorch eager."""
+
+    format: str  # "torchscript" | "onnx"
+    file: str
+    size_bytes: int
+    sha256: str
+    input_name: str
+    output_name: str
+    verification: VerificationReport
+    options: Mapping[str, Any]  # what, besides the spec, decided the content (export's up-to-date check)
+    created: str
+
+    _nested: ClassVar[dict[str, Any]] = {"verification": VerificationReport}
+
+
+@dataclass(frozen=True)
+class PrecisionVariant(Entry):
+    """`onnx_fp16` / `onnx_int8`: the FP32 ONNX with its precision in the graph, verified on the CPU."""
+
+    precision: str  # "fp16" | "int8"
+    file: str
+    size_bytes: int
+    sha256: str
+    input_name: str
+    output_name: str
+    verification: VerificationReport
+    source: FileRef  # the FP32 ONNX it was made from
+    inputs: Mapping[str, Any]  # what the calibration / range data were (convert's up-to-date check)
+    created: str
+
+    _nested: ClassVar[dict[str, Any]] = {"verification": VerificationReport, "source": FileRef}
+
+
+@dataclass(frozen=True)
+class Plan(Entry):
+    """`tensorrt`: the TensorRT engine, built (file, version, verification) or waiting for a GPU box."""
+
+    precision: str
+    profile: Profile
+    input_name: str
+    output_name: str
+    onnx: FileRef  # the precision-prepared ONNX the engine is (to be) built from
+    target: Target
+    options: PlanOptions
+    reproducer: str
+    gpu_command: str
+    created: str
+    builder: str | None = None
+    # only once built:
+    file: str | None = None
+    size_bytes: int | None = None
+    sha256: str | None = None
+    tensorrt_version: str | None = None
+    verification: VerificationReport | None = None
+    error: str | None = None  # why a build failed
+
+    _nested: ClassVar[dict[str, Any]] = {
+        "profile": Profile, "onnx": FileRef, "target": Target, "options": PlanOptions, "verification": VerificationReport,
+    }
+
+
+ENTRY_TYPES: dict[str, type[Entry]] = {
+    "torchscript": ExportedArtifact,
+    "onnx": ExportedArtifact,
+    "onnx_fp16": PrecisionVariant,
+    "onnx_int8": PrecisionVariant,
+    "tensorrt": Plan,
+}
+
+
+@dataclass
+class Manifest:
+    """The manifest of one artifacts directory. `load` reads it (or fails with the stage to run);
+    `record` adds an entry and saves atomically."""
+
+    directory: Path
+    model: ModelSpec | None = None
+    artifacts: dict[str, Entry] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, directory: Path) -> "Manifest":
+        """The manifest of `directory`, or a TritonizeError naming the command that creates it."""
+        path = manifest_path(directory)
+        if not path.is_file():
+            raise TritonizeError(f"no manifest at {path}: run `tritonize export --artifacts {Path(directory)}` first")
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise TritonizeError(f"cannot read manifest {path}: {e}; re-run `tritonize export --force`") from None
+        if not isinstance(data, dict) or "model" not in data:
+            raise TritonizeError(f"{path} is not a tritonize manifest; re-run `tritonize export --force`")
+        return cls.from_dict(Path(directory), data)
+
+    @classmethod
+    def load_or_empty(cls, directory: Path) -> "Manifest":
+        return cls.load(directory) if manifest_path(directory).exists() else cls(Path(directory))
+
+    @classmethod
+    def from_dict(cls, directory: Path, data: Mapping[str, Any]) -> "Manifest":
+        found = data.get("schema_version", SCHEMA_VERSION)
+        if found != SCHEMA_VERSION:
+            raise TritonizeError(
+                f"{manifest_path(directory)} has schema version {found}, this tritonize reads version {SCHEMA_VERSION}: "
+                "re-run `tritonize export --force` to rewrite it, or use the tritonize that wrote it"
+            )
+        artifacts = {}
+        for key, entry in (data.get("artifacts") or {}).items():
+            kind = ENTRY_TYPES.get(key)
+            if kind is None:
+                raise TritonizeError(f"{manifest_path(directory)} has an artifact {key!r} this tritonize does not know")
+            try:
+                artifacts[key] = kind.from_dict(entry)
+            except TritonizeError as e:
+                raise TritonizeError(f"{manifest_path(directory)}, artifact {key!r}: {e}") from None
+        model = ModelSpec.from_dict(data["model"]) if data.get("model") else None
+        return cls(Path(directory), model, artifacts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "model": self.model.to_dict() if self.model else None,
+            "artifacts": {key: entry.to_dict() for key, entry in self.artifacts.items()},
+        }
+
+    def save(self) -> Path:
+        """Write atomically (temporary file, then rename)."""
+        data = {**self.to_dict(), "updated": now_iso()}
+        path = manifest_path(self.directory)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(data, indent=2) + "\n")
+        return path
+
+    def record(self, key: str, entry: Entry) -> None:
+        """Add or replace one entry and save."""
+        if not isinstance(entry, ENTRY_TYPES[key]):
+            raise TypeError(f"manifest key {key!r} takes a {ENTRY_TYPES[key].__name__}, not a {type(entry).__name__}")
+        self.artifacts[key] = entry
+        self.save()
+
+    def sha256(self) -> str:
+        """The hash of the manifest file as saved (the repository records which manifest it came from)."""
+        return sha256_file(manifest_path(self.directory))
+
+    @property
+    def spec(self) -> ModelSpec:
+        if self.model is None:
+            raise TritonizeError(f"{manifest_path(self.directory)} describes no model: run `tritonize export` first")
+        return self.model
+
+    # -- typed readers ---------------------------------------------------------------------------
+    @property
+    def torchscript(self) -> ExportedArtifact | None:
+        return self.artifacts.get("torchscript")  # type: ignore[return-value]
+
+    @property
+    def onnx(self) -> ExportedArtifact | None:
+        return self.artifacts.get("onnx")  # type: ignore[return-value]
+
+    @property
+    def plan(self) -> Plan | None:
+        return self.artifacts.get("tensorrt")  # type: ignore[return-value]
+
+    def variant(self, precision: str) -> PrecisionVariant | None:
+        return self.artifacts.get(variant_key(precision))  # type: ignore[return-value]
+
+    def path(self, entry: Entry) -> Path:
+        """Where an entry's file is."""
+        return self.directory / entry.file  # type: ignore[attr-defined]
+
+
+def variant_key(precision: str) -> str:
+    return f"onnx_{precision}"
+
+
 def manifest_path(artifacts_dir: Path) -> Path:
     return Path(artifacts_dir) / MANIFEST_NAME
-
-
-def load_manifest(artifacts_dir: Path) -> dict[str, Any]:
-    """Read the manifest, or fail with a line telling the user which stage creates it."""
-    path = manifest_path(artifacts_dir)
-    if not path.is_file():
-        raise TritonizeError(
-            f"no manifest at {path}: run `tritonize export --out {Path(artifacts_dir)}` first"
-        )
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise TritonizeError(f"cannot read manifest {path}: {e}; re-run `tritonize export --force`") from None
-    if not isinstance(data, dict) or "model" not in data:
-        raise TritonizeError(f"{path} is not a tritonize manifest; re-run `tritonize export --force`")
-    return data
-
-
-def load_manifest_or_empty(artifacts_dir: Path) -> dict[str, Any]:
-    path = manifest_path(artifacts_dir)
-    return load_manifest(artifacts_dir) if path.exists() else {}
-
-
-def save_manifest(artifacts_dir: Path, data: dict[str, Any]) -> Path:
-    """Write the manifest atomically (temporary file, then rename)."""
-    data = {"schema_version": SCHEMA_VERSION, **data}
-    data["updated"] = now_iso()
-    path = manifest_path(artifacts_dir)
-    with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    return path
-
-
-def record_artifact(artifacts_dir: Path, key: str, entry: dict[str, Any], model: dict | None = None) -> None:
-    """Add or replace one artifact entry (and optionally the model spec) in the manifest."""
-    data = load_manifest_or_empty(artifacts_dir)
-    if model is not None:
-        data["model"] = model
-    data.setdefault("artifacts", {})[key] = entry
-    save_manifest(artifacts_dir, data)
 
 
 def file_facts(path: Path) -> dict[str, Any]:
@@ -72,18 +321,12 @@ def file_facts(path: Path) -> dict[str, Any]:
     return {"file": path.name, "size_bytes": path.stat().st_size, "sha256": sha256_file(path)}
 
 
-def manifest_sha256(artifacts_dir: Path) -> str:
-    return sha256_file(manifest_path(artifacts_dir))
-
-
 def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
 
 
 def tool_versions(*names: str) -> dict[str, str]:
     """Installed versions of the named distributions (missing ones are left out)."""
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {}
     for name in names:
         try:
@@ -92,3 +335,17 @@ def tool_versions(*names: str) -> dict[str, str]:
             pass
     return found
 
+
+def _plain(value: Any) -> Any:
+    """JSON-shaped values: enums by value, dataclasses by their dict."""
+    if isinstance(value, Enum):
+        return value.value
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    if hasattr(value, "__dataclass_fields__"):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -2,7 +2,7 @@
 
 It resolves the user's `--arch` / `--weights` against torchvision, builds the torch module, and
 carries what every later stage needs (tensor names, input shape, preprocessing, labels) into the
-manifest. Later stages read `ModelSpec.from_dict(manifest["model"])`; they never re-derive it.
+manifest. Later stages read it back from the manifest (`Manifest.load(dir).spec`); they never re-derive it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonize.errors import TritonizeError
+from tritonize.preprocessing import Preprocessing
 
 DEFAULT_ARCH = "wide_resnet101_2"
 # Names the artifacts use. TorchScript gets Triton's libtorch `<name>__<index>` convention.
@@ -21,21 +22,6 @@ OUTPUT_NAME = "output"
 TORCHSCRIPT_INPUT_NAME = "input__0"
 TORCHSCRIPT_OUTPUT_NAME = "output__0"
 RANDOM_INIT_SEED = 0
-
-
-@dataclass(frozen=True)
-class Preprocessing:
-    """How an image becomes the model's input; taken from the torchvision weights' transforms."""
-
-    resize: int  # shorter side is resized to this
-    crop: int  # then center-cropped to crop x crop
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-    interpolation: str  # "bilinear", "bicubic", ... (PIL / torchvision names)
-    antialias: bool = True
-    channel_order: str = "RGB"
-    layout: str = "NCHW"
-    scale: float = 1 / 255  # pixel values are scaled to [0, 1] before mean/std
 
 
 @dataclass(frozen=True)
@@ -65,12 +51,11 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ModelSpec":
         data = dict(data)
-        pre = dict(data.pop("preprocessing"))
-        pre["mean"], pre["std"] = tuple(pre["mean"]), tuple(pre["std"])
+        pre = Preprocessing.from_dict(data.pop("preprocessing"))
         for key in ("labels", "input_shape", "notes"):
             if key in data:
                 data[key] = tuple(data[key])
-        return cls(preprocessing=Preprocessing(**pre), **data)
+        return cls(preprocessing=pre, **data)
 
 
 def classification_archs() -> list[str]:

@@ -8,7 +8,7 @@ meaningless across them, so errors are judged relative to the reference's output
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -38,6 +38,61 @@ class Comparison:
 
     def to_dict(self) -> dict:
         return {k: (round(v, 9) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Comparison":
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class VerificationReport:
+    """The checks of one artifact at several batch sizes, as the manifest records them."""
+
+    tolerance: Tolerance
+    batches: Mapping[str, Comparison]  # batch size (as a string, JSON keys) -> comparison with the reference
+    invariance_rel_to_scale: float  # worst difference of a sample's outputs between batch sizes
+    invariance_passed: bool
+    worst_rel_to_scale: float
+    top1_agreement: float  # the worst batch's
+    top5_overlap: float
+    passed: bool
+    inputs: str | None = None  # what the inputs were, when not the default synthetic set
+
+    def to_dict(self) -> dict:
+        data = {
+            "tolerance": asdict(self.tolerance),
+            "batches": {b: c.to_dict() for b, c in self.batches.items()},
+            "batch_invariance": {"max_rel_to_scale": self.invariance_rel_to_scale, "passed": self.invariance_passed},
+            "worst_rel_to_scale": self.worst_rel_to_scale,
+            "top1_agreement": self.top1_agreement,
+            "top5_overlap": self.top5_overlap,
+            "passed": self.passed,
+        }
+        if self.inputs is not None:
+            data["inputs"] = self.inputs
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "VerificationReport":
+        invariance = data["batch_invariance"]
+        return cls(
+            tolerance=Tolerance(**data["tolerance"]),
+            batches={b: Comparison.from_dict(c) for b, c in data["batches"].items()},
+            invariance_rel_to_scale=invariance["max_rel_to_scale"],
+            invariance_passed=invariance["passed"],
+            worst_rel_to_scale=data["worst_rel_to_scale"],
+            top1_agreement=data["top1_agreement"],
+            top5_overlap=data["top5_overlap"],
+            passed=data["passed"],
+            inputs=data.get("inputs"),
+        )
+
+    def summary(self) -> str:
+        """One line for the console."""
+        return (
+            f"rel err {self.worst_rel_to_scale:.1e} of scale, top-1 {self.top1_agreement:.0%}, "
+            f"top-5 {self.top5_overlap:.0%}, batch-invariant {'yes' if self.invariance_passed else 'NO'}"
+        )
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -101,34 +156,28 @@ def verify_runner(
     reference: np.ndarray,
     tol: Tolerance = FP32,
     batches: Sequence[int] | None = None,
-) -> dict:
+    described: str | None = None,
+) -> VerificationReport:
     """Run `run` at each batch size on inputs[:b] and compare with reference[:b].
 
     Also checks batch invariance: a sample's outputs must not depend on the batch it is in
     (the smaller batches are compared with the same samples inside the largest one).
-    Returns the report stored in the manifest; report["passed"] says whether all checks held.
+    `described` says what the inputs are when they are not the default synthetic set.
     """
     batches = list(batches or verification_batches(len(inputs)))
     outputs = {b: np.asarray(run(inputs[:b])) for b in batches}
     per_batch = {b: compare(reference[:b], outputs[b], tol) for b in batches}
     largest = max(batches)
     invariance = [compare(outputs[largest][:b], outputs[b], tol) for b in batches if b != largest]
-    inv_rel = max((c.rel_to_scale for c in invariance), default=0.0)
     inv_ok = all(c.passed for c in invariance)
-    return {
-        "tolerance": asdict(tol),
-        "batches": {str(b): c.to_dict() for b, c in per_batch.items()},
-        "batch_invariance": {"max_rel_to_scale": inv_rel, "passed": inv_ok},
-        "worst_rel_to_scale": max(c.rel_to_scale for c in per_batch.values()),
-        "top1_agreement": min(c.top1_agreement for c in per_batch.values()),
-        "top5_overlap": min(c.top5_overlap for c in per_batch.values()),
-        "passed": inv_ok and all(c.passed for c in per_batch.values()),
-    }
-
-
-def summarize(report: dict) -> str:
-    """One line for the console."""
-    return (
-        f"rel err {report['worst_rel_to_scale']:.1e} of scale, top-1 {report['top1_agreement']:.0%}, "
-        f"top-5 {report['top5_overlap']:.0%}, batch-invariant {'yes' if report['batch_invariance']['passed'] else 'NO'}"
+    return VerificationReport(
+        tolerance=tol,
+        batches={str(b): c for b, c in per_batch.items()},
+        invariance_rel_to_scale=max((c.rel_to_scale for c in invariance), default=0.0),
+        invariance_passed=inv_ok,
+        worst_rel_to_scale=max(c.rel_to_scale for c in per_batch.values()),
+        top1_agreement=min(c.top1_agreement for c in per_batch.values()),
+        top5_overlap=min(c.top5_overlap for c in per_batch.values()),
+        passed=inv_ok and all(c.passed for c in per_batch.values()),
+        inputs=described,
     )

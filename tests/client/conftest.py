@@ -27,7 +27,7 @@ def other_weights_artifacts(tmp_path_factory) -> Path:
     checkpoint = root / "resnet18_seed1234.pt"
     torch.save(torchvision.models.resnet18(weights=None).state_dict(), checkpoint)
     out = root / "artifacts"
-    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", checkpoint, "--format", "torchscript", "--out", out)
+    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", checkpoint, "--format", "torchscript", "--artifacts", out)
     assert result.exit_code == 0, result.output
     return out
 
@@ -36,10 +36,11 @@ def other_weights_artifacts(tmp_path_factory) -> Path:
 def disagreeing_server(small_repo, other_weights_artifacts, tmp_path_factory):
     """onnx_model from the session's weights, torch_model from other weights: a real disagreement."""
     from tritonize.repository_builder import RepoOptions, build_repository
-    from tritonize.serve import embedded_server
+    from tritonize.serve.embedded import embedded_server
 
     root = tmp_path_factory.mktemp("disagreeing")
-    other = build_repository(other_weights_artifacts, root / "other", RepoOptions(kind="cpu", models=("torch_model",)))
+    other = root / "other"
+    build_repository(other_weights_artifacts, other, RepoOptions(kind="cpu", models=("torch_model",)))
     merged = root / "models"
     merged.mkdir()
     shutil.copytree(small_repo / "onnx_model", merged / "onnx_model")

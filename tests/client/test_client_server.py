@@ -82,10 +82,10 @@ def test_classify_json_every_mode_and_bad_files(small_server, tmp_path):
 
 def test_requests_respect_max_batch_size(small_server, tmp_path):
     from tritonize.client.classify import classify
-    from tritonize.client.server import Server
+    from tritonize.client.connection import Connection
 
     paths = [PHOTO] * 40
-    with Server(small_server.grpc_url) as server:
+    with Connection(small_server.grpc_url) as server:
         before = server.statistics("onnx_model")
         report = classify(server, "onnx_model", paths, top_k=1)
         after = server.statistics("onnx_model")
@@ -168,9 +168,9 @@ def test_perf_with_system_shared_memory_reports_what_it_saves(small_server, tmp_
     savings = report["shared_memory_savings"]["onnx_model"]
     assert savings["bytes_saved_per_request"] == 2 * 3 * 224 * 224 * 4 + 2 * 1000 * 4
     assert savings["grpc"]["client_us"] > 0 and savings["system_shared_memory"]["client_us"] > 0
-    from tritonize.client.server import Server
+    from tritonize.client.connection import Connection
 
-    with Server(small_server.grpc_url) as server:  # every region was unregistered afterwards
+    with Connection(small_server.grpc_url) as server:  # every region was unregistered afterwards
         assert server.client.get_system_shared_memory_status(as_json=True).get("regions", {}) == {}
 
 
@@ -209,14 +209,14 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path):
     import shutil
 
     from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
-    from tritonize.client.server import Server
-    from tritonize.serve import embedded_server
+    from tritonize.client.connection import Connection
+    from tritonize.serve.embedded import embedded_server
 
     repo = tmp_path / "models"
     shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")  # its own server, onnx only (fast start)
     with contextlib.ExitStack() as stack:
         info = stack.enter_context(embedded_server(repo))  # stack.close() stops the server
-        server = Server(info.grpc_url, timeout=10)
+        server = Connection(info.grpc_url, timeout=10)
         options = PerfOptions(concurrency=(1, 2, 4), requests=5, duration=None, warmup=1)
         with pytest.raises(PerfInterrupted) as caught:
             run_perf(server, ["onnx_model"], options, on_level=lambda level: stack.close() if level.concurrency == 1 else None)
@@ -227,21 +227,21 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path):
     rows = list(csv.DictReader((tmp_path / "partial" / "onnx_model.csv").read_text().splitlines()))
     assert [r["Concurrency"] for r in rows] == ["1"] and len(written) == 3
     with pytest.raises(TritonizeError, match="tritonize serve"):
-        Server(info.grpc_url, timeout=2)
+        Connection(info.grpc_url, timeout=2)
 
 
 def test_server_dying_between_batches_keeps_the_logits_received(small_repo, tmp_path):
     import shutil
 
     from tritonize.images import load_images
-    from tritonize.client.server import PartialResult, Server
-    from tritonize.serve import embedded_server
+    from tritonize.client.connection import PartialResult, Connection
+    from tritonize.serve.embedded import embedded_server
 
     repo = tmp_path / "models"
     shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")
     with contextlib.ExitStack() as stack:
         info = stack.enter_context(embedded_server(repo))  # stack.close() stops the server
-        server = Server(info.grpc_url, timeout=10)
+        server = Connection(info.grpc_url, timeout=10)
         model = server.model("onnx_model")
         arrays = load_images([PHOTO], model.preprocess).arrays * 40  # two requests: 32 + 8
         with pytest.raises(PartialResult, match=f"lost the Triton server at {info.grpc_url}") as caught:

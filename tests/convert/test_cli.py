@@ -30,19 +30,19 @@ def manifest(path):
     (["--onnx", "/nonexistent/model.onnx"], "does not exist"),
 ])
 def test_bad_options_fail_with_one_line(small_artifacts, args, message):
-    result = run_cli("convert", "trt", "--out", small_artifacts, "--dry-run", *args)
+    result = run_cli("convert", "trt", "--artifacts", small_artifacts, "--dry-run", *args)
     assert result.exit_code != 0
     assert message in result.output
     assert "Traceback" not in result.output
 
 
 def test_missing_manifest(tmp_path):
-    result = run_cli("convert", "trt", "--out", tmp_path, "--dry-run")
+    result = run_cli("convert", "trt", "--artifacts", tmp_path, "--dry-run")
     assert result.exit_code != 0 and "tritonize export" in result.output
 
 
 def test_int8_calib_dir_without_images(small_artifacts, tmp_path):
-    result = run_cli("convert", "trt", "--out", small_artifacts, "--dry-run", "--precision", "int8", "--calib-images", tmp_path)
+    result = run_cli("convert", "trt", "--artifacts", small_artifacts, "--dry-run", "--precision", "int8", "--calib-images", tmp_path)
     assert result.exit_code != 0 and "no images in" in result.output
 
 
@@ -52,7 +52,7 @@ def fp16_dry_run(small_artifacts, photo_dir, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("fp16") / "art"
     shutil.copytree(small_artifacts, out)
-    result = run_cli("convert", "trt", "--min", "1", "--opt", "16", "--max", "32", "--dry-run", "--out", out,
+    result = run_cli("convert", "trt", "--min", "1", "--opt", "16", "--max", "32", "--dry-run", "--artifacts", out,
                      "--calib-images", photo_dir, "--calib-count", "10", "--triton-release", "24.04")
     return out, result
 
@@ -113,7 +113,7 @@ def test_reproducer_runs_with_stand_in_trtexec(fp16_dry_run, standin_trtexec, tm
 
 
 def test_without_dry_run_exits_nonzero_naming_the_gpu_command(artifacts_copy):
-    result = run_cli("convert", "trt", "--out", artifacts_copy, "--precision", "fp32")
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32")
     assert result.exit_code == 3
     line = [l for l in result.output.splitlines() if l.startswith("error:")]
     assert len(line) == 1 and "on the GPU box run: tritonize convert trt" in line[0] and "--precision fp32" in line[0]
@@ -122,7 +122,7 @@ def test_without_dry_run_exits_nonzero_naming_the_gpu_command(artifacts_copy):
 
 
 def test_int8_variant_calibrated_on_photos(artifacts_copy, photo_dir):
-    result = run_cli("convert", "trt", "--out", artifacts_copy, "--dry-run", "--precision", "int8",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--dry-run", "--precision", "int8",
                      "--calib-images", photo_dir, "--calib-count", "10")
     assert result.exit_code == 0, result.output
     entry = manifest(artifacts_copy)["artifacts"]["onnx_int8"]
@@ -137,8 +137,22 @@ def test_int8_variant_calibrated_on_photos(artifacts_copy, photo_dir):
 
 
 def test_int8_on_synthetic_data_says_accuracy_unknown(artifacts_copy):
-    result = run_cli("convert", "trt", "--out", artifacts_copy, "--dry-run", "--precision", "int8",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--dry-run", "--precision", "int8",
                      "--calib-images", "synthetic", "--calib-count", "8")
     assert result.exit_code == 0, result.output
     assert "INT8 ACCURACY IS UNKNOWN" in result.output
     assert manifest(artifacts_copy)["artifacts"]["onnx_int8"]["status"] == "unverified_synthetic_calibration"
+
+
+def test_convert_decides_itself_what_is_up_to_date(artifacts_copy):
+    args = ["convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--dry-run"]
+    assert run_cli(*args).exit_code == 0
+    first = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    again = run_cli(*args)
+    assert again.exit_code == 0 and "tensorrt: up to date" in again.output and "still waiting for a GPU box" in again.output
+    assert manifest(artifacts_copy)["artifacts"]["tensorrt"] == first
+    changed = run_cli(*args, "--max", "16", "--opt", "8")
+    assert changed.exit_code == 0 and "tensorrt: waiting for GPU" in changed.output
+    assert manifest(artifacts_copy)["artifacts"]["tensorrt"]["profile"] == {"min": 1, "opt": 8, "max": 16}
+    # Without --dry-run a plan still waiting for a GPU is exit code 3, up to date or not.
+    assert run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "16", "--opt", "8").exit_code == 3

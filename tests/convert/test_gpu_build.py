@@ -26,7 +26,7 @@ pytestmark = [
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
 def test_tensorrt_api_builds_and_verifies_a_plan(artifacts_copy, precision):
-    result = run_cli("convert", "trt", "--out", artifacts_copy, "--min", "1", "--opt", "4", "--max", "8",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--min", "1", "--opt", "4", "--max", "8",
                      "--precision", precision, "--builder", "tensorrt")
     assert result.exit_code == 0, result.output
     entry = json.loads((artifacts_copy / "manifest.json").read_text())["artifacts"]["tensorrt"]
@@ -36,6 +36,6 @@ def test_tensorrt_api_builds_and_verifies_a_plan(artifacts_copy, precision):
 
 
 def test_int8_plan(artifacts_copy, photo_dir):
-    result = run_cli("convert", "trt", "--out", artifacts_copy, "--max", "8", "--opt", "4", "--precision", "int8",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--max", "8", "--opt", "4", "--precision", "int8",
                      "--calib-images", photo_dir, "--calib-count", "10", "--builder", "tensorrt")
     assert result.exit_code == 0, result.output

@@ -86,8 +86,8 @@ def test_verification_catches_a_perturbed_graph(small_artifacts, tmp_path):
     x = verification_inputs((3, 224, 224), 7, (0.5,) * 3, (0.25,) * 3)
     reference = good.run(["output"], {"input": x})[0]
     report = verify_runner(lambda b: bad.run(["output"], {"input": b})[0], x, reference)
-    assert not report["passed"] and report["worst_rel_to_scale"] > 1e-3
-    assert verify_runner(lambda b: good.run(["output"], {"input": b})[0], x, reference)["passed"]
+    assert not report.passed and report.worst_rel_to_scale > 1e-3
+    assert verify_runner(lambda b: good.run(["output"], {"input": b})[0], x, reference).passed
 
 
 def test_verification_catches_batch_dependent_outputs():
@@ -103,7 +103,7 @@ def test_verification_catches_batch_dependent_outputs():
             return model(torch.from_numpy(batch)).numpy()
 
     report = verify_runner(run, x, reference, batches=[2, 8])
-    assert not report["passed"] and not report["batch_invariance"]["passed"]
+    assert not report.passed and not report.invariance_passed
 
 
 def test_failed_verification_publishes_nothing_and_keeps_previous_artifacts(artifacts_copy):
@@ -120,7 +120,7 @@ def test_failed_verification_publishes_nothing_and_keeps_previous_artifacts(arti
 def test_interrupted_export_leaves_previous_artifacts_untouched(artifacts_copy):
     before = sha256_file(artifacts_copy / "model.onnx")
     cmd = [sys.executable, "-m", "tritonize.cli", "export", "--format", "onnx", "--arch", SMALL_ARCH,
-           "--weights", "none", "--out", str(artifacts_copy), "--force"]
+           "--weights", "none", "--artifacts", str(artifacts_copy), "--force"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:  # interrupt while the ONNX export is being written
         if "ONNX export" in line:
@@ -135,14 +135,14 @@ def test_interrupted_export_leaves_previous_artifacts_untouched(artifacts_copy):
 
 def test_rerun_skips_up_to_date_artifacts(artifacts_copy):
     before = (artifacts_copy / "model.onnx").stat().st_mtime_ns
-    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--out", artifacts_copy)
+    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts_copy)
     assert result.exit_code == 0, result.output
     assert "up to date" in result.output
     assert (artifacts_copy / "model.onnx").stat().st_mtime_ns == before
 
 
 def test_another_model_in_the_same_directory_needs_force(artifacts_copy):
-    result = run_cli("export", "--arch", "resnet34", "--weights", "none", "--out", artifacts_copy)
+    result = run_cli("export", "--arch", "resnet34", "--weights", "none", "--artifacts", artifacts_copy)
     assert result.exit_code == 1
     assert "holds artifacts of another model" in result.output and "--force" in result.output
 
@@ -152,7 +152,7 @@ def test_local_checkpoint_is_exported_and_recorded(tmp_path):
     state = build_model(resolve_spec(SMALL_ARCH, "none")).state_dict()
     torch.save(state, tmp_path / "ckpt.pth")
     out = tmp_path / "out"
-    result = run_cli("export", "--format", "onnx", "--arch", SMALL_ARCH, "--weights", tmp_path / "ckpt.pth", "--out", out)
+    result = run_cli("export", "--format", "onnx", "--arch", SMALL_ARCH, "--weights", tmp_path / "ckpt.pth", "--artifacts", out)
     assert result.exit_code == 0, result.output
     m = _manifest(out)
     assert m["model"]["weights_kind"] == "checkpoint" and m["model"]["weights"].endswith("ckpt.pth")
@@ -174,40 +174,40 @@ def _one_line_error(result, *needles: str) -> None:
 
 
 def test_unknown_arch(tmp_path):
-    _one_line_error(run_cli("export", "--arch", "resnet_nonexistent", "--weights", "none", "--out", tmp_path), "unknown arch")
+    _one_line_error(run_cli("export", "--arch", "resnet_nonexistent", "--weights", "none", "--artifacts", tmp_path), "unknown arch")
 
 
 def test_unknown_weights_name(tmp_path):
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", "IMAGENET9K", "--out", tmp_path),
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", "IMAGENET9K", "--artifacts", tmp_path),
                     "unknown weights", "IMAGENET1K_V1")
 
 
 def test_unreadable_checkpoint(tmp_path):
     (tmp_path / "broken.pth").write_bytes(b"this is not a checkpoint")
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "broken.pth", "--out", tmp_path / "o"),
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "broken.pth", "--artifacts", tmp_path / "o"),
                     "cannot read checkpoint")
     assert not (tmp_path / "o" / "model.onnx").exists()
 
 
 def test_checkpoint_of_another_arch(tmp_path):
     torch.save(build_model(resolve_spec("resnet34", "none")).state_dict(), tmp_path / "r34.pth")
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "r34.pth", "--out", tmp_path / "o"),
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "r34.pth", "--artifacts", tmp_path / "o"),
                     "does not match resnet18")
 
 
 def test_missing_checkpoint_file(tmp_path):
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "nope.pth", "--out", tmp_path),
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "nope.pth", "--artifacts", tmp_path),
                     "does not exist")
 
 
 def test_unwritable_output_directory(tmp_path):
     (tmp_path / "a-file").write_text("x")
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--out", tmp_path / "a-file" / "out"),
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", tmp_path / "a-file" / "out"),
                     "cannot write to output directory")
 
 
 def test_unknown_format(tmp_path):
-    result = run_cli("export", "--format", "tensorflow", "--out", tmp_path)
+    result = run_cli("export", "--format", "tensorflow", "--artifacts", tmp_path)
     assert result.exit_code == 2 and "Invalid value for '--format'" in result.output
 
 
@@ -222,7 +222,7 @@ def _online() -> bool:
 @pytest.mark.skipif(_online(), reason="the machine is online: default weights would download")
 def test_default_weights_offline_give_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))  # no cached weights
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--out", tmp_path / "o"),
+    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--artifacts", tmp_path / "o"),
                     "cannot download pretrained weights", "--weights none")
     assert not (tmp_path / "o" / "model.onnx").exists()
 
@@ -230,7 +230,7 @@ def test_default_weights_offline_give_one_clear_line(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_wide_resnet101_2_exports_end_to_end(tmp_path):
     out = tmp_path / "wrn"
-    result = run_cli("export", "--arch", "wide_resnet101_2", "--weights", "none", "--out", out)
+    result = run_cli("export", "--arch", "wide_resnet101_2", "--weights", "none", "--artifacts", out)
     assert result.exit_code == 0, result.output
     m = _manifest(out)
     assert m["model"]["preprocessing"]["resize"] == 232  # IMAGENET1K_V2 transforms

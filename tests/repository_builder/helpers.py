@@ -8,10 +8,10 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
-from tritonize.manifest import load_manifest, manifest_sha256, record_artifact
+from tests.conftest import plan_entry, record
+from tritonize.manifest import Manifest
 from tritonize.repository_builder.config import CONFIG_NAME, config_text, model_config, parse_config
 from tritonize.repository_builder.options import BACKENDS, RepoOptions
-from tritonize.spec import ModelSpec
 
 
 def copy_repo(src: Path, dest: Path) -> Path:
@@ -33,14 +33,10 @@ def edit_config(model_dir: Path, change, name: str = CONFIG_NAME) -> None:
     rewrite(model_dir / name, text_format.MessageToString(cfg))
 
 
-def record_plan(artifacts: Path, *, profile=None, tensorrt_version="8.6.3.1") -> dict:
-    """A TensorRT plan entry in the manifest, as the convert stage records one (no plan file: none can be
-    built on this machine, and a fake one must never be written)."""
-    entry = {
-        "file": "model.plan", "status": "waiting for a GPU", "input_name": "input", "output_name": "output",
-        "profile": profile or {"min": 1, "opt": 16, "max": 32}, "tensorrt_version": tensorrt_version,
-    }
-    record_artifact(artifacts, "tensorrt", entry)
+def record_plan(artifacts: Path, *, profile=None, tensorrt_version="8.6.3.1"):
+    """A built TensorRT plan's entry in the manifest (without a plan file: none can be built here)."""
+    entry = plan_entry(profile=profile, tensorrt_version=tensorrt_version)
+    record(artifacts, "tensorrt", entry)
     return entry
 
 
@@ -48,11 +44,11 @@ def add_trt_model(repo: Path, artifacts: Path, *, profile=None, tensorrt_version
                   max_batch=32) -> dict:
     """Record a plan entry and write the trt_model directory the builder would write for it, minus the plan."""
     entry = record_plan(artifacts, profile=profile, tensorrt_version=tensorrt_version)
-    spec = ModelSpec.from_dict(load_manifest(artifacts)["model"])
-    cfg = model_config(BACKENDS["trt_model"], spec, entry, RepoOptions(max_batch=max_batch), kind,
-                       manifest_sha256(artifacts))
+    manifest = Manifest.load(artifacts)
+    cfg = model_config(BACKENDS["trt_model"], manifest.spec, entry, RepoOptions(max_batch=max_batch), kind,
+                       manifest.sha256())
     model_dir = repo / "trt_model"
     (model_dir / "1").mkdir(parents=True)
     (model_dir / CONFIG_NAME).write_text(config_text(cfg))
-    (model_dir / "labels.txt").write_text("\n".join(spec.labels) + "\n")
+    (model_dir / "labels.txt").write_text("\n".join(manifest.spec.labels) + "\n")
     return entry

@@ -6,15 +6,14 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import plan_entry, record, run_cli
 from tests.repository_builder.helpers import copy_repo
 from tritonize.errors import TritonizeError
-from tritonize.manifest import load_manifest, manifest_sha256, record_artifact
+from tritonize.manifest import Manifest
 from tritonize.repository_builder import RepoOptions, build_repository
 from tritonize.repository_builder import builder as builder_module
 from tritonize.repository_builder.config import kind_name, model_config, parse_config
 from tritonize.repository_builder.options import BACKENDS
-from tritonize.spec import ModelSpec
 
 EXPECTED_NAMES = {"onnx_model": ("onnxruntime_onnx", "input", "output", "model.onnx"),
                   "torch_model": ("pytorch_libtorch", "input__0", "output__0", "model.pt")}
@@ -26,7 +25,8 @@ def _kinds(cfg) -> list[str]:
 
 def test_repository_parses_back_with_every_field(small_repo, small_artifacts):
     assert sorted(p.name for p in small_repo.iterdir()) == ["onnx_model", "torch_model"]
-    spec = ModelSpec.from_dict(load_manifest(small_artifacts)["model"])
+    manifest = Manifest.load(small_artifacts)
+    spec = manifest.spec
     for name, (platform, input_name, output_name, filename) in EXPECTED_NAMES.items():
         d = small_repo / name
         cfg = parse_config(d / "config.pbtxt")
@@ -44,7 +44,7 @@ def test_repository_parses_back_with_every_field(small_repo, small_artifacts):
         assert params["preprocess.interpolation"] == "bilinear" and params["preprocess.channel_order"] == "RGB"
         assert float(params["preprocess.scale"]) == pytest.approx(1 / 255)
         assert (params["source.arch"], params["source.weights"]) == ("resnet18", "none")
-        assert params["source.manifest_sha256"] == manifest_sha256(small_artifacts)
+        assert params["source.manifest_sha256"] == manifest.sha256()
         assert (d / "labels.txt").read_text().splitlines() == list(spec.labels)
         # The model file is the verified artifact itself, hard-linked (no 500 MB copy).
         artifact = small_artifacts / filename
@@ -52,7 +52,8 @@ def test_repository_parses_back_with_every_field(small_repo, small_artifacts):
 
 
 def test_cpu_and_gpu_variants_and_kind_auto(small_artifacts, tmp_path):
-    repo = build_repository(small_artifacts, tmp_path / "models")  # default kind: auto
+    repo = tmp_path / "models"
+    build_repository(small_artifacts, repo)  # default kind: auto
     for name in EXPECTED_NAMES:
         d = repo / name
         assert _kinds(parse_config(d / "config.pbtxt")) == ["KIND_AUTO"]
@@ -69,7 +70,8 @@ def test_cpu_and_gpu_variants_and_kind_auto(small_artifacts, tmp_path):
 def test_options_shape_the_config(small_artifacts, tmp_path):
     options = RepoOptions(max_batch=8, preferred=(2, 8, 16, 64), queue_delay_us=5000, instances=2, kind="gpu",
                           warmup=False, models=("onnx_model",))
-    repo = build_repository(small_artifacts, tmp_path / "models", options)
+    repo = tmp_path / "models"
+    build_repository(small_artifacts, repo, options)
     assert [p.name for p in repo.iterdir()] == ["onnx_model"]
     cfg = parse_config(repo / "onnx_model" / "config.pbtxt")
     assert cfg.max_batch_size == 8 and list(cfg.dynamic_batching.preferred_batch_size) == [2, 8]
@@ -79,37 +81,39 @@ def test_options_shape_the_config(small_artifacts, tmp_path):
 
 
 def test_trt_config_follows_the_plan_profile(small_artifacts):
-    manifest = load_manifest(small_artifacts)
-    spec = ModelSpec.from_dict(manifest["model"])
-    entry = {"file": "model.plan", "status": "built", "input_name": "input", "output_name": "output",
-             "profile": {"min": 1, "opt": 8, "max": 16}}
+    spec = Manifest.load(small_artifacts).spec
+    entry = plan_entry(profile={"min": 1, "opt": 8, "max": 16})
     cfg = model_config(BACKENDS["trt_model"], spec, entry, RepoOptions(max_batch=32), "gpu", "x" * 64)
     assert (cfg.platform, cfg.max_batch_size) == ("tensorrt_plan", 16)  # never above the profile max
     assert list(cfg.dynamic_batching.preferred_batch_size) == [4, 8, 16]
     assert [w.batch_size for w in cfg.model_warmup] == [1, 16]
     assert [t.name for t in cfg.input] == ["input"] and _kinds(cfg) == ["KIND_GPU"]
+    # What `serve` needs to pick the container release, from the repository alone.
+    params = {k: v.string_value for k, v in cfg.parameters.items()}
+    assert (params["source.tensorrt_version"], params["source.triton_release"], params["source.version_compatible"]) == (
+        "8.6.3.1", "24.04", "false")
 
 
 def test_trt_model_skipped_with_reason_when_plan_not_built(artifacts_copy, tmp_path):
-    record_artifact(artifacts_copy, "tensorrt", {"file": "model.plan", "status": "waiting for a GPU",
-                                                 "profile": {"min": 1, "opt": 16, "max": 32}})
-    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--out", tmp_path / "models")
+    record(artifacts_copy, "tensorrt", plan_entry("waiting_for_gpu"))
+    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models")
     assert result.exit_code == 0, result.output
     assert "built onnx_model" in result.output and "built torch_model" in result.output
-    assert "skipped trt_model: TensorRT plan status is 'waiting for a GPU'" in result.output
+    assert "skipped trt_model: TensorRT plan status is 'waiting_for_gpu'" in result.output
     assert not (tmp_path / "models" / "trt_model").exists()
 
 
 def test_missing_artifact_is_skipped_and_others_built(artifacts_copy, tmp_path):
     (artifacts_copy / "model.pt").unlink()
-    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--out", tmp_path / "models")
+    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models")
     assert result.exit_code == 0, result.output
     assert f"skipped torch_model: {artifacts_copy / 'model.pt'} is missing" in result.output
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["onnx_model"]
 
 
 def test_failed_build_leaves_previous_repository_untouched(small_artifacts, tmp_path, monkeypatch):
-    out = build_repository(small_artifacts, tmp_path / "models", RepoOptions(models=("onnx_model",)))
+    out = tmp_path / "models"
+    build_repository(small_artifacts, out, RepoOptions(models=("onnx_model",)))
     before = (out / "onnx_model" / "config.pbtxt").read_text()
     calls = []
 
@@ -133,10 +137,12 @@ def test_existing_repository_needs_force_and_readme_is_kept(small_artifacts, tmp
     out = tmp_path / "models"
     out.mkdir()
     (out / "README.md").write_text("generated, not committed\n")
-    assert run_cli("repo", "build", "--artifacts", small_artifacts, "--out", out).exit_code == 0
-    again = run_cli("repo", "build", "--artifacts", small_artifacts, "--out", out)
+    assert run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", out).exit_code == 0
+    same = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", out)
+    assert same.exit_code == 0 and "up to date" in same.output  # the stage decides: nothing to do
+    again = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", out, "--max-batch", "8")
     assert again.exit_code != 0 and "add --force" in again.output
-    forced = run_cli("repo", "build", "--artifacts", small_artifacts, "--out", out, "--force", "--max-batch", "16")
+    forced = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", out, "--force", "--max-batch", "16")
     assert forced.exit_code == 0, forced.output
     assert parse_config(out / "onnx_model" / "config.pbtxt").max_batch_size == 16
     assert (out / "README.md").read_text() == "generated, not committed\n"
@@ -152,7 +158,7 @@ def test_existing_repository_needs_force_and_readme_is_kept(small_artifacts, tmp
     (["--models", "onnx_model,tf_model"], "--models: unknown model tf_model"),
 ])
 def test_bad_options_give_one_clear_line(small_artifacts, tmp_path, args, message):
-    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--out", tmp_path / "models", *args)
+    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", tmp_path / "models", *args)
     assert result.exit_code != 0
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "models").exists()
@@ -161,11 +167,11 @@ def test_bad_options_give_one_clear_line(small_artifacts, tmp_path, args, messag
 def test_no_manifest_and_unwritable_output(small_artifacts, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = run_cli("repo", "build", "--artifacts", empty, "--out", tmp_path / "models")
+    result = run_cli("repo", "build", "--artifacts", empty, "--repository", tmp_path / "models")
     assert result.exit_code != 0 and "no manifest" in result.output and "tritonize export" in result.output
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--out", blocker / "models")
+    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", blocker / "models")
     assert result.exit_code != 0 and "cannot write to output directory" in result.output
     assert "Traceback" not in result.output
 
@@ -173,7 +179,7 @@ def test_no_manifest_and_unwritable_output(small_artifacts, tmp_path):
 def test_all_artifacts_missing_is_an_error(artifacts_copy, tmp_path):
     (artifacts_copy / "model.pt").unlink()
     (artifacts_copy / "model.onnx").unlink()
-    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--out", tmp_path / "models")
+    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models")
     assert result.exit_code != 0 and "no model to build" in result.output
     assert not (tmp_path / "models").exists()
 

@@ -139,6 +139,15 @@ def test_contract_parameters_missing_is_a_warning(repo):
         "parameters lack preprocess.mean: clients cannot fetch the preprocessing contract"]
 
 
+def test_plan_provenance_missing_is_a_warning(repo, artifacts_copy):
+    add_trt_model(repo, artifacts_copy)
+    assert not [f for f in check_repository(repo) if f.model == "trt_model" and "provenance" in f.message]
+    edit_config(repo / "trt_model", lambda c: c.parameters.pop("source.tensorrt_version"))
+    warnings = [f.message for f in check_repository(repo) if f.model == "trt_model" and f.severity == "warning"]
+    assert warnings == ["parameters lack source.tensorrt_version: `tritonize serve --engine docker` cannot choose the "
+                        "container release whose TensorRT runs the plan"]
+
+
 def test_tensorrt_on_cpu_instances(repo, artifacts_copy):
     add_trt_model(repo, artifacts_copy, kind="cpu")
     findings = check_repository(repo, artifacts_copy)

@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tritonize.serve.server import choose_ports
+from tritonize.serve.process import choose_ports
 
 
 @pytest.fixture(scope="module")
 def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
     from tritonize.repository_builder import RepoOptions, build_repository
 
-    return build_repository(small_artifacts, tmp_path_factory.mktemp("cli") / "models",
+    repo = tmp_path_factory.mktemp("cli") / "models"
+    build_repository(small_artifacts, repo,
                             RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+    return repo
 
 
 def _processes_mentioning(text: str) -> list[str]:
@@ -99,55 +101,60 @@ def _expected_docker(repo: Path, release: str) -> str:
             f"tritonserver --model-repository=/models")
 
 
-def test_print_command_follows_the_plans_tensorrt(onnx_repo, artifacts_copy):
-    from tritonize.compat import load_releases, tensorrt_matches
-    from tritonize.manifest import record_artifact
+def _repo_with_plan(onnx_repo: Path, artifacts: Path, dest: Path, tensorrt_version: str) -> Path:
+    """onnx_repo plus a trt_model whose config carries the plan's provenance (as `repo build` stamps it)."""
+    from tests.repository_builder.helpers import add_trt_model, copy_repo
+
+    repo = copy_repo(onnx_repo, dest)
+    add_trt_model(repo, artifacts, tensorrt_version=tensorrt_version)
+    return repo
+
+
+def test_print_command_follows_the_plans_tensorrt(onnx_repo, artifacts_copy, tmp_path):
+    from tritonize.releases import load_releases, tensorrt_matches
 
     known = [r for r in load_releases() if r.tensorrt]
     built_with = known[0].tensorrt  # the oldest release whose TensorRT the table knows
-    record_artifact(artifacts_copy, "tensorrt", {"status": "built", "file": "model.plan", "tensorrt_version": built_with})
+    repo = _repo_with_plan(onnx_repo, artifacts_copy, tmp_path / "models", built_with)
     expected = [r.release for r in known if tensorrt_matches(built_with, r.tensorrt)][-1]
-    result = run_cli("serve", onnx_repo, "--engine", "docker", "--print-command", "--artifacts", artifacts_copy)
+    result = run_cli("serve", repo, "--engine", "docker", "--print-command")
     assert result.exit_code == 0, result.output
-    assert result.stdout.strip() == _expected_docker(onnx_repo, expected)
+    assert result.stdout.strip() == _expected_docker(repo, expected)
     assert f"plan's TensorRT {built_with}" in result.stderr
 
 
-def test_print_command_without_plan_uses_newest_release(onnx_repo, small_artifacts):
-    from tritonize.compat import latest_release
+def test_print_command_without_plan_uses_newest_release(onnx_repo):
+    from tritonize.releases import latest_release
 
-    result = run_cli("serve", onnx_repo, "--print-command", "--artifacts", small_artifacts)
+    result = run_cli("serve", onnx_repo, "--print-command")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == _expected_docker(onnx_repo, latest_release().release)
 
 
-def test_print_command_with_release_and_config_name(onnx_repo, small_artifacts):
-    result = run_cli("serve", onnx_repo, "--print-command", "--triton-release", "24.10", "--config-name", "gpu",
-                     "--artifacts", small_artifacts)
+def test_print_command_with_release_and_config_name(onnx_repo):
+    result = run_cli("serve", onnx_repo, "--print-command", "--triton-release", "24.10", "--config-name", "gpu")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == _expected_docker(onnx_repo, "24.10") + " --model-config-name=gpu"
 
 
-def test_triton_release_that_cannot_load_the_plan_is_refused(onnx_repo, artifacts_copy):
-    from tritonize.compat import load_releases
-    from tritonize.manifest import record_artifact
+def test_triton_release_that_cannot_load_the_plan_is_refused(onnx_repo, artifacts_copy, tmp_path):
+    from tritonize.releases import load_releases
 
     known = [r for r in load_releases() if r.tensorrt]
     newest, oldest = known[-1], known[0]
     if newest.tensorrt == oldest.tensorrt:
         pytest.skip("the release table has a single TensorRT version")
-    record_artifact(artifacts_copy, "tensorrt", {"status": "built", "file": "model.plan", "tensorrt_version": oldest.tensorrt})
-    result = run_cli("serve", onnx_repo, "--engine", "docker", "--print-command", "--triton-release", newest.release,
-                     "--artifacts", artifacts_copy)
+    repo = _repo_with_plan(onnx_repo, artifacts_copy, tmp_path / "models", oldest.tensorrt)
+    result = run_cli("serve", repo, "--engine", "docker", "--print-command", "--triton-release", newest.release)
     assert result.exit_code != 0
     assert f"built with TensorRT {oldest.tensorrt} and will not load there" in result.output
 
 
-def test_docker_engine_without_docker_gpu_engine_is_a_clear_error(onnx_repo, small_artifacts):
+def test_docker_engine_without_docker_gpu_engine_is_a_clear_error(onnx_repo):
     from tritonize.serve.docker import docker_gpu_problem
 
     if docker_gpu_problem() is None:
         pytest.skip("a Docker engine with the NVIDIA runtime is present: the docker engine would run")
-    result = run_cli("serve", onnx_repo, "--engine", "docker", "--artifacts", small_artifacts)
+    result = run_cli("serve", onnx_repo, "--engine", "docker")
     assert result.exit_code != 0
     assert "the docker engine cannot run here" in result.output and "--print-command" in result.output

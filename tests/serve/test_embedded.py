@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tritonize.errors import TritonizeError
-from tritonize.serve import embedded_server
+from tritonize.serve.embedded import embedded_server
 from tritonize.verify import Tolerance, compare
 
 SAME = Tolerance(max_rel_to_scale=1e-5, min_top1_agreement=1.0)
@@ -146,7 +146,8 @@ def batching_server(small_artifacts, tmp_path_factory):
     """onnx_model with a 20 ms queue delay (dynamic batching is invisible at 100 us on CPU) and two instances."""
     from tritonize.repository_builder import RepoOptions, build_repository
 
-    repo = build_repository(small_artifacts, tmp_path_factory.mktemp("batching") / "models",
+    repo = tmp_path_factory.mktemp("batching") / "models"
+    build_repository(small_artifacts, repo,
                             RepoOptions(kind="cpu", queue_delay_us=20_000, instances=2, models=("onnx_model",), warmup=False))
     with embedded_server(repo) as info:
         yield info
@@ -215,7 +216,8 @@ def test_gpu_repository_served_unchanged_without_gpu(small_artifacts, tmp_path):
 
     if gpu_visible():
         pytest.skip("a GPU is visible: the automatic cpu variant is not chosen here")
-    repo = build_repository(small_artifacts, tmp_path / "models", RepoOptions(kind="gpu", models=("onnx_model",), warmup=False))
+    repo = tmp_path / "models"
+    build_repository(small_artifacts, repo, RepoOptions(kind="gpu", models=("onnx_model",), warmup=False))
     _derive_model(repo, "onnx_model", "trt_model", "tensorrt_plan")  # KIND_GPU, like the builder's trt_model
     with embedded_server(repo) as info:
         assert info.model_config_name == "cpu"
@@ -236,7 +238,8 @@ def test_tensorrt_backend_says_what_is_missing(small_artifacts, tmp_path, local_
 
     if importlib.util.find_spec("tensorrt") is not None and gpu_visible():
         pytest.skip("TensorRT and a GPU are present: the tensorrt backend can run here")
-    repo = build_repository(small_artifacts, tmp_path / "models", RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+    repo = tmp_path / "models"
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
     # KIND_CPU so Triton hands the model to the backend instead of refusing it for lack of a GPU.
     _derive_model(repo, "onnx_model", "trt_model", "tensorrt_plan")
     with embedded_server(repo) as info:
@@ -260,8 +263,10 @@ def test_tensorrt_backend_says_what_is_missing(small_artifacts, tmp_path, local_
 def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
     from tritonize.repository_builder import RepoOptions, build_repository
 
-    return build_repository(small_artifacts, tmp_path_factory.mktemp("onnx_only") / "models",
+    repo = tmp_path_factory.mktemp("onnx_only") / "models"
+    build_repository(small_artifacts, repo,
                             RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+    return repo
 
 
 def test_stop_leaves_no_process_and_no_temp_files(onnx_repo):
@@ -323,3 +328,17 @@ def test_stub_that_cannot_start_is_refused(tmp_path):
     broken = {k: v for k, v in stub_environment(triton).items() if k != "LD_LIBRARY_PATH"}
     with pytest.raises(TritonizeError, match="Python backend stub cannot start"):
         check_stub_environment(triton, stub, broken)
+
+
+def test_backends_run_the_tritonize_that_started_the_server(tmp_path):
+    """The stub ignores PYTHONPATH and finds packages through the venv: each backend's model.py pins
+    the checkout that assembled it, so a server started from another checkout never mixes code."""
+    import tritonize
+    from tritonize.serve.embedded import PACKAGE_ROOT, BundledTriton, assemble_backend_dir
+
+    backends = assemble_backend_dir(BundledTriton.find(), tmp_path / "backends")
+    assert PACKAGE_ROOT == Path(tritonize.__file__).resolve().parent.parent
+    for name in ("onnxruntime", "pytorch", "tensorrt"):
+        lines = (backends / name / "model.py").read_text().splitlines()
+        assert lines[1].startswith(f"sys.path.insert(0, {str(PACKAGE_ROOT)!r})")
+        assert lines[2].startswith(f"from tritonize.serve.backends.{name}.model import TritonPythonModel")

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Sequence
 
 from tritonize.images import DEFAULT_MAX_PIXELS, load_images
-from tritonize.client.server import PartialResult, Server
-from tritonize.client.text import table
+from tritonize.client.connection import PartialResult, Connection
+from tritonize.console import table
 from tritonize.verify import softmax, topk
 
 
@@ -31,16 +31,16 @@ class ClassifyReport:
         return "\n".join(blocks)
 
 
-def classify(server: Server, model: str, paths: Sequence[Path], top_k: int = 5, max_pixels: int = DEFAULT_MAX_PIXELS) -> ClassifyReport:
+def classify(connection: Connection, model: str, paths: Sequence[Path], top_k: int = 5, max_pixels: int = DEFAULT_MAX_PIXELS) -> ClassifyReport:
     """Preprocess per the model's own contract, infer in batches of at most max_batch_size, softmax, top-k."""
-    info = server.model(model)
+    info = connection.model(model)
     images = load_images(paths, info.preprocess, max_pixels)
-    report = ClassifyReport(model, server.url, failures=images.failures)
+    report = ClassifyReport(model, connection.url, failures=images.failures)
     if not images.arrays:
         return report
-    labels = server.labels(info)
+    labels = connection.labels(info)
     try:
-        logits = server.infer_all(info, images.arrays)
+        logits = connection.infer_all(info, images.arrays)
     except PartialResult as e:
         logits, report.error = e.logits, str(e)
     probs = softmax(logits)

@@ -8,16 +8,14 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from tritonize.images import DEFAULT_MAX_PIXELS
-from tritonize.client.server import DEFAULT_URL
+from tritonize.client.connection import DEFAULT_URL
 from tritonize.errors import TritonizeError
+from tritonize.images import DEFAULT_MAX_PIXELS
+from tritonize.options import AsJson, Timeout, Url
 
 app = typer.Typer(no_args_is_help=True, help="gRPC client: classify, compare backends, perf sweeps.")
 
-Url = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT (`tritonize serve` listens on localhost:8001).")]
-Timeout = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each server call.")]
 Images = Annotated[List[Path], typer.Argument(help="Image files (JPEG, PNG, ... any Pillow format and mode).", show_default=False)]
-AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 MaxPixels = Annotated[int, typer.Option("--max-pixels", min=1, help="Refuse images above this many pixels (decompression bombs); Pillow's default.")]
 
 
@@ -50,10 +48,10 @@ def classify_command(
 ) -> None:
     """Top-k labels and probabilities per image, preprocessed by the contract the model's config carries."""
     from tritonize.client.classify import classify
-    from tritonize.client.server import Server
+    from tritonize.client.connection import Connection
 
-    with Server(url, timeout) as server:
-        report = classify(server, model, images, top_k, max_pixels)
+    with Connection(url, timeout) as connection:
+        report = classify(connection, model, images, top_k, max_pixels)
     _show_failures(report.failures)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     _finish(report.failures, len(images), report.error)
@@ -75,10 +73,10 @@ def compare_command(
 ) -> None:
     """Send the same images to several models and compare logits, top-1/top-5, KL and latency."""
     from tritonize.client.compare import compare_models
-    from tritonize.client.server import Server
+    from tritonize.client.connection import Connection
 
-    with Server(url, timeout) as server:
-        report = compare_models(server, images, _split(models) or None, repeat, min_top1_agreement, max_pixels)
+    with Connection(url, timeout) as connection:
+        report = compare_models(connection, images, _split(models) or None, repeat, min_top1_agreement, max_pixels)
     _show_failures(report.failures)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     _finish(report.failures, len(images), report.error)
@@ -103,7 +101,7 @@ def perf_command(
 ) -> None:
     """Throughput and latency percentiles per concurrency level, with the server-side time split."""
     from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
-    from tritonize.client.server import Server
+    from tritonize.client.connection import Connection
 
     try:
         levels = tuple(int(v) for v in _split(concurrency))
@@ -115,9 +113,9 @@ def perf_command(
     options = PerfOptions(concurrency=levels, batch=batch, requests=requests, duration=None if requests else duration,
                           warmup=warmup, timeout=timeout, shared_memory=shared_memory.lower())
     error = None
-    with Server(url, timeout) as server:
+    with Connection(url, timeout) as connection:
         try:
-            report = run_perf(server, names, options, on_level=lambda r: typer.echo(
+            report = run_perf(connection, names, options, on_level=lambda r: typer.echo(
                 f"  {r.model} concurrency {r.concurrency}: {r.throughput:.1f} infer/s, p50 {r.latency['p50_ms']:.2f} ms", err=True))
         except PerfInterrupted as e:
             report, error = e.report, str(e)

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Sequence
 
 from tritonize.images import DEFAULT_MAX_PIXELS, load_images
-from tritonize.client.server import Server
+from tritonize.client.connection import Connection
 from tritonize.client.stats import latency_summary
-from tritonize.client.text import ms, table
+from tritonize.console import ms, table
 from tritonize.errors import TritonizeError
 from tritonize.verify import Tolerance, compare
 
@@ -73,7 +73,7 @@ class CompareReport:
 
 
 def compare_models(
-    server: Server,
+    connection: Connection,
     paths: Sequence[Path],
     models: Sequence[str] | None = None,
     repeat: int = 3,
@@ -82,18 +82,18 @@ def compare_models(
 ) -> CompareReport:
     if repeat < 1:
         raise TritonizeError(f"--repeat must be at least 1, got {repeat}")
-    states = server.models()
+    states = connection.models()
     names = list(models) if models else sorted(n for n, s in states.items() if s == "READY")
-    report = CompareReport(server.url, min_top1_agreement=min_top1_agreement)
+    report = CompareReport(connection.url, min_top1_agreement=min_top1_agreement)
     infos = {}
     for name in names:
         state = states.get(name, "not in the repository")
         report.models[name] = {"status": state}
         if state == "READY":
-            infos[name] = server.model(name)
+            infos[name] = connection.model(name)
     if len(infos) < 2:
         listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items())) or "none"
-        raise TritonizeError(f"compare needs at least two READY models, got {len(infos)} of {', '.join(names) or 'none'}; models at {server.url}: {listing}")
+        raise TritonizeError(f"compare needs at least two READY models, got {len(infos)} of {', '.join(names) or 'none'}; models at {connection.url}: {listing}")
 
     # Decode once per distinct preprocessing contract; which files are bad does not depend on it.
     inputs, loaded = {}, {}
@@ -114,9 +114,9 @@ def compare_models(
             entry["preprocess"] = vars(info.preprocess)
         latencies: list[float] = []
         try:
-            labels[name] = server.labels(info)
+            labels[name] = connection.labels(info)
             for round_ in range(repeat):
-                out = server.infer_all(info, inputs[name].arrays, on_batch=lambda _l, s: latencies.append(s))
+                out = connection.infer_all(info, inputs[name].arrays, on_batch=lambda _l, s: latencies.append(s))
                 if round_ == 0:
                     logits[name] = out
         except TritonizeError as e:  # the server failed midway: keep what the other models gave

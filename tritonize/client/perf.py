@@ -23,9 +23,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tritonize.client.server import ModelInfo, Server, server_gone, short_reason
+from tritonize.client.connection import ModelInfo, Connection, server_gone, short_reason
 from tritonize.client.stats import latency_summary
-from tritonize.client.text import table
+from tritonize.console import table
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.progress import say
@@ -159,10 +159,10 @@ _REGION_IDS = itertools.count()
 class _Transport:
     """Builds requests for one model: tensors in the gRPC message, or in system shared memory."""
 
-    def __init__(self, server: Server, info: ModelInfo, batch: np.ndarray, slots: int, shared_memory: bool):
+    def __init__(self, connection: Connection, info: ModelInfo, batch: np.ndarray, slots: int, shared_memory: bool):
         import tritonclient.grpc as grpcclient
 
-        self.grpc, self.info, self.batch, self.server = grpcclient, info, batch, server
+        self.grpc, self.info, self.batch, self.connection = grpcclient, info, batch, connection
         self.out_shape = (len(batch), info.num_classes)
         self.out_bytes = int(np.prod(self.out_shape)) * 4
         self.shared_memory = shared_memory
@@ -189,11 +189,11 @@ class _Transport:
             for name, size in specs:
                 handle = shm.create_shared_memory_region(name, f"/{name}", size)
                 self.regions.append((name, handle))
-                self.server.client.register_system_shared_memory(name, f"/{name}", size)
+                self.connection.client.register_system_shared_memory(name, f"/{name}", size)
             shm.set_shared_memory_region(self.regions[0][1], [self.batch])
         except Exception as e:
             self.close()
-            raise TritonizeError(f"cannot set up system shared memory with the server at {self.server.url} ({short_reason(e)}); "
+            raise TritonizeError(f"cannot set up system shared memory with the server at {self.connection.url} ({short_reason(e)}); "
                                  "it needs a server on this machine sharing /dev/shm, or run without --shared-memory") from None
 
     def request(self, slot: int):
@@ -226,7 +226,7 @@ class _Transport:
         deadline = time.monotonic() + patience
         while True:
             try:
-                self.server.client.unregister_system_shared_memory(name, client_timeout=self.server.timeout)
+                self.connection.client.unregister_system_shared_memory(name, client_timeout=self.connection.timeout)
                 return
             except Exception as e:
                 gone = "UNAVAILABLE" in str(getattr(e, "status", lambda: "")())
@@ -286,20 +286,20 @@ def _server_delta(before: dict, after: dict) -> tuple[dict, float, int]:
     return per_request, (inferences / executions if executions else 0.0), delta.get("success", (0, 0))[0]
 
 
-def measure_level(server: Server, info: ModelInfo, transport: _Transport, concurrency: int, options: PerfOptions) -> LevelResult:
+def measure_level(connection: Connection, info: ModelInfo, transport: _Transport, concurrency: int, options: PerfOptions) -> LevelResult:
     from tritonclient.utils import InferenceServerException
 
     try:
         warmup = min(options.warmup * concurrency, max(options.warmup, concurrency))
-        asyncio.run(_drive(server.url, info, transport, concurrency, warmup, None, options.level_time_limit, options.timeout))
-        before = server.statistics(info.name)
-        samples, seconds = asyncio.run(_drive(server.url, info, transport, concurrency, options.requests,
+        asyncio.run(_drive(connection.url, info, transport, concurrency, warmup, None, options.level_time_limit, options.timeout))
+        before = connection.statistics(info.name)
+        samples, seconds = asyncio.run(_drive(connection.url, info, transport, concurrency, options.requests,
                                               options.duration if options.requests is None else None,
                                               options.level_time_limit, options.timeout))
-        after = server.statistics(info.name)
+        after = connection.statistics(info.name)
     except InferenceServerException as e:
         if "UNAVAILABLE" in str(e.status()):
-            raise server_gone(server.url, e, f"{info.name} at concurrency {concurrency}") from None
+            raise server_gone(connection.url, e, f"{info.name} at concurrency {concurrency}") from None
         raise TritonizeError(f"{info.name} at concurrency {concurrency}: the server refused a request ({short_reason(e)})") from None
     per_request, server_batches, _ = _server_delta(before, after)
     mean = lambda xs: sum(xs) / len(xs) * 1e6 if xs else 0.0
@@ -313,27 +313,27 @@ def measure_level(server: Server, info: ModelInfo, transport: _Transport, concur
     )
 
 
-def run_perf(server: Server, models: Sequence[str], options: PerfOptions,
+def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions,
              on_level: Callable[[LevelResult], None] | None = None) -> PerfReport:
     """Sweep every model over every concurrency level. PerfInterrupted keeps the finished levels."""
-    report = PerfReport(server.url, options)
-    infos = [server.model(name) for name in models]  # unknown models fail before any load
+    report = PerfReport(connection.url, options)
+    infos = [connection.model(name) for name in models]  # unknown models fail before any load
     for info in infos:
         if info.max_batch_size and options.batch > info.max_batch_size:
             raise TritonizeError(f"--batch {options.batch} is above {info.name}'s max_batch_size {info.max_batch_size}")
         if not info.max_batch_size and options.batch != 1:
             raise TritonizeError(f"{info.name} does not batch (max_batch_size 0); use --batch 1")
-    if options.shared_memory == "system" and not server.is_local:
-        raise TritonizeError(f"--shared-memory system needs a server on this machine; {server.url} is not local")
+    if options.shared_memory == "system" and not connection.is_local:
+        raise TritonizeError(f"--shared-memory system needs a server on this machine; {connection.url} is not local")
     for info in infos:
         pre = info.preprocess
         batch = verification_inputs(info.input_dims, options.batch, pre.mean, pre.std).astype(info.np_dtype)
         try:
             if options.shared_memory == "system":
-                report.shared_memory_savings[info.name] = _shared_memory_ab(server, info, batch, options)
-            with closing(_Transport(server, info, batch, max(options.concurrency), options.shared_memory == "system")) as transport:
+                report.shared_memory_savings[info.name] = _shared_memory_ab(connection, info, batch, options)
+            with closing(_Transport(connection, info, batch, max(options.concurrency), options.shared_memory == "system")) as transport:
                 for level in options.concurrency:
-                    result = measure_level(server, info, transport, level, options)
+                    result = measure_level(connection, info, transport, level, options)
                     report.levels.append(result)
                     if on_level:
                         on_level(result)
@@ -343,15 +343,15 @@ def run_perf(server: Server, models: Sequence[str], options: PerfOptions,
     return report
 
 
-def _shared_memory_ab(server: Server, info: ModelInfo, batch: np.ndarray, options: PerfOptions) -> dict:
+def _shared_memory_ab(connection: Connection, info: ModelInfo, batch: np.ndarray, options: PerfOptions) -> dict:
     """The same short run (concurrency 1) over plain gRPC and over system shared memory."""
     requests = options.requests or 50
     ab = PerfOptions(concurrency=(1,), batch=options.batch, requests=requests, duration=None, warmup=options.warmup,
                      level_time_limit=options.level_time_limit, timeout=options.timeout)
     figures = {}
     for shared in (False, True):
-        with closing(_Transport(server, info, batch, 1, shared)) as transport:
-            r = measure_level(server, info, transport, 1, ab)
+        with closing(_Transport(connection, info, batch, 1, shared)) as transport:
+            r = measure_level(connection, info, transport, 1, ab)
         figures["system_shared_memory" if shared else "grpc"] = {
             "p50_ms": r.latency["p50_ms"], "avg_ms": r.latency["avg_ms"], "client_us": r.client_send_us + r.client_recv_us,
             "client_send_us": r.client_send_us, "client_recv_us": r.client_recv_us, "tensor_bytes_on_wire": r.tensor_bytes_on_wire,
@@ -406,7 +406,7 @@ def plot(levels: Sequence[LevelResult], path: Path, title: str = "Triton latency
 
 def write_outputs(report: PerfReport, out_dir: Path) -> list[Path]:
     """<out>/<model>.csv per model, <out>/latency_vs_throughput.png and <out>/perf.json."""
-    out_dir = ensure_writable_dir(Path(out_dir))
+    out_dir = ensure_writable_dir(Path(out_dir), "--out")
     written = []
     for model in dict.fromkeys(r.model for r in report.levels):
         written.append(write_csv([r for r in report.levels if r.model == model], out_dir / f"{model}.csv"))

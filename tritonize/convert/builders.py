@@ -9,13 +9,16 @@ writes the reproducer instead. Nothing here ever writes a plan that TensorRT did
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tritonize.convert.trtexec import BuildJob, log_tail, probe_trtexec, run_trtexec, trtexec_argv, version_tuple
+from tritonize.convert.trtexec import (
+    BuildJob, log_tail, parse_banner_version, probe_trtexec, run_trtexec, trtexec_argv, version_tuple,
+)
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path
 
@@ -98,7 +101,6 @@ class ContainerBuilder(Builder):
                 done = subprocess.run(argv, capture_output=True, text=True, timeout=900)  # may pull the image
             except (OSError, subprocess.TimeoutExpired):
                 raise TritonizeError(f"cannot run trtexec in {self.image}") from None
-            from tritonize.convert.trtexec import parse_banner_version
 
             self._version = parse_banner_version(done.stdout + done.stderr)
             if not self._version:
@@ -113,8 +115,6 @@ class ContainerBuilder(Builder):
 
 def container_argv(image: str, workdir: Path | str, trtexec_args: list[str], user: str | None = None) -> list[str]:
     """docker run of the image's trtexec on `workdir` (mounted as /work), writing files as `user`."""
-    import os
-
     user = user or f"{os.getuid()}:{os.getgid()}"
     return [
         "docker", "run", "--rm", "--gpus", "all", "--user", user,

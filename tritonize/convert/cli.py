@@ -8,8 +8,13 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.convert.options import BuilderName, Precision
+from tritonize.errors import TritonizeError
+from tritonize.options import DEFAULT_ARTIFACTS, Artifacts, Force, OldOut, TritonRelease, renamed
 
 app = typer.Typer(no_args_is_help=True)
+
+# Exit code when TensorRT cannot run here and this was not a dry run: the GPU box has work to do.
+WAITING_FOR_GPU_EXIT = 3
 
 
 @app.command("trt")
@@ -23,25 +28,33 @@ def trt_command(
                                                       "tensorrt, torch-tensorrt that can run here.")] = BuilderName.auto,
     workspace: Annotated[float, typer.Option(help="Builder workspace memory in GiB.")] = 4.0,
     timing_cache: Annotated[Optional[Path], typer.Option(help="Timing cache file, reused across builds "
-                                                              "(default: timing.cache in --out).")] = None,
+                                                              "(default: timing.cache in --artifacts).")] = None,
     opt_level: Annotated[int, typer.Option(help="TensorRT builder optimization level 0-5 (TensorRT 8.6+).")] = 3,
     version_compatible: Annotated[bool, typer.Option("--version-compatible", help="Build a version-compatible "
                                                      "plan (runs on later TensorRT; TensorRT 8.6+).")] = False,
     hardware_compatibility: Annotated[str, typer.Option(help="none, or ampere+ to run on any Ampere-or-newer GPU "
                                                              "(TensorRT 8.6+).")] = "none",
-    triton_release: Annotated[Optional[str], typer.Option(help="Triton container release YY.MM that serves the "
-                                                               "plan (default: the newest tritonize knows).")] = None,
+    triton_release: TritonRelease = None,
     calib_images: Annotated[Optional[Path], typer.Option(help="Folder of real images for INT8 calibration and "
                                                               "held-out checks (`synthetic` = noise, accuracy unknown).")] = None,
     calib_count: Annotated[int, typer.Option(help="How many images calibrate; the rest are held out.")] = 32,
     onnx: Annotated[Optional[Path], typer.Option(help="ONNX to convert (default: the export named in the manifest).")] = None,
-    out: Annotated[Path, typer.Option(help="Artifacts directory (with manifest.json from `tritonize export`).")] = Path("build"),
+    artifacts: Artifacts = DEFAULT_ARTIFACTS,
+    out: OldOut = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Prepare and verify the ONNX, write convert.sh and the "
                                                             "manifest entry, but build nothing.")] = False,
+    force: Force = False,
 ) -> None:
-    """Build a TensorRT plan with one batch profile, precision prepared and verified on the CPU first."""
-    from tritonize.convert import ConvertOptions, Profile, convert_trt
+    """Build a TensorRT plan with one batch profile, precision prepared and verified on the CPU first.
 
+    Where no TensorRT builder can run, everything the GPU box needs is written (convert.sh, the
+    prepared ONNX, the manifest entry) and the command exits with code 3 naming the command to run
+    there (0 with --dry-run).
+    """
+    from tritonize.convert import ConvertOptions, Profile, convert_trt
+    from tritonize.manifest import Manifest, Status
+
+    artifacts = renamed(artifacts, out, "--out", "--artifacts")
     options = ConvertOptions(
         profile=Profile(min_batch, opt_batch, max_batch),
         precision=precision,
@@ -56,6 +69,9 @@ def trt_command(
         calib_count=calib_count,
         onnx=onnx,
         dry_run=dry_run,
+        force=force,
     )
-    entry = convert_trt(out, options)
-    typer.echo(f"tensorrt: {entry['status']} ({out / 'manifest.json'})")
+    result = convert_trt(artifacts, options)
+    if Manifest.load(artifacts).plan.status is Status.waiting_for_gpu and not dry_run:
+        raise TritonizeError(f"TensorRT cannot run on this machine; {result.detail}", exit_code=WAITING_FOR_GPU_EXIT)
+    typer.echo(f"tensorrt: {result.status.value} ({artifacts / 'manifest.json'})")

@@ -8,6 +8,7 @@ from enum import Enum
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
+from tritonize.manifest import Profile
 
 
 class Precision(str, Enum):
@@ -31,26 +32,6 @@ _RELEASE = re.compile(r"^\d{2}\.\d{2}$")
 
 
 @dataclass(frozen=True)
-class Profile:
-    """The one optimization profile on the batch axis."""
-
-    min: int = 1
-    opt: int = 16
-    max: int = 32
-
-    def __post_init__(self):
-        if self.min < 1:
-            raise TritonizeError(f"--min must be >= 1, got {self.min}")
-        if not self.min <= self.opt <= self.max:
-            raise TritonizeError(
-                f"batch profile must satisfy min <= opt <= max, got --min {self.min} --opt {self.opt} --max {self.max}"
-            )
-
-    def to_dict(self) -> dict:
-        return {"min": self.min, "opt": self.opt, "max": self.max}
-
-
-@dataclass(frozen=True)
 class ConvertOptions:
     profile: Profile = Profile()
     precision: Precision = Precision.fp16
@@ -65,6 +46,7 @@ class ConvertOptions:
     calib_count: int = 32
     onnx: Path | None = None  # default: the manifest's ONNX export
     dry_run: bool = False
+    force: bool = False  # redo precision preparation and the build even when the manifest says they are current
     build_timeout_s: int = 3600
 
     def __post_init__(self):

@@ -10,11 +10,11 @@ from tritonize.convert import precision as prec
 from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
 from tritonize.spec import ModelSpec
-from tritonize.verify import Tolerance, verification_inputs, verify_runner
+from tritonize.verify import Tolerance, VerificationReport, verification_inputs, verify_runner
 
 
-def verify_plan(plan: Path, out: Path, spec: ModelSpec, job: BuildJob, tol: Tolerance) -> dict:
-    """Run the engine at batch min, an odd size and max; compare with onnxruntime on the FP32 export."""
+def verify_plan(plan: Path, fp32_onnx: Path, spec: ModelSpec, job: BuildJob, tol: Tolerance) -> VerificationReport:
+    """Run the engine at batch min, an odd size and max; compare with onnxruntime on the FP32 ONNX."""
     try:
         import tensorrt as trt
         import torch
@@ -46,18 +46,10 @@ def verify_plan(plan: Path, out: Path, spec: ModelSpec, job: BuildJob, tol: Tole
     pre = spec.preprocessing
     p = job.profile
     data = verification_inputs(spec.input_shape, p["max"], pre.mean, pre.std, seed=0)
-    fp32 = prec.ort_session(out / _fp32_onnx(out))
+    fp32 = prec.ort_session(fp32_onnx)
     reference = prec.run_onnx(fp32, data, spec.input_name, spec.output_name)
     odd = next((b for b in range(p["min"] + 1, p["max"]) if b % 2), p["min"])
-    report = verify_runner(run, data, reference, tol, batches=sorted({p["min"], odd, p["max"]}))
-    report["engine_io"] = {"input": inputs[0], "output": outputs[0]}
-    return report
-
-
-def _fp32_onnx(out: Path) -> str:
-    from tritonize.manifest import load_manifest
-
-    return load_manifest(out)["artifacts"]["onnx"]["file"]
+    return verify_runner(run, data, reference, tol, batches=sorted({p["min"], odd, p["max"]}))
 
 
 def gpu_facts() -> dict:

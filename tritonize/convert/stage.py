@@ -13,27 +13,32 @@ from __future__ import annotations
 import shlex
 import shutil
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from tritonize import manifest as mf
 from tritonize.convert import precision as prec
+from tritonize.convert.plan_check import gpu_facts, verify_plan
 from tritonize.convert.builders import Builder, candidate_builders, container_argv, pick_builder
-from tritonize.convert.images import image_files, load_images
 from tritonize.convert.options import SYNTHETIC, ConvertOptions, Precision
-from tritonize.convert.reproducer import SCRIPT_NAME, argv_by_major, write_reproducer
+from tritonize.convert.reproducer import argv_by_major, write_reproducer
 from tritonize.convert.trtexec import BuildJob, trtexec_argv, version_tuple
 from tritonize.errors import TritonizeError
-from tritonize.files import atomic_path, ensure_writable_dir
+from tritonize.files import atomic_path, ensure_writable_dir, sha256_file
+from tritonize.images import image_files, load_batch
+from tritonize.manifest import (
+    FileRef, Manifest, Plan, PlanOptions, PrecisionVariant, Status, Target, file_facts, now_iso, variant_key,
+)
 from tritonize.progress import say, step
+from tritonize.releases import Release, latest_release, release_info, tensorrt_matches
 from tritonize.spec import ModelSpec
-from tritonize.verify import Tolerance, compare, summarize, verification_batches, verification_inputs, verify_runner
+from tritonize.stage import StageResult, StageStatus
+from tritonize.verify import Tolerance, VerificationReport, compare, verification_batches, verification_inputs, verify_runner
 
 PLAN_NAME = "model.plan"
 TIMING_CACHE_NAME = "timing.cache"
-VARIANTS = {Precision.fp16: ("onnx_fp16", "model_fp16.onnx"), Precision.int8: ("onnx_int8", "model_int8.onnx")}
+VARIANT_FILES = {Precision.fp16: "model_fp16.onnx", Precision.int8: "model_int8.onnx"}
 # FP16 keeps ~3 significant digits per value (unit roundoff 4.9e-4); over tens of layers the error
 # measured relative to the logit scale stays near 1e-3 (resnet18: 3.5e-4 in onnxruntime, 6.8e-4 in
 # true FP16). 1e-2 leaves room for deeper nets; a near-tie between two logits may still flip top-1.
@@ -63,21 +68,22 @@ class Prepared:
     fp32_layers: tuple[str, ...] = ()
 
 
-def convert_trt(artifacts: Path, options: ConvertOptions) -> dict:
-    """Prepare, verify and (where TensorRT can run) build; returns the manifest's "tensorrt" entry.
+def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
+    """Prepare, verify and (where TensorRT can run) build; records the manifest's "tensorrt" entry.
 
-    Raises TritonizeError (exit code 3) when no builder can run here and this is not a dry run,
-    after writing everything the GPU box needs.
+    Returns `waiting_for_gpu` when no builder can run here (or on a dry run), after writing
+    everything the GPU box needs; `up_to_date` when the recorded plan (or the recorded wait for a
+    GPU) is for the same ONNX, profile, precision, target and settings, unless `options.force`.
     """
-    out = ensure_writable_dir(Path(artifacts))
-    manifest = mf.load_manifest(out)
-    spec = ModelSpec.from_dict(manifest["model"])
-    source = _source_onnx(out, manifest, options)
-    release = _target_release(options.triton_release)
+    out = ensure_writable_dir(Path(artifacts), "--artifacts")
+    manifest = Manifest.load(out)
+    spec = manifest.spec
+    source = _source_onnx(manifest, options)
+    release = release_info(options.triton_release) if options.triton_release else latest_release()
     say(f"Converting {spec.arch} for Triton {release.release} ({release.image}): {options.precision.value}, "
         f"batch profile {options.profile.min}/{options.profile.opt}/{options.profile.max}")
 
-    prepared = prepare_precision(out, spec, source, options)
+    prepared = prepare_precision(manifest, source, options)
     job = BuildJob(
         onnx_file=prepared.onnx_file,
         plan_file=PLAN_NAME,
@@ -102,55 +108,83 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> dict:
         f"Full build with verification and manifest entry: {gpu_command}",
     ]
     script = write_reproducer(out, job, release.image, header)
-    builders = candidate_builders(release.image, _torchscript(out, manifest))
+    builders = candidate_builders(release.image, manifest.path(manifest.torchscript) if manifest.torchscript else None)
     builder, why = pick_builder(options.builder.value, builders)
+    waiting = f"on the GPU box run: {gpu_command}   (or by hand: bash {script})"
 
-    entry = {
-        "status": "waiting_for_gpu",
-        "profile": job.profile,
-        "precision": job.precision,
-        "builder": builder.name if builder else options.builder.value,
-        "builder_reason": why,
-        "input_name": spec.input_name,
-        "output_name": spec.output_name,
-        "input_shape": list(spec.input_shape),
-        "onnx": {"file": job.onnx_file, "sha256": mf.file_facts(out / job.onnx_file)["sha256"]},
-        "fp32_layers": list(job.fp32_layers),
-        "reproducer": script.name,
-        "trtexec_argv": argv_by_major(job),
-        "container_argv": container_argv(release.image, "$PWD", argv_by_major(job)["10"][1:], user="$(id -u):$(id -g)"),
-        "target": {"triton_release": release.release, "image": release.image, "tensorrt": release.tensorrt},
-        "options": {
-            "workspace_mib": job.workspace_mib,
-            "timing_cache": job.timing_cache,
-            "opt_level": job.opt_level,
-            "version_compatible": job.version_compatible,
-            "hardware_compatibility": job.hardware_compatibility,
+    entry = Plan(
+        status=Status.waiting_for_gpu,
+        precision=job.precision,
+        profile=options.profile,
+        input_name=spec.input_name,
+        output_name=spec.output_name,
+        onnx=FileRef(job.onnx_file, sha256_file(out / job.onnx_file)),
+        target=Target(release.release, release.image, release.tensorrt),
+        options=PlanOptions(
+            workspace_mib=job.workspace_mib,
+            timing_cache=job.timing_cache,
+            opt_level=job.opt_level,
+            version_compatible=job.version_compatible,
+            hardware_compatibility=job.hardware_compatibility,
+        ),
+        reproducer=script.name,
+        gpu_command=gpu_command,
+        created=now_iso(),
+        builder=builder.name if builder else options.builder.value,
+        details={
+            "builder_reason": why,
+            "input_shape": list(spec.input_shape),
+            "fp32_layers": list(job.fp32_layers),
+            "trtexec_argv": argv_by_major(job),
+            "container_argv": container_argv(release.image, "$PWD", argv_by_major(job)["10"][1:], user="$(id -u):$(id -g)"),
+            **({"trtexec_argv_target": trtexec_argv(job, release.tensorrt)} if release.tensorrt else {}),
         },
-        "gpu_command": gpu_command,
-        "created": mf.now_iso(),
-    }
-    if release.tensorrt:
-        entry["trtexec_argv_target"] = trtexec_argv(job, release.tensorrt)
+    )
+    recorded = manifest.plan
+    can_build = builder is not None and not options.dry_run
+    if not options.force and recorded is not None and _same_job(recorded, entry):
+        if recorded.status is Status.built and _plan_file_intact(manifest, recorded):
+            say(f"  = {PLAN_NAME} is up to date (same ONNX, profile, precision and target); --force rebuilds it")
+            return StageResult("convert", StageStatus.up_to_date, _built_detail(recorded))
+        if recorded.status is Status.waiting_for_gpu and not can_build:
+            say(f"  = still waiting for a GPU box (same ONNX, profile, precision and target); {waiting}")
+            return StageResult("convert", StageStatus.up_to_date, waiting)
 
-    if builder is None or options.dry_run:
-        mf.record_artifact(out, "tensorrt", entry)
+    if not can_build:
+        manifest.record("tensorrt", entry)
         say(f"  ✓ wrote {script} and {job.onnx_file}; manifest entry 'tensorrt' is waiting_for_gpu")
         if builder is None:
             say(f"  ! no TensorRT builder can run here ({why})")
-        line = f"on the GPU box run: {gpu_command}   (or by hand: bash {script})"
-        if builder is None and not options.dry_run:
-            raise TritonizeError(f"TensorRT cannot run on this machine; {line}", exit_code=3)
-        say(line)
-        return entry
-    return _build(out, spec, job, builder, release, options, entry)
+        say(waiting)
+        return StageResult("convert", StageStatus.waiting_for_gpu, waiting)
+    built = _build(manifest, source, job, builder, release, options, entry)
+    return StageResult("convert", StageStatus.done, _built_detail(built))
+
+
+def _same_job(recorded: Plan, wanted: Plan) -> bool:
+    """The recorded plan was (or is to be) built from the same inputs with the same settings."""
+    return (recorded.onnx == wanted.onnx and recorded.profile == wanted.profile and recorded.precision == wanted.precision
+            and recorded.target.triton_release == wanted.target.triton_release and recorded.options == wanted.options)
+
+
+def _plan_file_intact(manifest: Manifest, plan: Plan) -> bool:
+    path = manifest.directory / (plan.file or PLAN_NAME)
+    return path.is_file() and path.stat().st_size == plan.size_bytes
+
+
+def _built_detail(plan: Plan) -> str:
+    return f"{plan.precision} plan, TensorRT {plan.tensorrt_version or '?'}"
 
 
 # ------------------------------------------------------------------------------------ precision
 
 
-def prepare_precision(out: Path, spec: ModelSpec, source: Path, options: ConvertOptions) -> Prepared:
-    """The ONNX the engine is built from, with its precision in the graph and verified on the CPU."""
+def prepare_precision(manifest: Manifest, source: Path, options: ConvertOptions) -> Prepared:
+    """The ONNX the engine is built from, with its precision in the graph and verified on the CPU.
+
+    A variant recorded for the same source ONNX and calibration inputs is reused (unless --force).
+    """
+    out, spec = manifest.directory, manifest.spec
     if options.precision is Precision.fp32:
         if source.parent.resolve() != out.resolve():  # builds read files relative to the artifacts dir
             with atomic_path(out / source.name) as tmp:
@@ -158,29 +192,58 @@ def prepare_precision(out: Path, spec: ModelSpec, source: Path, options: Convert
         return Prepared(onnx_file=source.name)
     import onnx
 
+    name = VARIANT_FILES[options.precision]
+    source_ref = FileRef(source.name, sha256_file(source))
+    wanted_inputs = _inputs_fingerprint(options)
+    recorded = manifest.variant(options.precision.value)
+    if (not options.force and recorded is not None and recorded.source == source_ref
+            and recorded.inputs == wanted_inputs and (out / name).is_file()
+            and (out / name).stat().st_size == recorded.size_bytes):
+        say(f"  = {name} is up to date (same source ONNX and calibration inputs); --force rebuilds it")
+        return Prepared(onnx_file=name, fp32_layers=tuple(recorded.details.get("fp32_nodes", ())))
+
     data = _cpu_data(spec, options)
     for note in data.notes:
         say(f"  ! {note}")
-    key, name = VARIANTS[options.precision]
     session = prec.ort_session(source)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # onnxconverter-common and the quantizer warn per node
         with atomic_path(out / name) as tmp:
             if options.precision is Precision.fp16:
-                entry, fp32_layers = _prepare_fp16(onnx.load(str(source)), source, tmp, spec, session, data, options)
+                fields, fp32_layers = _prepare_fp16(onnx.load(str(source)), source, tmp, spec, session, data, options)
             else:
-                entry, fp32_layers = _prepare_int8(source, tmp, spec, session, data, options), ()
-            passed = entry["verification"]["passed"] and entry.get("true_fp16", {}).get("passed", True)
+                fields, fp32_layers = _prepare_int8(source, tmp, spec, session, data, options), ()
+            report: VerificationReport = fields.pop("verification")
+            passed = report.passed and fields.get("true_fp16", {}).get("passed", True)
             if not passed and not data.synthetic:
                 raise TritonizeError(
-                    f"the {options.precision.value} variant failed CPU verification ({summarize(entry['verification'])}); "
+                    f"the {options.precision.value} variant failed CPU verification ({report.summary()}); "
                     f"{name} was not published: use --precision fp32 or check the images"
                 )
-    facts = mf.file_facts(out / name)
-    entry = {**facts, **entry, "source": {"file": source.name, "sha256": mf.file_facts(source)["sha256"]}, "created": mf.now_iso()}
-    mf.record_artifact(out, key, entry)
-    say(f"  ✓ published {out / name} ({facts['size_bytes'] / 1e6:.0f} MB) — {summarize(entry['verification'])}")
+    entry = PrecisionVariant(
+        status=fields.pop("status"),
+        precision=options.precision.value,
+        **file_facts(out / name),
+        input_name=spec.input_name,
+        output_name=spec.output_name,
+        verification=report,
+        source=source_ref,
+        inputs=wanted_inputs,
+        created=now_iso(),
+        details=fields,
+    )
+    manifest.record(variant_key(options.precision.value), entry)
+    say(f"  ✓ published {out / name} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}")
     return Prepared(onnx_file=name, fp32_layers=tuple(fp32_layers))
+
+
+def _inputs_fingerprint(options: ConvertOptions) -> dict:
+    """What decides a precision variant besides its source ONNX: the calibration images and the checks' max batch."""
+    images = options.calib_images
+    if images is not None and not options.synthetic_calibration:
+        images = str(Path(images).resolve())
+    return {"calib_images": None if images is None else str(images), "calib_count": options.calib_count,
+            "max_batch": options.profile.max}
 
 
 def _prepare_fp16(model, source, tmp, spec, reference_session, data: Data, options):
@@ -203,11 +266,8 @@ def _prepare_fp16(model, source, tmp, spec, reference_session, data: Data, optio
         f"{'finite' if naive.finite else 'NOT FINITE'} rel err {naive.rel_to_scale:.1e}")
     entry = {
         "format": "onnx",
-        "precision": "fp16",
-        "status": "verified",
+        "status": Status.verified,
         "tool": mixed.tool,
-        "input_name": spec.input_name,
-        "output_name": spec.output_name,
         "fp32_nodes": mixed.fp32_nodes,
         "nodes_total": mixed.nodes_total,
         "data_max": prec.DATA_MAX,
@@ -241,18 +301,15 @@ def _prepare_int8(source, tmp, spec, reference_session, data: Data, options):
         data.notes.append("random-init weights: top-1 agreement reported, not gated")
     with step("verify INT8 in onnxruntime against FP32") as s_verify:
         report, held = _verify_variant(tmp, spec, reference_session, data, options, tol)
-    status = "verified"
+    status = Status.verified
     if data.synthetic:
-        status = "unverified_synthetic_calibration"
+        status = Status.unverified_synthetic_calibration
         say("  !!! INT8 ACCURACY IS UNKNOWN: calibrated and checked on synthetic noise, not real images. "
             "Re-run with --calib-images DIR of real photos before serving this model.")
     return {
         "format": "onnx",
-        "precision": "int8",
         "status": status,
         "tool": tool,
-        "input_name": spec.input_name,
-        "output_name": spec.output_name,
         "quantization": {
             "format": "QDQ", "per_channel": True, "weights": "int8 symmetric", "activations": "int8 symmetric",
             "calibration_method": "MinMax", "quantize_bias": False, **prec.qdq_facts(onnx.load(str(tmp))),
@@ -275,8 +332,8 @@ def _verify_variant(path, spec, reference_session, data: Data, options, tol):
         pre = spec.preprocessing
         inputs = verification_inputs(spec.input_shape, options.profile.max, pre.mean, pre.std, seed=0)
     reference = prec.run_onnx(reference_session, inputs, spec.input_name, spec.output_name)
-    report = verify_runner(run, inputs, reference, tol, batches=verification_batches(len(inputs)))
-    report["inputs"] = "held-out real images" if inputs is data.held_out else "synthetic (normalized uniform noise)"
+    described = "held-out real images" if inputs is data.held_out else "synthetic (normalized uniform noise)"
+    report = verify_runner(run, inputs, reference, tol, batches=verification_batches(len(inputs)), described=described)
     held = None
     if len(data.held_out):
         ref = prec.run_onnx(reference_session, data.held_out, spec.input_name, spec.output_name)
@@ -304,7 +361,7 @@ def _cpu_data(spec: ModelSpec, options: ConvertOptions) -> Data:
     if not held_files:
         notes.append("only one image: no held-out image, checks use synthetic inputs")
     with step(f"decode {n} images from {options.calib_images}"):
-        calibration, held_out = load_images(calib_files, pre), load_images(held_files, pre)
+        calibration, held_out = load_batch(calib_files, pre), load_batch(held_files, pre)
     described = f"{len(calib_files)} images from {options.calib_images} ({len(held_files)} more held out for checks)"
     return Data(calibration, held_out, described, synthetic=False, notes=notes)
 
@@ -317,9 +374,9 @@ def _synthetic(spec: ModelSpec, count: int, seed: int) -> np.ndarray:
 # ------------------------------------------------------------------------------------ building
 
 
-def _build(out, spec, job: BuildJob, builder: Builder, release, options, entry) -> dict:
-    from tritonize.compat import tensorrt_matches
-
+def _build(manifest: Manifest, fp32_onnx: Path, job: BuildJob, builder: Builder, release: Release, options: ConvertOptions,
+           entry: Plan) -> Plan:
+    out, spec = manifest.directory, manifest.spec
     version = builder.tensorrt_version()
     if release.tensorrt and not tensorrt_matches(version, release.tensorrt):
         older = version_tuple(version) <= version_tuple(release.tensorrt) and version_tuple(version) >= (8, 6)
@@ -333,34 +390,33 @@ def _build(out, spec, job: BuildJob, builder: Builder, release, options, entry) 
         say(f"  ! tritonize does not know Triton {release.release}'s TensorRT; building with TensorRT {version} "
             "(--builder container matches the server by construction)")
     (out / PLAN_NAME).unlink(missing_ok=True)  # a stale plan must not outlive a failed rebuild
-    entry.update(builder=builder.name, tensorrt_version=version)
+    entry = replace(entry, builder=builder.name, tensorrt_version=version)
     try:
         with step(f"build the engine with {builder.name} (TensorRT {version})") as s_build:
             built = builder.build(job, out, options.build_timeout_s)
         with step("verify the plan against onnxruntime FP32 (batches min, odd, max)") as s_verify:
-            from tritonize.convert.plan_check import gpu_facts, verify_plan
-
-            report = verify_plan(out / PLAN_NAME, out, spec, job, _plan_tolerance(job.precision))
+            report = verify_plan(out / PLAN_NAME, fp32_onnx, spec, job, _plan_tolerance(job.precision))
     except TritonizeError as e:
         (out / PLAN_NAME).unlink(missing_ok=True)
-        mf.record_artifact(out, "tensorrt", {**entry, "status": "failed", "error": str(e)})
+        manifest.record("tensorrt", replace(entry, status=Status.failed, error=str(e)))
         raise
-    entry.update(
-        mf.file_facts(out / PLAN_NAME),
-        status="built" if report["passed"] else "failed",
+    entry = replace(
+        entry,
+        **file_facts(out / PLAN_NAME),
+        status=Status.built if report.passed else Status.failed,
+        verification=report,
+        created=now_iso(),
+    ).with_details(
         log=built.log,
         gpu=gpu_facts(),
-        verification=report,
         timings={"build": asdict(s_build), "builder_seconds": built.seconds, "verify": asdict(s_verify)},
-        created=mf.now_iso(),
+        **({"argv_used": built.argv} if built.argv else {}),
     )
-    if built.argv:
-        entry["argv_used"] = built.argv
-    mf.record_artifact(out, "tensorrt", entry)
-    if not report["passed"]:
+    manifest.record("tensorrt", entry)
+    if not report.passed:
         (out / PLAN_NAME).unlink(missing_ok=True)
-        raise TritonizeError(f"the TensorRT plan failed verification ({summarize(report)}); it was removed")
-    say(f"  ✓ built {out / PLAN_NAME} ({entry['size_bytes'] / 1e6:.0f} MB) — {summarize(report)}")
+        raise TritonizeError(f"the TensorRT plan failed verification ({report.summary()}); it was removed")
+    say(f"  ✓ built {out / PLAN_NAME} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}")
     return entry
 
 
@@ -372,25 +428,19 @@ def _plan_tolerance(precision: str) -> Tolerance:
 # ------------------------------------------------------------------------------------ helpers
 
 
-def _source_onnx(out: Path, manifest: dict, options: ConvertOptions) -> Path:
+def _source_onnx(manifest: Manifest, options: ConvertOptions) -> Path:
     if options.onnx is not None:
         path = Path(options.onnx)
         if not path.is_file():
             raise TritonizeError(f"--onnx {path} does not exist")
         return path
-    entry = manifest.get("artifacts", {}).get("onnx")
-    if not entry:
-        raise TritonizeError(f"{out}/manifest.json has no ONNX export: run `tritonize export --format onnx --out {out}` first")
-    path = out / entry["file"]
+    out = manifest.directory
+    if manifest.onnx is None:
+        raise TritonizeError(f"{out}/manifest.json has no ONNX export: run `tritonize export --format onnx --artifacts {out}` first")
+    path = manifest.path(manifest.onnx)
     if not path.is_file():
-        raise TritonizeError(f"the manifest names {path} but it is missing: re-run `tritonize export --out {out}`")
+        raise TritonizeError(f"the manifest names {path} but it is missing: re-run `tritonize export --artifacts {out}`")
     return path
-
-
-def _target_release(name: str | None):
-    from tritonize.compat import latest_release, release_info
-
-    return release_info(name) if name else latest_release()
 
 
 def _timing_cache(out: Path, options: ConvertOptions) -> str:
@@ -403,14 +453,9 @@ def _timing_cache(out: Path, options: ConvertOptions) -> str:
         return str(path)  # reused across builds from wherever it lives
 
 
-def _torchscript(out: Path, manifest: dict) -> Path | None:
-    entry = manifest.get("artifacts", {}).get("torchscript")
-    return out / entry["file"] if entry else None
-
-
 def _gpu_command(out: Path, options: ConvertOptions, release: str) -> str:
     p = options.profile
-    parts = ["tritonize", "convert", "trt", "--out", str(out), "--min", str(p.min), "--opt", str(p.opt),
+    parts = ["tritonize", "convert", "trt", "--artifacts", str(out), "--min", str(p.min), "--opt", str(p.opt),
              "--max", str(p.max), "--precision", options.precision.value, "--triton-release", release]
     if options.calib_images is not None:
         parts += ["--calib-images", SYNTHETIC if options.synthetic_calibration else str(options.calib_images),

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from enum import Enum
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
+
+from tritonize.options import DEFAULT_ARTIFACTS, Arch, Artifacts, Force, MaxBatch, OldOut, Weights, renamed
+from tritonize.spec import DEFAULT_ARCH
 
 
 class Format(str, Enum):
@@ -17,24 +19,21 @@ class Format(str, Enum):
 
 def export_command(
     format: Annotated[Format, typer.Option("--format", help="Which artifacts to export.")] = Format.all,
-    arch: Annotated[str, typer.Option(help="A torchvision classification model name.")] = "wide_resnet101_2",
-    weights: Annotated[
-        Optional[str],
-        typer.Option(help="torchvision weights name (default: the arch's DEFAULT pretrained weights), "
-                          "`none` for random init, or a path to a local state_dict checkpoint."),
-    ] = None,
-    out: Annotated[Path, typer.Option(help="Artifacts directory.")] = Path("build"),
+    arch: Arch = DEFAULT_ARCH,
+    weights: Weights = None,
+    artifacts: Artifacts = DEFAULT_ARTIFACTS,
+    out: OldOut = None,
     opset: Annotated[int, typer.Option(help="ONNX opset (>= 18 uses the dynamo exporter, lower the legacy one).")] = 18,
     simplify: Annotated[bool, typer.Option("--simplify/--no-simplify", help="Simplify the ONNX graph with onnxsim.")] = True,
-    max_batch: Annotated[int, typer.Option(help="Largest batch the artifacts are verified at.")] = 32,
-    force: Annotated[bool, typer.Option(help="Overwrite existing artifacts, even up-to-date ones.")] = False,
+    max_batch: MaxBatch = 32,
+    force: Force = False,
 ) -> None:
     """Export a torchvision classifier to TorchScript and ONNX (dynamic batch), verified against PyTorch."""
     from tritonize.export import ExportOptions, export_artifacts
     from tritonize.spec import resolve_spec
 
+    artifacts = renamed(artifacts, out, "--out", "--artifacts")
     formats = ("torchscript", "onnx") if format is Format.all else (format.value,)
     options = ExportOptions(formats=formats, opset=opset, simplify=simplify, max_batch=max_batch, force=force)
-    spec = resolve_spec(arch, weights)
-    export_artifacts(spec, out, options)
-    typer.echo(f"manifest: {out / 'manifest.json'}")
+    export_artifacts(resolve_spec(arch, weights), artifacts, options)
+    typer.echo(f"manifest: {artifacts / 'manifest.json'}")

@@ -9,12 +9,13 @@ from typing import Callable
 
 import numpy as np
 
-from tritonize import manifest as mf
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
+from tritonize.manifest import ExportedArtifact, Manifest, Status, file_facts, now_iso, tool_versions
 from tritonize.progress import say, step
 from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec, build_model
-from tritonize.verify import FP32, Tolerance, summarize, verification_inputs, verify_runner
+from tritonize.stage import StageResult, StageStatus
+from tritonize.verify import FP32, Tolerance, VerificationReport, verification_inputs, verify_runner
 
 FORMATS = ("torchscript", "onnx")
 FILES = {"torchscript": "model.pt", "onnx": "model.onnx"}
@@ -46,33 +47,33 @@ class ExportOptions:
         return {"max_batch": self.max_batch, "opset": self.opset, "simplify": self.simplify}
 
 
-def export_artifacts(spec: ModelSpec, out: Path, options: ExportOptions = ExportOptions()) -> dict:
-    """Export the requested formats into `out`; returns the updated manifest.
+def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = ExportOptions()) -> StageResult:
+    """Export the requested formats into `artifacts` and record them in its manifest.
 
     An artifact is published (renamed into place and recorded) only after it passed verification;
     an existing artifact made from the same spec and options is kept as it is unless `force`.
     """
-    out = ensure_writable_dir(Path(out))
-    manifest = mf.load_manifest_or_empty(out)
-    if manifest.get("model") and manifest["model"] != spec.to_dict():
-        stale = [k for k in manifest.get("artifacts", {})]
-        if not options.force and any((out / FILES.get(k, "")).is_file() for k in stale if k in FILES):
+    artifacts = ensure_writable_dir(Path(artifacts), "--artifacts")
+    manifest = Manifest.load_or_empty(artifacts)
+    if manifest.model is not None and manifest.model != spec:
+        stale = [k for k in manifest.artifacts if k in FILES and (artifacts / FILES[k]).is_file()]
+        if stale and not options.force:
             raise TritonizeError(
-                f"{out} holds artifacts of another model ({manifest['model']['arch']}, weights "
-                f"{manifest['model']['weights']}); use --force to replace them or --out for another directory"
+                f"{artifacts} holds artifacts of another model ({manifest.model.arch}, weights "
+                f"{manifest.model.weights}); use --force to replace them or --artifacts for another directory"
             )
-        manifest = {}  # a new model: every earlier entry (plans, precision variants) is stale
-    manifest["model"] = spec.to_dict()
-    manifest.setdefault("artifacts", {})
+        manifest = Manifest(artifacts)  # a new model: every earlier entry (plans, precision variants) is stale
+    manifest.model = spec
 
-    todo = [f for f in options.formats if options.force or not _up_to_date(out, manifest, f, options)]
+    todo = [f for f in options.formats if options.force or not _up_to_date(manifest, f, options)]
     for fmt in options.formats:
         if fmt not in todo:
             say(f"  = {FILES[fmt]} is up to date (same model and options); --force rebuilds it")
+    detail = f"{spec.arch}, weights {spec.weights}"
     if not todo:
-        return manifest
+        return StageResult("export", StageStatus.up_to_date, detail)
 
-    say(f"Exporting {spec.arch} (weights: {spec.weights}) to {', '.join(FILES[f] for f in todo)} in {out}/")
+    say(f"Exporting {spec.arch} (weights: {spec.weights}) to {', '.join(FILES[f] for f in todo)} in {artifacts}/")
     if not spec.pretrained:
         say("  ! random-init weights: artifacts are real but predictions and labels are meaningless")
     with step(f"build {spec.arch}") as built:
@@ -85,22 +86,30 @@ def export_artifacts(spec: ModelSpec, out: Path, options: ExportOptions = Export
 
     exporters: dict[str, Callable] = {"torchscript": _export_torchscript, "onnx": _export_onnx}
     for fmt in todo:
-        entry = exporters[fmt](model, spec, out / FILES[fmt], inputs, reference, options)
-        entry["timings"] = {**common, **entry["timings"]}
-        entry["options"] = options.fingerprint(fmt)
-        entry["created"] = mf.now_iso()
-        manifest["artifacts"][fmt] = entry
-        mf.save_manifest(out, manifest)
-        say(f"  ✓ published {out / FILES[fmt]} ({entry['size_bytes'] / 1e6:.0f} MB) — {summarize(entry['verification'])}")
-    return manifest
+        path = artifacts / FILES[fmt]
+        fields, report, timings = exporters[fmt](model, spec, path, inputs, reference, options)
+        entry = ExportedArtifact(
+            status=Status.verified,
+            format=fmt,
+            **file_facts(path),
+            input_name=fields.pop("input_name"),
+            output_name=fields.pop("output_name"),
+            verification=report,
+            options=options.fingerprint(fmt),
+            created=now_iso(),
+            details={**fields, "timings": {**common, **timings}},
+        )
+        manifest.record(fmt, entry)
+        say(f"  ✓ published {path} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}")
+    return StageResult("export", StageStatus.done, detail)
 
 
-def _up_to_date(out: Path, manifest: dict, fmt: str, options: ExportOptions) -> bool:
-    entry = manifest.get("artifacts", {}).get(fmt)
-    path = out / FILES[fmt]
-    if not entry or not path.is_file() or entry.get("options") != options.fingerprint(fmt):
+def _up_to_date(manifest: Manifest, fmt: str, options: ExportOptions) -> bool:
+    entry = manifest.artifacts.get(fmt)
+    path = manifest.directory / FILES[fmt]
+    if not isinstance(entry, ExportedArtifact) or not path.is_file() or entry.options != options.fingerprint(fmt):
         return False
-    return path.stat().st_size == entry.get("size_bytes")
+    return path.stat().st_size == entry.size_bytes
 
 
 def _run_torch(model, batch: np.ndarray) -> np.ndarray:
@@ -110,15 +119,15 @@ def _run_torch(model, batch: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(batch)).numpy()
 
 
-def _check(report: dict, what: str, path: Path) -> None:
-    if not report["passed"]:
+def _check(report: VerificationReport, what: str, path: Path) -> None:
+    if not report.passed:
         raise TritonizeError(
-            f"{what} failed verification against PyTorch eager ({summarize(report)}; tolerance "
-            f"{report['tolerance']['max_rel_to_scale']:.0e} of scale); {path.name} was not published"
+            f"{what} failed verification against PyTorch eager ({report.summary()}; tolerance "
+            f"{report.tolerance.max_rel_to_scale:.0e} of scale); {path.name} was not published"
         )
 
 
-def _export_torchscript(model, spec, path, inputs, reference, options) -> dict:
+def _export_torchscript(model, spec, path, inputs, reference, options) -> tuple[dict, VerificationReport, dict]:
     import torch
 
     # TorchScript is deprecated in torch but is what Triton's libtorch backend loads.
@@ -140,20 +149,16 @@ def _export_torchscript(model, spec, path, inputs, reference, options) -> dict:
             report = verify_runner(lambda x: _run_torch(loaded, x), inputs, reference, options.tolerance)
         timings["verify"] = asdict(s)
         _check(report, "TorchScript export", path)
-    return {
-        **mf.file_facts(path),
-        "format": "torchscript",
-        "status": "verified",
-        "method": method,
+    fields = {
         "input_name": TORCHSCRIPT_INPUT_NAME,
         "output_name": TORCHSCRIPT_OUTPUT_NAME,
-        "tools": mf.tool_versions("torch", "torchvision"),
-        "verification": report,
-        "timings": timings,
+        "method": method,
+        "tools": tool_versions("torch", "torchvision"),
     }
+    return fields, report, timings
 
 
-def _export_onnx(model, spec, path, inputs, reference, options) -> dict:
+def _export_onnx(model, spec, path, inputs, reference, options) -> tuple[dict, VerificationReport, dict]:
     import onnx
     import torch
 
@@ -215,21 +220,17 @@ def _export_onnx(model, spec, path, inputs, reference, options) -> dict:
         _check(report, "ONNX export", path)
     if opset != options.opset:
         say(f"  ! the exporter wrote opset {opset} although {options.opset} was asked for")
-    return {
-        **mf.file_facts(path),
-        "format": "onnx",
-        "status": "verified",
+    fields = {
+        "input_name": spec.input_name,
+        "output_name": spec.output_name,
         "exporter": exporter,
         "opset": opset,
         "simplified": simplified,
         "nodes": nodes,
-        "input_name": spec.input_name,
-        "output_name": spec.output_name,
         "batch_axis": "batch",
-        "tools": mf.tool_versions("torch", "torchvision", "onnx", "onnxscript", "onnxsim", "onnxruntime"),
-        "verification": report,
-        "timings": timings,
+        "tools": tool_versions("torch", "torchvision", "onnx", "onnxscript", "onnxsim", "onnxruntime"),
     }
+    return fields, report, timings
 
 
 def _simplify(proto):

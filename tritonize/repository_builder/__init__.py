@@ -1,15 +1,15 @@
 """Artifacts -> Triton model repository (`tritonize repo build`), and its linter (`tritonize repo check`).
 
-Layout written by `build_repository(artifacts, out, options)`:
+Layout written by `build_repository(artifacts, repository, options)`:
 
-    <out>/<name>/config.pbtxt          the default config (instance kind per --kind, see below)
-    <out>/<name>/configs/gpu.pbtxt     the same model pinned to KIND_GPU
-    <out>/<name>/configs/cpu.pbtxt     pinned to KIND_CPU (not for trt_model: TensorRT plans need a GPU)
-    <out>/<name>/labels.txt            one category per line: the output's label_filename
-    <out>/<name>/1/model.onnx | model.pt | model.plan   hard-linked from the artifacts (copied across filesystems)
+    <repository>/<name>/config.pbtxt        the default config (instance kind per --kind, see below)
+    <repository>/<name>/configs/gpu.pbtxt   the same model pinned to KIND_GPU
+    <repository>/<name>/configs/cpu.pbtxt   pinned to KIND_CPU (not for trt_model: TensorRT plans need a GPU)
+    <repository>/<name>/labels.txt          one category per line: the output's label_filename
+    <repository>/<name>/1/model.onnx | model.pt | model.plan   hard-linked from the artifacts (copied across filesystems)
 
 Models: onnx_model (onnxruntime_onnx), torch_model (pytorch_libtorch), trt_model (tensorrt_plan, only when
-manifest["artifacts"]["tensorrt"] has status "built" and its plan file exists). A model whose artifact is
+the manifest's plan has status "built" and its file exists). A model whose artifact is
 missing is skipped with one line saying why.
 
 One repository for GPU and CPU-only boxes: with `--kind auto` (default) the config.pbtxt of onnx_model and
@@ -23,7 +23,8 @@ writes that kind into config.pbtxt itself (`--kind cpu` leaves trt_model out).
 Each config is a `tritonclient.grpc.model_config_pb2.ModelConfig` written with protobuf's text format. Its
 `parameters` carry the preprocessing contract (preprocess.resize, .crop, .mean, .std, .interpolation,
 .antialias, .channel_order, .layout, .scale) and the provenance (source.arch, source.weights,
-source.manifest_sha256) as strings, so a client needs only the server's model config.
+source.manifest_sha256; for trt_model also source.tensorrt_version, .triton_release, .version_compatible)
+as strings, so a client and `serve` need only the repository.
 
 The repository is published atomically: it is built in a sibling temporary directory and swapped in
 whole, so a server never sees a half-written repository.

@@ -4,94 +4,94 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
-from tritonize.manifest import load_manifest, manifest_sha256
+from tritonize.manifest import Entry, Manifest, Plan, Status
 from tritonize.progress import say
-from tritonize.repository_builder.config import (
-    CONFIG_NAME, LABELS_NAME, config_text, model_config, plan_max_batch,
-)
+from tritonize.repository_builder.config import CONFIG_NAME, LABELS_NAME, config_text, kind_name, model_config, plan_max_batch
 from tritonize.repository_builder.options import BACKENDS, Backend, RepoOptions
 from tritonize.spec import ModelSpec
+from tritonize.stage import StageResult, StageStatus
 
 VERSION = "1"
 
 
-def build_repository(artifacts: Path, out: Path, options: RepoOptions = RepoOptions()) -> Path:
-    """Write `out/<model>/{config.pbtxt, configs/, labels.txt, 1/<file>}` for every model whose
-    artifact exists; print one line per model built or skipped. Returns `out`."""
-    artifacts, out = Path(artifacts), Path(out)
-    manifest = load_manifest(artifacts)
-    spec = ModelSpec.from_dict(manifest["model"])
+@dataclass(frozen=True)
+class ModelFiles:
+    """Everything one model directory holds: text files by relative path, and the model file."""
+
+    name: str
+    texts: dict[str, str]
+    artifact: Path  # placed as <VERSION>/<backend filename>
+    filename: str
+    summary: str  # one line for the user
+
+
+def build_repository(artifacts: Path, repository: Path, options: RepoOptions = RepoOptions()) -> StageResult:
+    """Write `repository/<model>/{config.pbtxt, configs/, labels.txt, 1/<file>}` for every model whose
+    artifact exists, with one line per model built or skipped.
+
+    `up_to_date` (nothing written) when the repository already holds exactly these files, unless
+    `options.force`; a repository that differs is replaced only with `options.overwrite`.
+    """
+    artifacts, repository = Path(artifacts), Path(repository)
+    manifest = Manifest.load(artifacts)
+    spec = manifest.spec
     if len(spec.labels) != spec.num_classes:
         raise TritonizeError(
             f"manifest in {artifacts} has {len(spec.labels)} labels for {spec.num_classes} classes; "
             "re-run `tritonize export --force`"
         )
-    _refuse_to_clobber(out, options.force)
-    ensure_writable_dir(out.parent)
-    sha = manifest_sha256(artifacts)
-
     wanted = options.models or tuple(BACKENDS)
-    plans = {name: _why_not(BACKENDS[name], artifacts, manifest, options) for name in wanted}
-    if all(plans.values()):
-        reasons = "; ".join(f"{name}: {why}" for name, why in plans.items())
-        raise TritonizeError(f"no model to build from {artifacts}: {reasons}")
+    reasons = {name: _why_not(BACKENDS[name], manifest, options) for name in wanted}
+    if all(reasons.values()):
+        listing = "; ".join(f"{name}: {why}" for name, why in reasons.items())
+        raise TritonizeError(f"no model to build from {artifacts}: {listing}")
+    sha = manifest.sha256()
+    models = [_render(BACKENDS[name], spec, manifest, options, sha) for name, why in reasons.items() if not why]
+    for name, why in reasons.items():
+        if why:
+            say(f"skipped {name}: {why}")
+    detail = f"{repository}/: {', '.join(m.name for m in models)}"
 
-    with atomic_path(out) as tmp:
+    if not options.force and _current(repository, models):
+        say(f"= {repository} is up to date (same manifest and options); --force rebuilds it")
+        return StageResult("repo build", StageStatus.up_to_date, detail)
+    _refuse_to_clobber(repository, options.overwrite)
+    ensure_writable_dir(repository.parent, "--repository")
+    with atomic_path(repository) as tmp:
         tmp.mkdir()
-        _keep_loose_files(out, tmp)
-        for name, why in plans.items():
-            if why:
-                say(f"skipped {name}: {why}")
-                continue
-            backend = BACKENDS[name]
-            entry = manifest["artifacts"][backend.artifact]
-            line = _write_model(tmp / name, backend, spec, entry, artifacts / entry["file"], options, sha)
-            say(f"built {name}: {line}")
-    return out
+        _keep_loose_files(repository, tmp)
+        for model in models:
+            how = _write(tmp / model.name, model)
+            say(f"built {model.name}: {model.summary}, {model.filename} {how}")
+    return StageResult("repo build", StageStatus.done, detail)
 
 
-def _refuse_to_clobber(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise TritonizeError(f"{out} exists and is not a directory; choose another --out")
-    if out.is_dir() and any(p.is_dir() for p in out.iterdir()) and not force:
-        raise TritonizeError(f"{out} already holds a model repository; add --force to replace it")
-
-
-def _keep_loose_files(old: Path, new: Path) -> None:
-    """Carry top-level files (e.g. models/README.md) into the new repository; Triton only reads directories."""
-    if old.is_dir():
-        for p in old.iterdir():
-            if p.is_file():
-                shutil.copy2(p, new / p.name)
-
-
-def _why_not(backend: Backend, artifacts: Path, manifest: dict[str, Any], options: RepoOptions) -> str | None:
+def _why_not(backend: Backend, manifest: Manifest, options: RepoOptions) -> str | None:
     """Why this model cannot be built, or None when it can."""
-    entry = manifest.get("artifacts", {}).get(backend.artifact)
+    entry = manifest.artifacts.get(backend.artifact)
+    artifacts = manifest.directory
     if backend.needs_gpu and options.kind == "cpu":
         return "--kind cpu, and TensorRT plans only run on a GPU"
     if entry is None:
-        if backend.artifact == "tensorrt":
+        if backend.needs_gpu:
             return f"no TensorRT plan in {artifacts} (run `tritonize convert trt` on a GPU box)"
         return f"no {backend.artifact} artifact in {artifacts}/manifest.json (run `tritonize export`)"
-    if backend.artifact == "tensorrt" and entry.get("status") != "built":
-        return f"TensorRT plan status is {entry.get('status')!r}, not 'built' (run the convert step on a GPU box)"
-    path = artifacts / entry.get("file", backend.filename)
+    if isinstance(entry, Plan) and entry.status is not Status.built:
+        return f"TensorRT plan status is {entry.status.value!r}, not 'built' (run the convert step on a GPU box)"
+    path = manifest.path(entry)
     if not path.is_file():
         return f"{path} is missing (re-run the stage that writes it)"
     return None
 
 
-def _write_model(model_dir: Path, backend: Backend, spec: ModelSpec, entry: dict[str, Any], artifact: Path,
-                 options: RepoOptions, sha: str) -> str:
-    """One model directory; returns the summary for the user's line."""
-    (model_dir / "configs").mkdir(parents=True)
-    (model_dir / VERSION).mkdir()
+def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: RepoOptions, sha: str) -> ModelFiles:
+    """One model directory's files, in memory."""
+    entry: Entry = manifest.artifacts[backend.artifact]
     header = (
         f"Generated by `tritonize repo build` from {spec.arch} ({spec.weights}); manifest sha256 {sha[:12]}.\n"
         "Instance placement: configs/cpu.pbtxt and configs/gpu.pbtxt pin it; select one with\n"
@@ -102,19 +102,61 @@ def _write_model(model_dir: Path, backend: Backend, spec: ModelSpec, entry: dict
     variants = {CONFIG_NAME: default_kind, "configs/gpu.pbtxt": "gpu"}
     if not backend.needs_gpu:
         variants["configs/cpu.pbtxt"] = "cpu"
+    texts = {}
     for rel, kind in variants.items():
         cfg = model_config(backend, spec, entry, options, kind, sha)
-        (model_dir / rel).write_text(config_text(cfg, header))
-    (model_dir / LABELS_NAME).write_text("\n".join(spec.labels) + "\n")
-    how = _place(artifact, model_dir / VERSION / backend.filename)
+        texts[rel] = config_text(cfg, header)
+    texts[LABELS_NAME] = "\n".join(spec.labels) + "\n"
 
-    max_batch = cfg.max_batch_size
+    default = model_config(backend, spec, entry, options, default_kind, sha)
     capped = ""
-    if backend.needs_gpu and options.max_batch > max_batch:
+    if isinstance(entry, Plan) and options.max_batch > default.max_batch_size:
         capped = f" (capped from {options.max_batch} at the plan's profile max {plan_max_batch(entry)})"
-    kind_text = {"auto": "KIND_AUTO", "gpu": "KIND_GPU", "cpu": "KIND_CPU"}[default_kind]
-    return (f"{backend.platform}, max_batch_size {max_batch}{capped}, {options.instances} x {kind_text}, "
-            f"{backend.filename} {how}")
+    summary = (f"{backend.platform}, max_batch_size {default.max_batch_size}{capped}, {options.instances} x "
+               f"{kind_name(default.instance_group[0].kind)}")
+    return ModelFiles(backend.name, texts, manifest.path(entry), backend.filename, summary)
+
+
+def _current(repository: Path, models: list[ModelFiles]) -> bool:
+    """The repository holds exactly these models, with these texts and model files."""
+    if not repository.is_dir():
+        return False
+    present = sorted(p.name for p in repository.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if present != sorted(m.name for m in models):
+        return False
+    for model in models:
+        directory = repository / model.name
+        for rel, text in model.texts.items():
+            path = directory / rel
+            if not path.is_file() or path.read_text() != text:
+                return False
+        placed = directory / VERSION / model.filename
+        if not placed.is_file() or placed.stat().st_size != model.artifact.stat().st_size:
+            return False
+    return True
+
+
+def _refuse_to_clobber(repository: Path, overwrite: bool) -> None:
+    if repository.exists() and not repository.is_dir():
+        raise TritonizeError(f"{repository} exists and is not a directory; choose another --repository")
+    if repository.is_dir() and any(p.is_dir() for p in repository.iterdir()) and not overwrite:
+        raise TritonizeError(f"{repository} already holds a different model repository; add --force to replace it")
+
+
+def _keep_loose_files(old: Path, new: Path) -> None:
+    """Carry top-level files (e.g. models/README.md) into the new repository; Triton only reads directories."""
+    if old.is_dir():
+        for p in old.iterdir():
+            if p.is_file():
+                shutil.copy2(p, new / p.name)
+
+
+def _write(model_dir: Path, model: ModelFiles) -> str:
+    (model_dir / "configs").mkdir(parents=True)
+    (model_dir / VERSION).mkdir()
+    for rel, text in model.texts.items():
+        (model_dir / rel).write_text(text)
+    return _place(model.artifact, model_dir / VERSION / model.filename)
 
 
 def _place(src: Path, dst: Path) -> str:

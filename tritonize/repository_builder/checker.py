@@ -13,7 +13,8 @@ Rules (each finding names the model, what is wrong and how to fix it):
               Triton's `<name>__<index>` rule, and a batch-1 forward gives the configured output dims
   plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names
   hashes      (manifest) model files have the sha256 the manifest recorded
-  provenance  (manifest) source.manifest_sha256 is this manifest's hash; contract parameters present
+  provenance  contract parameters present (and trt_model's plan provenance); (manifest) source.manifest_sha256
+              is this manifest's hash
   release     (--triton-release) the plan's TensorRT is the one that release runs
 """
 
@@ -25,12 +26,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonclient.grpc import model_config_pb2 as pb
+
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import load_manifest, manifest_sha256
-from tritonize.repository_builder.config import (
-    CONFIG_NAME, PREPROCESS_KEYS, SOURCE_KEYS, kind_name, parse_config,
-)
+from tritonize.manifest import Manifest, Plan
+from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_matches
+from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, kind_name, parse_config
 
 REBUILD = "rebuild with `tritonize repo build --force`"
 # platform -> backend, and the file each backend loads by default.
@@ -60,20 +62,18 @@ class Finding:
 
 def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None) -> list[Finding]:
     """Lint every model directory of `repo`; with `artifacts`, also against its manifest."""
-    from tritonize.compat import release_info
-
     repo = Path(repo)
     if not repo.is_dir():
-        raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build --out {repo}` first")
-    manifest = load_manifest(artifacts) if artifacts is not None else None
+        raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build --repository {repo}` first")
+    manifest = Manifest.load(artifacts) if artifacts is not None else None
     context = {
         "manifest": manifest,
-        "manifest_sha256": manifest_sha256(artifacts) if manifest else None,
+        "manifest_sha256": manifest.sha256() if manifest else None,
         "release": release_info(triton_release) if triton_release else None,
     }
     model_dirs = sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not model_dirs:
-        raise TritonizeError(f"{repo} holds no model directories: run `tritonize repo build --out {repo}`")
+        raise TritonizeError(f"{repo} holds no model directories: run `tritonize repo build --repository {repo}`")
     findings: list[Finding] = []
     for model_dir in model_dirs:
         findings += _ModelCheck(model_dir, context).run()
@@ -103,7 +103,7 @@ class _ModelCheck:
             self._check_onnx(cfg, model_file)
         if model_file is not None and backend == "pytorch":
             self._check_torchscript(cfg, model_file)
-        self._check_parameters(cfg)
+        self._check_parameters(cfg, backend)
         if self.ctx["manifest"] is not None:
             self._check_against_manifest(cfg, backend, model_file)
         return self.findings
@@ -197,11 +197,15 @@ class _ModelCheck:
                 self.add("error", f"output {out.name!r}: {out.label_filename} has {count} labels for {size} outputs",
                          f"write one label per class ({size} lines) or {REBUILD}")
 
-    def _check_parameters(self, cfg) -> None:
-        missing = [k for k in PREPROCESS_KEYS + SOURCE_KEYS if k not in cfg.parameters]
+    def _check_parameters(self, cfg, backend: str | None) -> None:
+        missing = [k for k in CONTRACT_KEYS if k not in cfg.parameters]
         if missing:
             self.add("warning", f"parameters lack {', '.join(missing)}: clients cannot fetch the preprocessing contract",
                      REBUILD)
+        missing = [k for k in PLAN_KEYS if k not in cfg.parameters] if backend == "tensorrt" else []
+        if missing:
+            self.add("warning", f"parameters lack {', '.join(missing)}: `tritonize serve --engine docker` cannot choose "
+                                "the container release whose TensorRT runs the plan", REBUILD)
 
     # --- the real artifacts -------------------------------------------------------------------------
     def _check_onnx(self, cfg, path: Path) -> None:
@@ -233,8 +237,6 @@ class _ModelCheck:
                              f"declare it in config.pbtxt or {REBUILD}")
 
     def _compare_onnx_tensor(self, cfg, role: str, t, value) -> None:
-        from tritonclient.grpc import model_config_pb2 as pb
-
         tensor_type = value.type.tensor_type
         onnx_type = ONNX_TYPES.get(tensor_type.elem_type, f"onnx elem_type {tensor_type.elem_type}")
         if onnx_type != pb.DataType.Name(t.data_type):
@@ -307,51 +309,44 @@ class _ModelCheck:
 
     # --- the manifest -------------------------------------------------------------------------------
     def _check_against_manifest(self, cfg, backend: str | None, model_file: Path | None) -> None:
-        manifest = self.ctx["manifest"]
+        manifest: Manifest = self.ctx["manifest"]
         sha = self.ctx["manifest_sha256"]
         recorded = cfg.parameters["source.manifest_sha256"].string_value if "source.manifest_sha256" in cfg.parameters else ""
         if recorded and recorded != sha:
             self.add("warning", f"built from another manifest (sha256 {recorded[:12]}, artifacts now {sha[:12]})",
                      f"{REBUILD} after re-exporting")
         key = ARTIFACT_KEYS.get(backend or "")
-        entry = manifest.get("artifacts", {}).get(key) if key else None
+        entry = manifest.artifacts.get(key) if key else None
         if entry is None:
             if key:
                 self.add("warning", f"the manifest has no {key!r} artifact to check this model against",
                          "pass the artifacts directory the repository was built from (--artifacts)")
             return
-        if model_file is not None and entry.get("sha256") and sha256_file(model_file) != entry["sha256"]:
+        if model_file is not None and entry.sha256 and sha256_file(model_file) != entry.sha256:
             self.add("error", f"{model_file.parent.name}/{model_file.name} does not match the manifest's sha256 for "
-                              f"{entry.get('file', key)} (changed or corrupted since export)",
+                              f"{entry.file or key} (changed or corrupted since export)",
                      f"{REBUILD} from the verified artifacts")
-        if backend == "tensorrt":
+        if isinstance(entry, Plan):
             self._check_plan(cfg, entry)
 
-    def _check_plan(self, cfg, entry: dict[str, Any]) -> None:
-        from tritonize.compat import releases_for_tensorrt, tensorrt_matches
-
-        profile = entry.get("profile") or {}
-        if not profile:
-            self.add("error", "the manifest records no optimization profile for the plan",
-                     "rebuild the plan with `tritonize convert trt --min 1 --opt 16 --max 32`")
-        else:
-            if int(profile.get("min", 1)) != 1:
-                self.add("error", f"the plan's profile min is {profile['min']}: requests of batch 1 will be refused",
-                         "rebuild the plan with --min 1")
-            if int(profile.get("max", 0)) < cfg.max_batch_size:
-                self.add("error", f"the plan's profile max {profile.get('max')} is below max_batch_size "
-                                  f"{cfg.max_batch_size}: larger batches fail at inference",
-                         f"set max_batch_size <= {profile.get('max')} or rebuild the plan with --max {cfg.max_batch_size}")
-        for role, tensors, key in (("input", cfg.input, "input_name"), ("output", cfg.output, "output_name")):
-            name = entry.get(key)
-            if name and name not in {t.name for t in tensors}:
+    def _check_plan(self, cfg, plan: Plan) -> None:
+        profile = plan.profile
+        if profile.min != 1:
+            self.add("error", f"the plan's profile min is {profile.min}: requests of batch 1 will be refused",
+                     "rebuild the plan with --min 1")
+        if profile.max < cfg.max_batch_size:
+            self.add("error", f"the plan's profile max {profile.max} is below max_batch_size "
+                              f"{cfg.max_batch_size}: larger batches fail at inference",
+                     f"set max_batch_size <= {profile.max} or rebuild the plan with --max {cfg.max_batch_size}")
+        for role, tensors, name in (("input", cfg.input, plan.input_name), ("output", cfg.output, plan.output_name)):
+            if name not in {t.name for t in tensors}:
                 self.add("error", f"the plan's {role} is {name!r}; the config names {[t.name for t in tensors]}",
                          f"name the config {role} {name!r} or {REBUILD}")
 
         release = self.ctx["release"]
         if release is None:
             return
-        built = entry.get("tensorrt_version") or (entry.get("tools") or {}).get("tensorrt")
+        built = plan.tensorrt_version
         if not built:
             self.add("warning", "the manifest does not say which TensorRT built the plan; cannot check it against "
                                 f"release {release.release}", "rebuild the plan with `tritonize convert trt`")

@@ -14,7 +14,7 @@ class Backend:
     """One model of the repository: which artifact it serves and how Triton loads it."""
 
     name: str  # model directory and config name
-    artifact: str  # key in manifest["artifacts"]
+    artifact: str  # its manifest entry's key
     platform: str  # Triton platform string
     filename: str  # file Triton's backend looks for in <model>/<version>/
     default_input: str
@@ -44,7 +44,8 @@ class RepoOptions:
     kind: str = "auto"  # instance_group.kind of config.pbtxt: auto | gpu | cpu
     warmup: bool = True  # model_warmup at batch 1 and at max batch
     models: tuple[str, ...] | None = None  # subset of BACKENDS names; None = all
-    force: bool = False  # replace an existing repository
+    force: bool = False  # rebuild even when the repository is up to date (implies overwrite)
+    overwrite: bool = False  # replace an existing repository that differs from what this build writes
 
     def __post_init__(self):
         if self.max_batch < 1:
@@ -59,6 +60,8 @@ class RepoOptions:
             raise TritonizeError(f"--instances must be >= 1 (got {self.instances})")
         if self.kind not in KINDS:
             raise TritonizeError(f"--kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
+        if self.force:
+            object.__setattr__(self, "overwrite", True)
         if self.models is not None:
             models = tuple(self.models)
             unknown = [m for m in models if m not in BACKENDS]

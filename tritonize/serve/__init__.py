@@ -1,7 +1,6 @@
-"""Serve a model repository with a real Triton server: the embedded engine (the tritonserver binary
-bundled in nvidia-pytriton + the project's Python-based backends) or the NGC container."""
+"""Serve a model repository with a real Triton server: the embedded engine (`serve.embedded`: the
+tritonserver binary bundled in nvidia-pytriton + the project's Python-based backends in
+`serve.backends`) or the NGC container (`serve.docker`).
 
-from tritonize.serve.embedded import EmbeddedServer, embedded_server
-from tritonize.serve.server import ServerInfo
-
-__all__ = ["EmbeddedServer", "ServerInfo", "embedded_server"]
+Nothing is imported here: the backends run inside Triton's Python stubs and import only what they use.
+"""

@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from tritonize.options import DEFAULT_REPOSITORY, RepositoryArgument
+
 
 class Engine(str, Enum):
     auto = "auto"
@@ -16,7 +18,7 @@ class Engine(str, Enum):
 
 
 def serve_command(
-    repository: Annotated[Path, typer.Argument(help="Triton model repository to serve.")] = Path("models"),
+    repository: RepositoryArgument = DEFAULT_REPOSITORY,
     engine: Annotated[Engine, typer.Option(
         help="embedded: the tritonserver bundled in nvidia-pytriton with Python-based backends (no GPU or "
              "Docker needed); docker: the NGC container on a GPU machine; auto: docker when a Docker engine "
@@ -31,11 +33,9 @@ def serve_command(
              "cpu variants (embedded engine), else config.pbtxt.")] = None,
     triton_release: Annotated[Optional[str], typer.Option(
         help="NGC container release YY.MM for the docker engine (default: the release whose TensorRT "
-             "runs the plan recorded in the artifacts' manifest).")] = None,
+             "runs the repository's plan, as `repo build` recorded it in trt_model's config).")] = None,
     print_command: Annotated[bool, typer.Option(
         "--print-command", help="Print the NGC container's `docker run` command for this repository and exit.")] = False,
-    artifacts: Annotated[Path, typer.Option(
-        help="Artifacts directory whose manifest names the plan's TensorRT version.")] = Path("build"),
     timeout: Annotated[Optional[float], typer.Option(
         help="Seconds to wait for the server to be ready (default: 120 embedded, 900 docker).")] = None,
     log_file: Annotated[Optional[Path], typer.Option(
@@ -46,7 +46,7 @@ def serve_command(
 
     options = ServeOptions(
         engine=engine.value, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-        config_name=config_name, triton_release=triton_release, artifacts=artifacts, timeout=timeout,
+        config_name=config_name, triton_release=triton_release, timeout=timeout,
         log_file=log_file,
     )
     if print_command:

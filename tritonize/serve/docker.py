@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
-from tritonize.serve.server import ServerHandle
+from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_matches
+from tritonize.serve.process import RunningServer, ServerHandle, choose_ports
+from tritonize.serve.repository import tensorrt_models, validate_repository
 
 
 @dataclass(frozen=True)
@@ -21,46 +23,35 @@ class ReleaseChoice:
     why: str  # one line for the user
 
 
-def choose_release(triton_release: str | None, artifacts: Path | None) -> ReleaseChoice:
-    """--triton-release when given (refused when the built plan cannot load there); else the release
-    whose TensorRT runs the built plan (the convert target when it is one of them); else the release
-    a not-yet-built plan targets; else the newest release the compatibility table knows."""
-    from tritonize.compat import latest_release, release_info, releases_for_tensorrt, tensorrt_matches
-    from tritonize.manifest import load_manifest_or_empty
-
-    manifest = load_manifest_or_empty(artifacts) if artifacts is not None and Path(artifacts).is_dir() else {}
-    plan = manifest.get("artifacts", {}).get("tensorrt") or {}
-    built_with = plan_tensorrt_version(plan)
+def choose_release(triton_release: str | None, repository: Path) -> ReleaseChoice:
+    """--triton-release when given (refused when a plan in the repository cannot load there); else the
+    release whose TensorRT runs the repository's plan (the release it was built for when that is one
+    of them); else the release a plan was built for; else the newest release the table knows.
+    Everything comes from the repository: `repo build` stamps each plan's provenance into its config."""
+    plans = tensorrt_models(repository)
+    plan = next((p for p in plans if p.tensorrt_version), plans[0] if plans else None)
+    built_with = plan.tensorrt_version if plan else None
     if triton_release:
         chosen = release_info(triton_release)
         if built_with and chosen.tensorrt and not tensorrt_matches(built_with, chosen.tensorrt):
             raise TritonizeError(
-                f"Triton {chosen.release} runs TensorRT {chosen.tensorrt}, but the plan in {artifacts} was built with "
-                f"TensorRT {built_with} and will not load there; drop --triton-release or rebuild the plan for it"
+                f"Triton {chosen.release} runs TensorRT {chosen.tensorrt}, but {plan.model} in {repository} was built "
+                f"with TensorRT {built_with} and will not load there; drop --triton-release or rebuild the plan for it"
             )
         return ReleaseChoice(chosen.release, f"--triton-release {chosen.release}")
-    target = (plan.get("target") or {}).get("triton_release")
+    target = plan.triton_release if plan else None
     if built_with:
         matching = releases_for_tensorrt(built_with)
         if not matching:
             raise TritonizeError(
-                f"no known Triton release runs TensorRT {built_with} (the plan in {artifacts}); give one with "
+                f"no known Triton release runs TensorRT {built_with} ({plan.model} in {repository}); give one with "
                 "--triton-release or rebuild the plan with `tritonize convert trt --triton-release YY.MM`"
             )
         chosen = next((r for r in matching if r.release == target), matching[-1])
         return ReleaseChoice(chosen.release, f"runs TensorRT {chosen.tensorrt}, the plan's TensorRT {built_with}")
     if target:
-        return ReleaseChoice(release_info(target).release,
-                             f"the release the plan is converted for (plan status {plan.get('status')!r})")
-    newest = latest_release()
-    where = f"{artifacts}/manifest.json" if artifacts is not None else "the artifacts (--artifacts)"
-    return ReleaseChoice(newest.release, f"newest known release; no TensorRT plan recorded in {where}")
-
-
-def plan_tensorrt_version(plan_entry: dict) -> str | None:
-    """The TensorRT version a built plan was built with (the convert stage records `tensorrt_version`)."""
-    version = plan_entry.get("tensorrt_version") if plan_entry.get("status") == "built" else None
-    return str(version) if version else None
+        return ReleaseChoice(release_info(target).release, f"the release {plan.model}'s plan was built for")
+    return ReleaseChoice(latest_release().release, f"newest known release; no TensorRT plan in {repository}")
 
 
 def docker_command(
@@ -74,8 +65,6 @@ def docker_command(
     model_config_name: str | None = None,
 ) -> list[str]:
     """The exact `docker run` that serves `repository` with the NGC container of `release`."""
-    from tritonize.compat import release_info
-
     image = release_info(release).image
     publish = []
     for host_port, container_port in ((http_port, 8000), (grpc_port, 8001), (metrics_port, 8002)):
@@ -127,9 +116,6 @@ class DockerServer(ServerHandle):
         self.log_path = Path(log_path).resolve() if log_path else None
 
     def start(self):
-        from tritonize.serve.repository import validate_repository
-        from tritonize.serve.server import RunningServer, choose_ports
-
         validate_repository(self.repository)
         problem = docker_gpu_problem()
         if problem:

@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import tritonize
 from tritonize.errors import TritonizeError
 from tritonize.progress import say
-from tritonize.serve.backends import BACKEND_NAMES, BACKENDS_DIR
+from tritonize.serve.backends import BACKEND_NAMES
 from tritonize.serve.repository import (
     CPU_CONFIG_NAME,
     DEFAULT_CONFIG_NAME,
@@ -34,7 +35,10 @@ from tritonize.serve.repository import (
     has_config_variant,
     validate_repository,
 )
-from tritonize.serve.server import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports
+from tritonize.serve.process import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports
+
+
+PACKAGE_ROOT = Path(tritonize.__file__).resolve().parent.parent
 
 
 @dataclass(frozen=True)
@@ -109,9 +113,15 @@ def assemble_backend_dir(triton: BundledTriton, dest: Path) -> Path:
     for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
         shutil.copy2(triton.python_backend / name, python / name)
     shutil.copy2(triton.stub, python / triton.stub.name)
+    # The stub resolves packages through the venv's site-packages and ignores PYTHONPATH: each
+    # model.py is a shim that loads the backend from the tritonize that starts this server.
     for backend in BACKEND_NAMES:
         (dest / backend).mkdir()
-        shutil.copy2(BACKENDS_DIR / backend / "model.py", dest / backend / "model.py")
+        (dest / backend / "model.py").write_text(
+            "import sys\n"
+            f"sys.path.insert(0, {str(PACKAGE_ROOT)!r})  # the tritonize that started this server\n"
+            f"from tritonize.serve.backends.{backend}.model import TritonPythonModel  # noqa: E402,F401\n"
+        )
     return dest
 
 

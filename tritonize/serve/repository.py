@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
+from tritonize.repository_builder.config import CONFIG_NAME, parse_config
 
 CPU_CONFIG_NAME = "cpu"
 DEFAULT_CONFIG_NAME = "config"  # names config.pbtxt itself: no --model-config-name
@@ -28,18 +30,42 @@ def validate_repository(repository: Path) -> list[str]:
             f"invalid model repository {repository}: no <model>/config.pbtxt inside; "
             "build one with `tritonize repo build`"
         )
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
     for model in models:
-        if not (model / "config.pbtxt").is_file():
-            raise TritonizeError(f"invalid model repository {repository}: {model.name}/ has no config.pbtxt")
-        for config_file in [model / "config.pbtxt", *sorted((model / "configs").glob("*.pbtxt"))]:
+        if not (model / CONFIG_NAME).is_file():
+            raise TritonizeError(f"invalid model repository {repository}: {model.name}/ has no {CONFIG_NAME}")
+        for config_file in [model / CONFIG_NAME, *sorted((model / "configs").glob("*.pbtxt"))]:
             try:
-                text_format.Parse(config_file.read_text(), model_config_pb2.ModelConfig())
-            except text_format.ParseError as e:
-                raise TritonizeError(f"invalid model config {config_file}: {e}; fix it or rebuild the repository") from None
+                parse_config(config_file)
+            except TritonizeError as e:
+                raise TritonizeError(f"invalid model config {e}; fix it or rebuild the repository") from None
     return [m.name for m in models]
+
+
+@dataclass(frozen=True)
+class PlanProvenance:
+    """What `repo build` stamped into a TensorRT model's config about its plan."""
+
+    model: str
+    tensorrt_version: str | None  # the TensorRT that built the plan
+    triton_release: str | None  # the release the plan was built for
+    version_compatible: bool
+
+
+def tensorrt_models(repository: Path) -> list[PlanProvenance]:
+    """The repository's TensorRT models and their plans' provenance, read from their config.pbtxt."""
+    found = []
+    for config_file in sorted(Path(repository).glob(f"*/{CONFIG_NAME}")):
+        cfg = parse_config(config_file)
+        if cfg.platform != "tensorrt_plan" and cfg.backend != "tensorrt":
+            continue
+        params = {k: v.string_value for k, v in cfg.parameters.items()}
+        found.append(PlanProvenance(
+            model=config_file.parent.name,
+            tensorrt_version=params.get("source.tensorrt_version") or None,
+            triton_release=params.get("source.triton_release") or None,
+            version_compatible=params.get("source.version_compatible", "false").lower() == "true",
+        ))
+    return found
 
 
 def has_config_variant(repository: Path, name: str) -> bool:

@@ -11,7 +11,10 @@ from pathlib import Path
 
 from tritonize.errors import TritonizeError
 from tritonize.progress import say
-from tritonize.serve.server import RunningServer, ServerInfo, log_tail
+from tritonize.serve.docker import DockerServer, choose_release, docker_command, docker_gpu_problem
+from tritonize.serve.embedded import EmbeddedServer
+from tritonize.serve.process import RunningServer, ServerInfo, log_tail
+from tritonize.serve.repository import DEFAULT_CONFIG_NAME, validate_repository
 
 ENGINES = ("auto", "embedded", "docker")
 READY_TIMEOUT_S = {"embedded": 120.0, "docker": 900.0}  # docker: the first run pulls a ~15 GB image
@@ -25,8 +28,7 @@ class ServeOptions:
     grpc_port: int = 8001
     metrics_port: int = 8002
     config_name: str | None = None  # --model-config-name; None: automatic, "config": config.pbtxt
-    triton_release: str | None = None  # docker engine; None: from the plan's TensorRT in the manifest
-    artifacts: Path | None = Path("build")  # where the manifest is, for the docker release
+    triton_release: str | None = None  # docker engine; None: from the plan's provenance in the repository
     timeout: float | None = None  # seconds to wait for readiness; None: the engine's default
     log_file: Path | None = None
 
@@ -43,9 +45,7 @@ class ServeOptions:
 
 def docker_command_line(repository: Path, options: ServeOptions) -> str:
     """The `docker run` command line serving `repository` with the matching NGC container."""
-    from tritonize.serve.docker import choose_release, docker_command
-
-    choice = choose_release(options.triton_release, options.artifacts)
+    choice = choose_release(options.triton_release, repository)
     say(f"Triton {choice.release}: {choice.why}")
     return shlex.join(docker_command(
         repository, choice.release, host=options.host, http_port=options.http_port, grpc_port=options.grpc_port,
@@ -55,8 +55,6 @@ def docker_command_line(repository: Path, options: ServeOptions) -> str:
 
 def serve(repository: Path, options: ServeOptions) -> None:
     """Serve until Ctrl-C / SIGTERM. Raises TritonizeError when no model is READY or the server dies."""
-    from tritonize.serve.repository import validate_repository
-
     validate_repository(Path(repository))  # before probing for docker: a typo should fail fast
     server = _server(Path(repository), options)
     with server as info:
@@ -70,9 +68,6 @@ def serve(repository: Path, options: ServeOptions) -> None:
 
 
 def _server(repository: Path, options: ServeOptions):
-    from tritonize.serve.docker import DockerServer, choose_release, docker_gpu_problem
-    from tritonize.serve.embedded import EmbeddedServer
-
     engine = options.engine
     if engine == "auto":
         problem = docker_gpu_problem()
@@ -81,7 +76,7 @@ def _server(repository: Path, options: ServeOptions):
     timeout = options.timeout or READY_TIMEOUT_S[engine]
     ports = dict(http_port=options.http_port, grpc_port=options.grpc_port, metrics_port=options.metrics_port)
     if engine == "docker":
-        choice = choose_release(options.triton_release, options.artifacts)
+        choice = choose_release(options.triton_release, repository)
         say(f"Triton {choice.release}: {choice.why}")
         return DockerServer(repository, choice.release, host=options.host, **ports,
                             model_config_name=_docker_config_name(options.config_name),
@@ -91,8 +86,6 @@ def _server(repository: Path, options: ServeOptions):
 
 
 def _docker_config_name(config_name: str | None) -> str | None:
-    from tritonize.serve.repository import DEFAULT_CONFIG_NAME
-
     return None if config_name in (None, DEFAULT_CONFIG_NAME) else config_name
 
 

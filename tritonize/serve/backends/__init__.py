@@ -1,7 +1,4 @@
 """The project's Python-based Triton backends (`<name>/model.py`), run by the embedded server's
 Python backend for models whose native backend is not in the backend directory."""
 
-from pathlib import Path
-
-BACKENDS_DIR = Path(__file__).parent
 BACKEND_NAMES = ("onnxruntime", "pytorch", "tensorrt")

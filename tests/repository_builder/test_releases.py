@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tritonize.compat import (
+from tritonize.releases import (
     latest_release, load_releases, release_info, releases_for_tensorrt, source, tensorrt_matches,
 )
 from tritonize.errors import TritonizeError

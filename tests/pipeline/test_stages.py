@@ -9,7 +9,7 @@ from tests.conftest import SMALL_ARCH, run_cli
 
 def test_build_runs_every_stage_then_skips_finished_ones(tmp_path):
     artifacts, repo = tmp_path / "build", tmp_path / "models"
-    args = ["build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts, "--out", repo]
+    args = ["build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts, "--repository", repo]
     first = run_cli(*args)
     assert first.exit_code == 0, first.output
     manifest = json.loads((artifacts / "manifest.json").read_text())
@@ -32,7 +32,7 @@ def test_build_runs_every_stage_then_skips_finished_ones(tmp_path):
 
 def test_bad_profile_is_refused_before_any_work(tmp_path):
     result = run_cli("build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", tmp_path / "b",
-                     "--out", tmp_path / "m", "--min", "8", "--opt", "4")
+                     "--repository", tmp_path / "m", "--min", "8", "--opt", "4")
     assert result.exit_code == 1
     assert "min <= opt <= max" in result.output
     assert not (tmp_path / "b").exists()

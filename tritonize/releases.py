@@ -1,4 +1,4 @@
-"""Which Triton container release serves which TensorRT / ONNX Runtime / PyTorch / CUDA versions.
+"""The Triton release table: which container release serves which TensorRT / ONNX Runtime / PyTorch / CUDA versions.
 
 The table is data (`tritonize/data/triton_releases.json`), with the source of each column named in
 the file. Figures no stored NVIDIA source confirmed are null: callers must treat None as "unknown",

@@ -7,13 +7,15 @@ server itself, so the client works with any repository `tritonize repo build` pr
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from tritonize.images import Preprocess, batches
 from tritonize.errors import TritonizeError
+from tritonize.images import batches
+from tritonize.preprocessing import Preprocessing
 
 DEFAULT_URL = "localhost:8001"
 
@@ -41,7 +43,7 @@ class ModelInfo:
     input_dims: tuple[int, ...]  # without the batch axis
     output_name: str
     output_dims: tuple[int, ...]
-    preprocess: Preprocess
+    preprocess: Preprocessing
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelInfo":
@@ -58,11 +60,9 @@ class ModelInfo:
             input_dims=tuple(int(d) for d in inputs[0].get("dims", [])),
             output_name=outputs[0]["name"],
             output_dims=tuple(int(d) for d in outputs[0].get("dims", [])),
-            preprocess=Preprocess.from_parameters(params, name),
+            preprocess=Preprocessing.from_parameters(params, name),
         )
-        expected = (3, info.preprocess.crop, info.preprocess.crop)
-        if info.preprocess.layout == "NHWC":
-            expected = (info.preprocess.crop, info.preprocess.crop, 3)
+        expected = info.preprocess.input_shape
         if info.input_dims != expected:
             raise TritonizeError(f"{name}: input dims {list(info.input_dims)} do not match its preprocessing contract {list(expected)}; rebuild the repository")
         return info
@@ -78,8 +78,8 @@ class ModelInfo:
         return int(np.prod(self.output_dims)) if self.output_dims else 0
 
 
-class Server:
-    """A connection to one Triton server over gRPC (tritonclient's synchronous client)."""
+class Connection:
+    """A client connection to one Triton server over gRPC (tritonclient's synchronous client)."""
 
     def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0):
         import tritonclient.grpc as grpcclient
@@ -103,7 +103,7 @@ class Server:
     def close(self) -> None:
         self.client.close()
 
-    def __enter__(self) -> "Server":
+    def __enter__(self) -> "Connection":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -190,8 +190,6 @@ class Server:
         on_batch(logits_so_far, seconds) is called after each request; when the server fails
         midway, PartialResult carries the logits obtained before the failure.
         """
-        import time
-
         done: list[np.ndarray] = []
         for chunk in batches(len(arrays), model.max_batch_size):
             start = time.perf_counter()

@@ -1,6 +1,6 @@
 """`make demo`: the whole mission on this machine, the way a user would type it.
 
-    python -m tritonize.demo [--arch wide_resnet101_2] [--artifacts build] [--repository models]
+    python -m tritonize.pipeline.demo [--arch wide_resnet101_2] [--artifacts build] [--repository models]
 
 1. `tritonize build`: export (TorchScript, ONNX), convert (TensorRT if it can run here, else the
    reproducer for the GPU box), repository, lint. Pretrained weights when they can be downloaded,
@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import subprocess
 import sys
@@ -22,6 +21,9 @@ import time
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
+from tritonize.manifest import Manifest, Status
+from tritonize.serve.embedded import embedded_server
+from tritonize.spec import resolve_spec
 
 BANNER = "=" * 78
 
@@ -46,17 +48,14 @@ def _demo(args) -> int:
     ran, not_ran = [], []
 
     _run(tritonize + ["build", "--arch", args.arch, "--weights", weights,
-                      "--artifacts", str(args.artifacts), "--out", str(args.repository)])
+                      "--artifacts", str(args.artifacts), "--repository", str(args.repository)])
     ran.append(f"build: export + convert (precision-prepared ONNX) + repository + lint ({args.arch}, weights {weights})")
-    manifest = json.loads((args.artifacts / "manifest.json").read_text())
-    plan = manifest.get("artifacts", {}).get("tensorrt", {})
-    if plan.get("status") != "built":
-        not_ran.append(f"TensorRT engine build: {plan.get('status', 'not attempted')}; "
+    plan = Manifest.load(args.artifacts).plan
+    if plan is None or plan.status is not Status.built:
+        not_ran.append(f"TensorRT engine build: {plan.status.value if plan else 'not attempted'}; "
                        f"run {args.artifacts / 'convert.sh'} on a GPU box (needs TensorRT)")
 
     photo = _sample_images(args.artifacts / "demo_images")
-    from tritonize.serve import embedded_server
-
     _section("Starting the embedded Triton server (real tritonserver 2.51 binary, Python-based backends)")
     with embedded_server(args.repository) as server:
         ready = [name for name, (state, _) in sorted(server.models.items()) if state == "READY"]
@@ -96,8 +95,6 @@ def _demo(args) -> int:
 
 def _choose_weights(arch: str) -> str:
     """The arch's pretrained weights when they are cached or downloadable, else random init."""
-    from tritonize.spec import resolve_spec
-
     spec = resolve_spec(arch)
     if _weights_reachable(arch, spec.weights):
         return spec.weights

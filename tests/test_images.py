@@ -9,13 +9,14 @@ import pytest
 from matplotlib import cbook
 from PIL import Image
 
-from tritonize.images import BadImage, Preprocess, batches, load_images, load_rgb
+from tritonize.images import BadImage, batches, load_images, load_rgb
+from tritonize.preprocessing import Preprocessing
 from tritonize.errors import TritonizeError
 
 PHOTO = cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)
 
 
-def contract_of(weights) -> Preprocess:
+def contract_of(weights) -> Preprocessing:
     """The contract as the repository builder writes it: string parameters from the weights' transforms."""
     t = weights.transforms()
     params = {
@@ -29,7 +30,7 @@ def contract_of(weights) -> Preprocess:
         "preprocess.layout": "NCHW",
         "preprocess.scale": str(1 / 255),
     }
-    return Preprocess.from_parameters(params)
+    return Preprocessing.from_parameters(params)
 
 
 @pytest.mark.parametrize("arch,weights", [("resnet18", "IMAGENET1K_V1"), ("wide_resnet101_2", "IMAGENET1K_V1"), ("wide_resnet101_2", "IMAGENET1K_V2")])
@@ -53,31 +54,31 @@ def test_preprocessing_matches_the_weights_transforms_on_a_real_photo(arch, weig
     assert np.abs(ours - reference).max() < 1e-5
     assert np.abs(ours - pipeline_v2(photo).numpy()).max() < 1e-5
     # The famous mistake (mean used as the std) would be far off: the check above can fail.
-    wrong = Preprocess(pre.resize, pre.crop, pre.mean, pre.mean, pre.interpolation)(load_rgb(PHOTO))
+    wrong = Preprocessing(pre.resize, pre.crop, pre.mean, pre.mean, pre.interpolation)(load_rgb(PHOTO))
     assert np.abs(wrong - reference).max() > 0.1
 
 
 def test_resize_232_and_256_give_different_inputs():
     base = dict(crop=224, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     image = load_rgb(PHOTO)
-    assert np.abs(Preprocess(resize=232, **base)(image) - Preprocess(resize=256, **base)(image)).max() > 0.1
+    assert np.abs(Preprocessing(resize=232, **base)(image) - Preprocessing(resize=256, **base)(image)).max() > 0.1
 
 
 def test_contract_errors_are_one_clear_line():
     with pytest.raises(TritonizeError, match="no preprocessing contract.*preprocess.std.*tritonize repo build"):
-        Preprocess.from_parameters({"preprocess.resize": "256", "preprocess.crop": "224", "preprocess.mean": "0,0,0"}, "onnx_model")
+        Preprocessing.from_parameters({"preprocess.resize": "256", "preprocess.crop": "224", "preprocess.mean": "0,0,0"}, "onnx_model")
     with pytest.raises(TritonizeError, match="unreadable preprocessing contract"):
-        Preprocess.from_parameters({"preprocess.resize": "big", "preprocess.crop": "224", "preprocess.mean": "0,0,0", "preprocess.std": "1,1,1"})
+        Preprocessing.from_parameters({"preprocess.resize": "big", "preprocess.crop": "224", "preprocess.mean": "0,0,0", "preprocess.std": "1,1,1"})
     with pytest.raises(TritonizeError, match="unknown interpolation"):
-        Preprocess(256, 224, (0, 0, 0), (1, 1, 1), interpolation="fancy")
+        Preprocessing(256, 224, (0, 0, 0), (1, 1, 1), interpolation="fancy")
     with pytest.raises(TritonizeError, match="crop"):
-        Preprocess(200, 224, (0, 0, 0), (1, 1, 1))
+        Preprocessing(200, 224, (0, 0, 0), (1, 1, 1))
 
 
 def test_bgr_and_nhwc_follow_the_contract():
     image = load_rgb(PHOTO)
-    rgb = Preprocess(256, 224, (0.5, 0.4, 0.3), (0.2, 0.2, 0.2))(image)
-    bgr_nhwc = Preprocess(256, 224, (0.5, 0.4, 0.3), (0.2, 0.2, 0.2), channel_order="BGR", layout="NHWC")(image)
+    rgb = Preprocessing(256, 224, (0.5, 0.4, 0.3), (0.2, 0.2, 0.2))(image)
+    bgr_nhwc = Preprocessing(256, 224, (0.5, 0.4, 0.3), (0.2, 0.2, 0.2), channel_order="BGR", layout="NHWC")(image)
     assert bgr_nhwc.shape == (224, 224, 3)
     np.testing.assert_array_equal(bgr_nhwc[..., ::-1].transpose(2, 0, 1), rgb)
 
@@ -92,7 +93,7 @@ def test_every_pillow_mode_becomes_rgb(tmp_path, mode):
     image.save(path)
     rgb = load_rgb(path)
     assert rgb.mode == "RGB" and rgb.size == (64, 48)
-    x = Preprocess(32, 32, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))(rgb)
+    x = Preprocessing(32, 32, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25))(rgb)
     assert x.shape == (3, 32, 32) and np.isfinite(x).all()
 
 
@@ -145,7 +146,7 @@ def bad_files(tmp_path):
 def test_each_bad_input_gives_one_line_and_the_good_files_are_processed(tmp_path):
     good, bad = bad_files(tmp_path)
     paths = [good, *bad, good]
-    loaded = load_images(paths, Preprocess(256, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)))
+    loaded = load_images(paths, Preprocessing(256, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)))
     assert loaded.names == [str(good), str(good)] and len(loaded.arrays) == 2
     assert len(loaded.failures) == len(bad)
     for line, (path, expected) in zip(loaded.failures, bad.items()):
