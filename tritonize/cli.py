@@ -31,8 +31,10 @@ app = typer.Typer(
 def _mount() -> None:
     from tritonize.pipeline.cli import build_command
     from tritonize.client.cli import app as client_app
+    from tritonize.control.cli import app as models_app
     from tritonize.convert.cli import app as convert_app
     from tritonize.export.cli import export_command
+    from tritonize.monitor.cli import monitor_command
     from tritonize.repository_builder.cli import app as repo_app
     from tritonize.serve.cli import serve_command
 
@@ -42,6 +44,8 @@ def _mount() -> None:
     app.command("serve")(serve_command)
     app.add_typer(client_app, name="client", help="gRPC client: classify, compare backends, perf sweeps.")
     app.command("build")(build_command)
+    app.command("monitor")(monitor_command)
+    app.add_typer(models_app, name="models", help="List, load, unload and reload the models of a running server.")
 
 
 _mount()

@@ -40,6 +40,9 @@ def serve_command(
         help="Seconds to wait for the server to be ready (default: 120 embedded, 900 docker).")] = None,
     log_file: Annotated[Optional[Path], typer.Option(
         help="Keep the server log here (default: a temporary file removed on stop).")] = None,
+    models: Annotated[Optional[str], typer.Option(
+        help="Load only these models at start, comma-separated (default: all); load the others later "
+             "with `tritonize models load NAME`.")] = None,
 ) -> None:
     """Serve a model repository with a real Triton server until Ctrl-C or SIGTERM."""
     from tritonize.serve.serving import ServeOptions, docker_command_line, serve
@@ -47,7 +50,7 @@ def serve_command(
     options = ServeOptions(
         engine=engine.value, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
         config_name=config_name, triton_release=triton_release, timeout=timeout,
-        log_file=log_file,
+        log_file=log_file, models=tuple(m.strip() for m in (models or "").split(",") if m.strip()),
     )
     if print_command:
         typer.echo(docker_command_line(repository, options))

@@ -14,7 +14,7 @@ from pathlib import Path
 from tritonize.errors import TritonizeError
 from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_matches
 from tritonize.serve.process import RunningServer, ServerHandle, choose_ports
-from tritonize.serve.repository import tensorrt_models, validate_repository
+from tritonize.serve.repository import model_control_flags, tensorrt_models, validate_repository
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ def docker_command(
     grpc_port: int = 8001,
     metrics_port: int = 8002,
     model_config_name: str | None = None,
+    models: tuple[str, ...] = (),
 ) -> list[str]:
     """The exact `docker run` that serves `repository` with the NGC container of `release`."""
     image = release_info(release).image
@@ -70,12 +71,17 @@ def docker_command(
     for host_port, container_port in ((http_port, 8000), (grpc_port, 8001), (metrics_port, 8002)):
         bind = f"{host}:" if host not in ("", "0.0.0.0") else ""
         publish += ["-p", f"{bind}{host_port}:{container_port}"]
-    command = [
+    return [
         "docker", "run", "--gpus", "all", "--rm", *publish,
         "-v", f"{Path(repository).resolve()}:/models",
         image,
-        "tritonserver", "--model-repository=/models",
+        *tritonserver_command(model_config_name, models),
     ]
+
+
+def tritonserver_command(model_config_name: str | None = None, models: tuple[str, ...] = ()) -> list[str]:
+    """tritonserver's command line in the NGC container, the repository mounted at /models."""
+    command = ["tritonserver", "--model-repository=/models", *model_control_flags(models)]
     if model_config_name:
         command.append(f"--model-config-name={model_config_name}")
     return command
@@ -109,14 +115,15 @@ class DockerServer(ServerHandle):
 
     def __init__(self, repository: Path, release: str, *, host: str = "127.0.0.1", http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002, model_config_name: str | None = None,
-                 ready_timeout: float = 600.0, log_path: Path | None = None):
+                 ready_timeout: float = 600.0, log_path: Path | None = None, models: tuple[str, ...] = ()):
         self.repository, self.release, self.host = Path(repository).resolve(), release, host
         self.requested_ports = (http_port, grpc_port, metrics_port)
         self.model_config_name, self.ready_timeout = model_config_name, ready_timeout
         self.log_path = Path(log_path).resolve() if log_path else None
+        self.models = models  # loaded at start; empty: all
 
     def start(self):
-        validate_repository(self.repository)
+        validate_repository(self.repository, self.models)
         problem = docker_gpu_problem()
         if problem:
             raise TritonizeError(f"the docker engine cannot run here: {problem}; use --engine embedded, "
@@ -126,7 +133,7 @@ class DockerServer(ServerHandle):
         try:
             command = docker_command(self.repository, self.release, host=self.host, http_port=ports.http,
                                      grpc_port=ports.grpc, metrics_port=ports.metrics,
-                                     model_config_name=self.model_config_name)
+                                     model_config_name=self.model_config_name, models=self.models)
             self.server = RunningServer(command, host=self.host, ports=ports, ready_timeout=self.ready_timeout,
                                         log_path=self.log_path or self.workdir / "tritonserver.log",
                                         model_config_name=self.model_config_name)

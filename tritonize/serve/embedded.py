@@ -33,6 +33,7 @@ from tritonize.serve.repository import (
     DEFAULT_CONFIG_NAME,
     gpu_visible,
     has_config_variant,
+    model_control_flags,
     validate_repository,
 )
 from tritonize.serve.process import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports
@@ -158,6 +159,7 @@ class EmbeddedServer(ServerHandle):
         model_config_name: str | None = None,
         ready_timeout: float = 120.0,
         log_path: Path | None = None,
+        models: tuple[str, ...] = (),
     ):
         self.repository = Path(repository).resolve()
         self.host = host
@@ -165,6 +167,7 @@ class EmbeddedServer(ServerHandle):
         self.requested_config_name = model_config_name
         self.ready_timeout = ready_timeout
         self.log_path = Path(log_path).resolve() if log_path else None
+        self.models = models  # loaded at start; empty: all
 
     def command(self, binary: Path, backend_dir: Path, ports: Ports, config_name: str | None) -> list[str]:
         host = self.host
@@ -175,7 +178,7 @@ class EmbeddedServer(ServerHandle):
             f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}",
             f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}",
             "--disable-auto-complete-config",  # the repository's configs are complete; serve them as written
-            "--model-control-mode=explicit", "--load-model=*",
+            *model_control_flags(self.models),
             "--exit-on-error=false",  # a model that cannot load here is UNAVAILABLE; the others serve
             "--strict-readiness=false",
             "--allow-gpu-metrics=false",
@@ -186,7 +189,7 @@ class EmbeddedServer(ServerHandle):
         return command
 
     def start(self) -> ServerInfo:
-        validate_repository(self.repository)
+        validate_repository(self.repository, self.models)
         config_name = resolve_config_name(self.repository, self.requested_config_name)
         triton = BundledTriton.find()
         env = stub_environment(triton)

@@ -97,7 +97,7 @@ def endpoints(host: str, ports: Ports) -> tuple[str, str, str]:
     return f"{h}:{ports.grpc}", f"http://{h}:{ports.http}", f"http://{h}:{ports.metrics}/metrics"
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Runs in the child before exec: if the Python process that started the server dies without
     stopping it (SIGKILL, a SIGTERM it does not handle), the kernel sends the server SIGTERM, so no
     orphaned server keeps the ports. (Linux; tied to the starting thread, here the main one.)"""
@@ -125,7 +125,7 @@ class RunningServer:
                 self.command, env=self.env, cwd=self.cwd,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: stopping it reaches every stub
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         grpc_url, http_url, metrics_url = endpoints(self.host, self.ports)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from tritonize.errors import TritonizeError
 from tritonize.repository_builder.config import CONFIG_NAME, parse_config
@@ -13,8 +14,9 @@ CPU_CONFIG_NAME = "cpu"
 DEFAULT_CONFIG_NAME = "config"  # names config.pbtxt itself: no --model-config-name
 
 
-def validate_repository(repository: Path) -> list[str]:
-    """Model names of `repository`, after checking it exists and every config parses.
+def validate_repository(repository: Path, to_load: Sequence[str] = ()) -> list[str]:
+    """Model names of `repository`, after checking it exists, every config parses and it has the
+    models `to_load` at start.
 
     Triton would report a config with a typo only as an UNAVAILABLE model deep in its log; parsing
     with the real ModelConfig proto here gives the file and the protobuf's precise message instead.
@@ -38,7 +40,17 @@ def validate_repository(repository: Path) -> list[str]:
                 parse_config(config_file)
             except TritonizeError as e:
                 raise TritonizeError(f"invalid model config {e}; fix it or rebuild the repository") from None
-    return [m.name for m in models]
+    names = [m.name for m in models]
+    unknown = [m for m in to_load if m not in names]
+    if unknown:
+        raise TritonizeError(f"--models: {', '.join(unknown)} not in {repository}; it has {', '.join(names)}")
+    return names
+
+
+def model_control_flags(models: Sequence[str] = ()) -> list[str]:
+    """tritonserver flags for explicit model control: the model repository API loads and unloads
+    models (`tritonize models`); `models` are loaded at start, all of them when empty."""
+    return ["--model-control-mode=explicit", *(f"--load-model={m}" for m in (models or ["*"]))]
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ class ServeOptions:
     triton_release: str | None = None  # docker engine; None: from the plan's provenance in the repository
     timeout: float | None = None  # seconds to wait for readiness; None: the engine's default
     log_file: Path | None = None
+    models: tuple[str, ...] = ()  # loaded at start (the others can be loaded later); empty: all
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -50,12 +51,13 @@ def docker_command_line(repository: Path, options: ServeOptions) -> str:
     return shlex.join(docker_command(
         repository, choice.release, host=options.host, http_port=options.http_port, grpc_port=options.grpc_port,
         metrics_port=options.metrics_port, model_config_name=_docker_config_name(options.config_name),
+        models=options.models,
     ))
 
 
 def serve(repository: Path, options: ServeOptions) -> None:
     """Serve until Ctrl-C / SIGTERM. Raises TritonizeError when no model is READY or the server dies."""
-    validate_repository(Path(repository))  # before probing for docker: a typo should fail fast
+    validate_repository(Path(repository), options.models)  # before probing for docker: a typo should fail fast
     server = _server(Path(repository), options)
     with server as info:
         print(models_table(info), flush=True)
@@ -80,9 +82,9 @@ def _server(repository: Path, options: ServeOptions):
         say(f"Triton {choice.release}: {choice.why}")
         return DockerServer(repository, choice.release, host=options.host, **ports,
                             model_config_name=_docker_config_name(options.config_name),
-                            ready_timeout=timeout, log_path=options.log_file)
+                            ready_timeout=timeout, log_path=options.log_file, models=options.models)
     return EmbeddedServer(repository, host=options.host, **ports, model_config_name=options.config_name,
-                          ready_timeout=timeout, log_path=options.log_file)
+                          ready_timeout=timeout, log_path=options.log_file, models=options.models)
 
 
 def _docker_config_name(config_name: str | None) -> str | None:

@@ -1,0 +1,1 @@
+"""Control a running Triton server: `tritonize models list|load|unload|reload` (model repository API)."""
