@@ -95,10 +95,10 @@ def test_unknown_config_name(onnx_repo):
 # ------------------------------------------------------------------ docker engine
 
 
-def _expected_docker(repo: Path, release: str) -> str:
+def _expected_docker(repo: Path, release: str, load: str = "'--load-model=*'") -> str:
     return (f"docker run --gpus all --rm -p 127.0.0.1:8000:8000 -p 127.0.0.1:8001:8001 -p 127.0.0.1:8002:8002 "
             f"-v {shlex.quote(str(repo.resolve()))}:/models nvcr.io/nvidia/tritonserver:{release}-py3 "
-            f"tritonserver --model-repository=/models")
+            f"tritonserver --model-repository=/models --model-control-mode=explicit {load}")
 
 
 def _repo_with_plan(onnx_repo: Path, artifacts: Path, dest: Path, tensorrt_version: str) -> Path:
@@ -135,6 +135,12 @@ def test_print_command_with_release_and_config_name(onnx_repo):
     result = run_cli("serve", onnx_repo, "--print-command", "--triton-release", "24.10", "--config-name", "gpu")
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == _expected_docker(onnx_repo, "24.10") + " --model-config-name=gpu"
+
+
+def test_print_command_loads_only_the_models_given(onnx_repo):
+    result = run_cli("serve", onnx_repo, "--print-command", "--triton-release", "24.10", "--models", "onnx_model")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == _expected_docker(onnx_repo, "24.10", "--load-model=onnx_model")
 
 
 def test_triton_release_that_cannot_load_the_plan_is_refused(onnx_repo, artifacts_copy, tmp_path):

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 
 from tritonize.client.connection import Connection, server_gone, short_reason
 from tritonize.errors import TritonizeError
+from tritonize.serve.process import clean_reason, index_state
 
 UNLOAD_POLL_S = 0.1
 
@@ -23,11 +24,6 @@ class ModelState:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def one_line(text: str) -> str:
-    """Triton's message without the Python traceback it appends and the `;` it ends load errors with."""
-    return " ".join(text.split("\n\nAt:")[0].split()).rstrip(";")
 
 
 class ModelControl:
@@ -49,12 +45,12 @@ class ModelControl:
             if "DEADLINE_EXCEEDED" in status:
                 raise TritonizeError(f"{what} did not finish within {self.connection.timeout:g} s; the server goes "
                                      "on with it (`tritonize models list` shows the state), or raise --timeout") from None
-            raise TritonizeError(f"{what}: {one_line(e.message() or short_reason(e))}") from None
+            raise TritonizeError(f"{what}: {clean_reason(e.message() or short_reason(e))}") from None
 
     def index(self) -> list[ModelState]:
         index = self._call("get_model_repository_index", as_json=True, what="the repository index")
-        return sorted((ModelState(m["name"], m.get("version", ""), m.get("state") or "UNKNOWN", one_line(m.get("reason", "")))
-                       for m in index.get("models", [])), key=lambda m: m.name)
+        return sorted((ModelState(m["name"], m.get("version", ""), *index_state(m)) for m in index.get("models", [])),
+                      key=lambda m: m.name)
 
     def state(self, name: str) -> ModelState:
         """The model's entry; a name the repository does not have is an error listing those it has."""
@@ -72,21 +68,25 @@ class ModelControl:
         self._call("load_model", name, what=f"load {name}")
         return self.state(name)
 
-    def unload(self, name: str) -> ModelState:
-        """Unload the model and wait until it is gone: Triton answers at once and unloads in the
-        background (in-flight requests finish first)."""
+    def unload(self, name: str, wait: bool = True) -> ModelState:
+        """Unload the model; Triton answers at once and unloads in the background once the requests
+        in flight are done: with `wait`, return when it is gone."""
         self.state(name)
         self._call("unload_model", name, what=f"unload {name}")
         deadline = time.monotonic() + self.connection.timeout
-        while (model := self.state(name)).state in ("READY", "UNLOADING"):
+        while wait and (model := self.state(name)).state in ("READY", "UNLOADING"):
             if time.monotonic() > deadline:
-                raise TritonizeError(f"{name} is still {model.state} after {self.connection.timeout:g} s; "
-                                     "requests in flight keep it, or raise --timeout")
+                raise TritonizeError(
+                    f"{name} is still {model.state} after {self.connection.timeout:g} s: requests hold it (after a "
+                    f"request failed on a dead instance it never finishes); `tritonize models load {name}` "
+                    "serves it again meanwhile")
             time.sleep(UNLOAD_POLL_S)
-        return model
+        return self.state(name)
 
     def reload(self, name: str) -> ModelState:
-        """Unload, then load: brings back a model whose instance died (a plain load of an unchanged
-        config does nothing). The unload completes first, so two copies never share the device."""
-        self.unload(name)
+        """Unload, then load at once: brings back a model whose instance died (a plain load of an
+        unchanged config does nothing). Not waiting for the unload is deliberate: an instance whose
+        stub died and then failed a request stays UNLOADING for good (measured, Triton 2.51), while
+        the load starts a new one at once; meanwhile both may hold memory."""
+        self.unload(name, wait=False)
         return self.load(name)

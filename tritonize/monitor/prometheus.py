@@ -44,7 +44,7 @@ class Prometheus:
 
     def __init__(self, config: Path, *, host: str = "127.0.0.1", port: int = 9090):
         self.config, self.host, self.port = Path(config).resolve(), host, port
-        self.url = f"http://{host}:{port}"
+        self.api = PrometheusAPI(f"http://{host}:{port}")
         self.process: subprocess.Popen | None = None
         self.workdir: Path | None = None
 
@@ -72,11 +72,11 @@ class Prometheus:
                 self.stop()
                 raise TritonizeError(f"prometheus did not start on {self.config}:\n{tail}")
             time.sleep(0.1)
-        return self.url
+        return self.api.url
 
     def _ready(self) -> bool:
         try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
+            with urllib.request.urlopen(f"{self.api.url}/-/ready", timeout=1) as response:
                 return response.status == 200
         except (urllib.error.URLError, OSError):
             return False
@@ -103,9 +103,14 @@ class Prometheus:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    # ---------------------------------------------------------------- HTTP API
 
-    def api(self, path: str, **params) -> dict | list:
+class PrometheusAPI:
+    """The HTTP API of the Prometheus at `url`."""
+
+    def __init__(self, url: str):
+        self.url = url
+
+    def get(self, path: str, **params) -> dict | list:
         """GET /api/v1/<path>; a query error is a TritonizeError with Prometheus' message."""
         url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}"
         try:
@@ -117,14 +122,14 @@ class Prometheus:
             raise TritonizeError(f"prometheus {path} {params}: {body.get('error', 'no answer')}")
         return body["data"]
 
-    def query(self, expr: str) -> list[dict]:
-        """Instant vector: [{"metric": {labels}, "value": [time, "value"]}, ...]."""
-        return self.api("query", query=expr)["result"]
+    def query(self, expr: str, at: float | None = None) -> list[dict]:
+        """Instant vector at `at` (default now): [{"metric": {labels}, "value": [time, "value"]}, ...]."""
+        return self.get("query", query=expr, **({"time": at} if at else {}))["result"]
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
         """Range matrix: [{"metric": {labels}, "values": [[time, "value"], ...]}, ...]."""
-        return self.api("query_range", query=expr, start=start, end=end, step=step)["result"]
+        return self.get("query_range", query=expr, start=start, end=end, step=step)["result"]
 
     def targets(self) -> list[dict]:
         """Active scrape targets: scrapeUrl, health (up/down/unknown), lastError."""
-        return self.api("targets", state="active")["activeTargets"]
+        return self.get("targets", state="active")["activeTargets"]

@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tritonize.monitor.dashboard import PANELS, Panel
-from tritonize.monitor.prometheus import Prometheus
+from tritonize.monitor.prometheus import PrometheusAPI
 
 _UNITS = {"µs": ("ms", 1e-3), "bytes": ("GB", 1e-9), "percentunit": ("%", 100.0), "reqps": ("/s", 1.0)}
 
@@ -22,7 +22,7 @@ def legend(fmt: str, labels: dict) -> str:
     return re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), fmt)
 
 
-def render_dashboard(prometheus: Prometheus, start: float, end: float, path: Path, step: float = 5.0) -> dict[str, int]:
+def render_dashboard(prometheus: PrometheusAPI, start: float, end: float, path: Path, step: float = 5.0) -> dict[str, int]:
     """Draw every panel over [start, end] into `path` (PNG); returns panel title -> series drawn."""
     import matplotlib
 

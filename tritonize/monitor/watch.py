@@ -12,14 +12,14 @@ from pathlib import Path
 from tritonize.errors import TritonizeError
 from tritonize.monitor import promql
 from tritonize.monitor.bundle import COMPOSE, DASHBOARD, PROMETHEUS_CONFIG, SCRAPE_INTERVAL_S
-from tritonize.monitor.prometheus import Prometheus
+from tritonize.monitor.prometheus import Prometheus, PrometheusAPI
 from tritonize.progress import say
 
 
 def watch(bundle: Path, port: int) -> None:
     with Prometheus(Path(bundle) / PROMETHEUS_CONFIG, port=port) as prometheus:
-        targets = first_scrapes(prometheus)
-        print(where_to_look(prometheus.url, targets, Path(bundle)), flush=True)
+        targets = first_scrapes(prometheus.api)
+        print(where_to_look(prometheus.api.url, targets, Path(bundle)), flush=True)
         for target in targets:
             if target["health"] != "up":
                 say(f"warning: {target['scrapeUrl']} is {target['health']} ({target.get('lastError') or 'no scrape yet'}); "
@@ -29,12 +29,13 @@ def watch(bundle: Path, port: int) -> None:
         say("stopping")
 
 
-def first_scrapes(prometheus: Prometheus) -> list[dict]:
+def first_scrapes(api: PrometheusAPI) -> list[dict]:
     """The targets once each has been scraped once (or after two scrape intervals)."""
     deadline = time.monotonic() + 2 * SCRAPE_INTERVAL_S + 1
     while True:
-        targets = prometheus.targets()
-        if all(t["health"] != "unknown" for t in targets) or time.monotonic() > deadline:
+        targets = api.targets()
+        scraped = targets and all(t["health"] != "unknown" for t in targets)  # discovery comes first
+        if scraped or time.monotonic() > deadline:
             return targets
         time.sleep(0.2)
 

@@ -170,13 +170,21 @@ def model_states(http_url: str) -> dict[str, tuple[str, str]]:
     request = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST")
     with urllib.request.urlopen(request, timeout=10) as response:
         index = json.loads(response.read())
-    return {m["name"]: (m.get("state") or "UNKNOWN", _clean_reason(m.get("reason", "")))
-            for m in sorted(index, key=lambda m: m["name"])}
+    return {m["name"]: index_state(m) for m in sorted(index, key=lambda m: m["name"])}
 
 
-def _clean_reason(reason: str) -> str:
-    """Triton appends the Python traceback of a failed initialize(); the message comes first."""
-    return reason.split("\n\nAt:")[0].strip()
+def index_state(entry: dict) -> tuple[str, str]:
+    """(state, reason) of a repository index entry (HTTP or gRPC JSON). With explicit model control a
+    model that was never loaded comes without either."""
+    if not entry.get("state"):
+        return "UNAVAILABLE", "not loaded"
+    return entry["state"], clean_reason(entry.get("reason", ""))
+
+
+def clean_reason(reason: str) -> str:
+    """One line: Triton appends the Python traceback of a failed initialize() (the message comes
+    first) and ends load errors with `;`."""
+    return " ".join(reason.split("\n\nAt:")[0].split()).rstrip(";")
 
 
 def _http_ok(url: str) -> bool:
