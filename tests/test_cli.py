@@ -16,6 +16,7 @@ from tests.conftest import run_cli
     (["repo", "check"], {"--artifacts", "[repository]"}),
     (["serve"], {"[repository]"}),
     (["build"], {"--artifacts", "--repository"}),
+    (["monitor"], {"[repository]", "--bundle"}),
 ])
 def test_help_uses_one_name_per_concept(command, expected):
     from typer.testing import CliRunner

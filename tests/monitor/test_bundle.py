@@ -171,3 +171,13 @@ def test_serve_without_prometheus_says_how_to_get_it(small_repo, tmp_path, monke
     result = run_cli("monitor", small_repo, "--bundle", tmp_path / "mon", "--serve")
     assert result.exit_code == 1
     assert "prometheus and promtool not found on PATH; Debian/Ubuntu: `apt-get install prometheus`" in result.output
+
+
+def test_serve_on_a_port_in_use_is_one_line(small_repo, tmp_path, promtool):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = run_cli("monitor", small_repo, "--bundle", tmp_path / "mon", "--serve", "--prometheus-port", port)
+    assert result.exit_code == 1
+    assert f"error: port {port} on 127.0.0.1 is not available (Address already in use)" in result.output

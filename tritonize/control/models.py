@@ -27,7 +27,8 @@ class ModelState:
 
 
 class ModelControl:
-    """The repository API of the server behind `connection`. Every gRPC call goes through `_call`."""
+    """The repository API of the server behind `connection`. Every gRPC call goes through `_call`
+    (the one place for per-call metadata such as a control-API key)."""
 
     def __init__(self, connection: Connection):
         from tritonclient.utils import InferenceServerException

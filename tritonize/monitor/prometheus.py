@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -53,8 +54,8 @@ class Prometheus:
         try:
             socket.create_server((self.host, self.port)).close()
         except OSError as e:
-            raise TritonizeError(f"port {self.port} on {self.host} is in use ({e.strerror}): another Prometheus? "
-                                 "Choose another with --prometheus-port") from None
+            raise TritonizeError(f"port {self.port} on {self.host} is not available ({os.strerror(e.errno)}): another "
+                                 "Prometheus? Choose another with --prometheus-port") from None
         self.workdir = Path(tempfile.mkdtemp(prefix="tritonize-prometheus-"))
         self.log_path = self.workdir / "prometheus.log"
         with open(self.log_path, "wb") as log:
