@@ -24,8 +24,8 @@ from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path
 from tritonize.monitor import promql
 from tritonize.monitor.dashboard import grafana_dashboard
-from tritonize.serve.docker import choose_release, tritonserver_command
 from tritonize.releases import release_info
+from tritonize.serve.docker import choose_release, tritonserver_command
 from tritonize.serve.repository import validate_repository
 
 PROMETHEUS_CONFIG = "prometheus.yml"

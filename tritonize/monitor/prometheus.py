@@ -47,7 +47,8 @@ class Prometheus:
         self.config, self.host, self.port = Path(config).resolve(), host, port
         self.api = PrometheusAPI(f"http://{host}:{port}")
         self.process: subprocess.Popen | None = None
-        self.workdir: Path | None = None
+        self.workdir: Path | None = None  # data and log
+        self.log_path: Path | None = None
 
     def start(self) -> str:
         binary = find_tools().prometheus
@@ -86,7 +87,7 @@ class Prometheus:
         return self.process.poll() if self.process is not None else None
 
     def log_tail(self, lines: int = 10) -> str:
-        text = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        text = self.log_path.read_text(errors="replace").splitlines()[-lines:] if self.log_path else []
         return "\n".join(f"  | {line}" for line in text) or "  | (no output)"
 
     def stop(self) -> None:

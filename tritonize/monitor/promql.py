@@ -45,7 +45,6 @@ def per_request(metric: str) -> str:
 class RecordingRule:
     record: str
     expr: str
-    meaning: str  # with the unit: shown in the dashboard and by `monitor --serve`
 
 
 @dataclass(frozen=True)
@@ -71,22 +70,21 @@ BATCH_SIZE = "model:nv_inference_batch_size:avg1m"
 _FAILURES = f"sum without (reason) ({rate(FAILURE)})"
 
 RECORDING_RULES = (
-    RecordingRule(REQUEST_RATE, f"{rate(SUCCESS)} + {_FAILURES}", "requests/s, succeeded or failed"),
-    RecordingRule(FAILURE_RATE, _FAILURES, "failed requests/s"),
-    RecordingRule(INFERENCE_RATE, rate(INFERENCES), "inferences (images)/s"),
-    RecordingRule(REQUEST_AVG, per_request(REQUEST_US), "server time per request, us"),
-    RecordingRule(QUEUE_AVG, per_request(QUEUE_US), "queue time per request, us"),
-    RecordingRule(COMPUTE_INPUT_AVG, per_request(COMPUTE_INPUT_US), "input handling per request, us"),
+    RecordingRule(REQUEST_RATE, f"{rate(SUCCESS)} + {_FAILURES}"),  # requests/s, succeeded or failed
+    RecordingRule(FAILURE_RATE, _FAILURES),
+    RecordingRule(INFERENCE_RATE, rate(INFERENCES)),  # images/s
+    RecordingRule(REQUEST_AVG, per_request(REQUEST_US)),  # us in the server per request
+    RecordingRule(QUEUE_AVG, per_request(QUEUE_US)),
+    RecordingRule(COMPUTE_INPUT_AVG, per_request(COMPUTE_INPUT_US)),
     # Every request of a batch records the whole execution: this is the time of the batch it ran in.
-    RecordingRule(COMPUTE_INFER_AVG, per_request(COMPUTE_INFER_US), "model execution per request, us"),
-    RecordingRule(COMPUTE_OUTPUT_AVG, per_request(COMPUTE_OUTPUT_US), "output handling per request, us"),
-    # The signal NVIDIA's Triton autoscaling tutorial scales on (triton:queue_compute:ratio), in its
-    # form: clamp_min(..., 1) only bites below 1 us of compute per second, i.e. when idle, where it
-    # gives 0 instead of no series, so an HPA still sees the metric and can scale down.
-    RecordingRule(QUEUE_COMPUTE_RATIO, f"{rate(QUEUE_US)} / clamp_min({rate(COMPUTE_INFER_US)}, 1)",
-                  "queue time / compute time; above 1 the model cannot keep up"),
-    RecordingRule(BATCH_SIZE, f"{rate(INFERENCES)} / ({rate(EXECUTIONS)} > 0)",
-                  "batch size the server ran (inferences / executions)"),
+    RecordingRule(COMPUTE_INFER_AVG, per_request(COMPUTE_INFER_US)),
+    RecordingRule(COMPUTE_OUTPUT_AVG, per_request(COMPUTE_OUTPUT_US)),
+    # Queue time / compute time, above 1 when the model cannot keep up: the signal NVIDIA's Triton
+    # autoscaling tutorial scales on (triton:queue_compute:ratio), in its form. clamp_min(..., 1) only
+    # bites below 1 us of compute per second, i.e. when idle, where it gives 0 instead of no series,
+    # so an HPA still sees the metric and can scale down.
+    RecordingRule(QUEUE_COMPUTE_RATIO, f"{rate(QUEUE_US)} / clamp_min({rate(COMPUTE_INFER_US)}, 1)"),
+    RecordingRule(BATCH_SIZE, f"{rate(INFERENCES)} / ({rate(EXECUTIONS)} > 0)"),  # inferences / executions
 )
 
 
