@@ -173,8 +173,19 @@ def test_plan_tensorrt_version_against_triton_release(repo, artifacts_copy):
     record_plan(artifacts_copy, tensorrt_version="8.6.3.1")  # the plan rebuilt with 24.02's TensorRT
     assert not [m for m in _errors(check_repository(repo, artifacts_copy, "24.03")) if "TensorRT" in m]
     # A release whose TensorRT no stored source confirmed: a warning, never a silent pass.
-    warnings = [f.message for f in check_repository(repo, artifacts_copy, "24.10") if f.severity == "warning"]
-    assert "the compatibility table has no confirmed TensorRT version for release 24.10" in warnings
+    warnings = [f.message for f in check_repository(repo, artifacts_copy, "24.11") if f.severity == "warning"]
+    assert "the compatibility table has no confirmed TensorRT version for release 24.11" in warnings
+
+
+def test_version_compatible_plan_runs_on_later_releases(repo, artifacts_copy):
+    """A version-compatible plan is for later runtimes: same major, or 8 -> 10 (TensorRT's support matrix)."""
+    add_trt_model(repo, artifacts_copy, tensorrt_version="8.6.3.1", version_compatible=True)
+    for release in ("24.04", "24.08", "25.01"):  # 8.6.3.1, 10.3.0.26, 10.8.0.43
+        assert not [m for m in _errors(check_repository(repo, artifacts_copy, release)) if "TensorRT" in m]
+    record_plan(artifacts_copy, tensorrt_version="10.5.0.18", version_compatible=True, triton_release="24.10")
+    assert not [m for m in _errors(check_repository(repo, artifacts_copy, "25.01")) if "TensorRT" in m]
+    f = _only(check_repository(repo, artifacts_copy, "24.08"), "trt_model", "plan built with TensorRT 10.5.0.18")
+    assert "serve it with release 24.10, 24.12, 25.01" in f.fix  # never an older runtime
 
 
 def test_bad_check_inputs(tmp_path):

@@ -96,9 +96,10 @@ def test_unknown_config_name(onnx_repo):
 
 
 def _expected_docker(repo: Path, release: str) -> str:
-    return (f"docker run --gpus all --rm -p 127.0.0.1:8000:8000 -p 127.0.0.1:8001:8001 -p 127.0.0.1:8002:8002 "
-            f"-v {shlex.quote(str(repo.resolve()))}:/models nvcr.io/nvidia/tritonserver:{release}-py3 "
-            f"tritonserver --model-repository=/models")
+    return (f"docker run --gpus all --rm --ipc=host -p 127.0.0.1:8000:8000 -p 127.0.0.1:8001:8001 "
+            f"-p 127.0.0.1:8002:8002 -v {shlex.quote(str(repo.resolve()))}:/models "
+            f"nvcr.io/nvidia/tritonserver:{release}-py3 tritonserver --model-repository=/models"
+            + (" --allow-client-shm=true" if release >= "26.04" else ""))
 
 
 def _repo_with_plan(onnx_repo: Path, artifacts: Path, dest: Path, tensorrt_version: str) -> Path:

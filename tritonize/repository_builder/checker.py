@@ -31,7 +31,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
 from tritonize.manifest import Manifest, Plan
-from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_matches
+from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, kind_name, parse_config
 
 REBUILD = "rebuild with `tritonize repo build --force`"
@@ -353,8 +353,8 @@ class _ModelCheck:
         elif not release.tensorrt:
             self.add("warning", f"the compatibility table has no confirmed TensorRT version for release {release.release}",
                      "check NVIDIA's Frameworks Support Matrix for that release")
-        elif not tensorrt_matches(built, release.tensorrt):
-            matching = [r.release for r in releases_for_tensorrt(built)]
+        elif not tensorrt_loads(built, release.tensorrt, plan.options.version_compatible):
+            matching = [r.release for r in releases_for_tensorrt(built, plan.options.version_compatible)]
             where = f"serve it with release {', '.join(matching)}" if matching else "no release in the table runs it"
             self.add("error", f"plan built with TensorRT {built}; Triton {release.release} runs TensorRT "
                               f"{release.tensorrt} and will refuse to deserialize it",
