@@ -34,3 +34,18 @@ def test_torch_tensorrt_refuses_what_its_torchscript_frontend_cannot_honour(chan
 
 def test_torch_tensorrt_engine_names_are_its_own():
     assert TorchTensorRTBuilder.ENGINE_IO == ("input_0", "output_0")  # core/conversion/conversion.cpp
+
+
+def test_a_builder_asked_for_that_cannot_honour_the_job_is_an_error(standin_trtexec):
+    from tritonize.convert.builders import TrtexecBuilder, pick_builders
+    from tritonize.errors import TritonizeError
+
+    class Limited(TrtexecBuilder):  # a builder that runs here but cannot honour INT8
+        def refuses(self, job):
+            return "cannot honour INT8" if job.precision == "int8" else None
+
+    builders = {"trtexec": Limited(str(standin_trtexec))}
+    with pytest.raises(TritonizeError, match="--builder trtexec: cannot honour INT8"):
+        pick_builders("trtexec", builders, job(precision="int8"))
+    assert pick_builders("auto", builders, job(precision="int8")) == ([], "trtexec: cannot honour INT8")
+    assert pick_builders("auto", builders, job())[0] == [builders["trtexec"]]

@@ -6,8 +6,8 @@ read in NVIDIA/TensorRT's sources (tests/data/trtexec_options.json names tag, co
 - every option is one argv element, `--name=value` or a bare `--flag`; anything that version's
   parser does not take (a removed option, or the value of a `--name value` pair) is
   "Unknown option" and exit 1;
-- --memPoolSize is read with that version's unit rule and the result is printed as
-  "stand-in workspace limit: <MiB> MiB";
+- --memPoolSize (or 8.x's --workspace) is read with that version's unit rule and the result is
+  printed as "stand-in workspace limit: <MiB> MiB";
 - the ONNX is read from --onnx, the timing cache from/to --timingCacheFile, and the output is
   written only at --saveEngine (bytes labelled as NOT an engine), all through the container's view
   of the file system when the docker stand-in runs it (STANDIN_MOUNTS).
@@ -92,8 +92,9 @@ def main():
     if "--help" in options or "-h" in options:
         sys.exit(0)
     if "--memPoolSize" in options:
-        mib = workspace_mib(options["--memPoolSize"], v)
-        print(f"[I] stand-in workspace limit: {mib:g} MiB", flush=True)
+        print(f"[I] stand-in workspace limit: {workspace_mib(options['--memPoolSize'], v):g} MiB", flush=True)
+    elif "--workspace" in options:  # 8.x only (removed in 10.0): MiB
+        print(f"[I] stand-in workspace limit: {float(options['--workspace']):g} MiB", flush=True)
     onnx = host_path(options.get("--onnx", ""))
     if onnx is None or not onnx.is_file():
         fail(f"[E] [TRT] ModelImporter: Failed to open file {options.get('--onnx')}")

@@ -345,11 +345,16 @@ def candidate_builders(release: Release, torchscript: Path | None) -> dict[str, 
 
 def pick_builders(choice: str, builders: dict[str, Builder], job: BuildJob) -> tuple[list[Builder], str]:
     """The builders to try, in order (`auto`: each one that can run here and honour `job`), and a
-    sentence saying why (or, with none, why nothing can build here)."""
+    sentence saying why (or, with none, why nothing can build here). A builder asked for by name
+    that can run but cannot honour `job` is an error."""
     names = list(builders) if choice == "auto" else [choice]
     usable, refused = [], []
     for name in names:
-        reason = builders[name].why_not() or builders[name].refuses(job)
+        reason = builders[name].why_not()
+        if reason is None:
+            reason = builders[name].refuses(job)
+            if reason and choice != "auto":
+                raise TritonizeError(f"--builder {name}: {reason}")
         if reason:
             refused.append(f"{name}: {reason}")
         else:
