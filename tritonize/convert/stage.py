@@ -400,26 +400,38 @@ def _cpu_data(network: Network, options: ConvertOptions) -> Data:
 
 def _build(manifest: Manifest, network: Network, fp32_onnx: Path, job: BuildJob, builders: list[Builder],
            release: Release, options: ConvertOptions, entry: Plan) -> Plan:
-    """Build with the first builder, falling through to the next one (`auto`) when it fails; every
-    failure is recorded in the manifest, so the entry never describes an older build."""
+    """Build with the first builder; with several (`auto`), fall through to the next when one fails.
+    Each failure is recorded in the manifest as it happens: the entry never describes an older build."""
     held_out = _cpu_data(network, options).held_out if options.precision is Precision.int8 else np.zeros(0)
     inputs, described = _check_inputs(network, held_out, options)
-    reference = prec.run_onnx(prec.ort_session(fp32_onnx), inputs, network.input_name, network.output_name)
-    check = (inputs, reference, _plan_tolerance(job.precision, network), _plan_batches(options.profile, len(inputs)), described)
+    check = PlanCheck(inputs, prec.run_onnx(prec.ort_session(fp32_onnx), inputs, network.input_name, network.output_name),
+                      _plan_tolerance(job.precision, network), _plan_batches(options.profile, len(inputs)), described)
     failures = []
     for builder in builders:
         try:
             return _build_with(builder, manifest, job, release, options, entry, check)
         except TritonizeError as e:
+            if len(builders) == 1:
+                raise
             failures.append(f"{builder.name}: {e}")
             if builder is not builders[-1]:
                 say(f"  ! {builder.name} failed ({e}); trying the next builder")
-    raise TritonizeError(failures[0].split(": ", 1)[1] if len(failures) == 1 else "every builder failed: " + "; ".join(failures))
+    raise TritonizeError("every builder failed: " + "; ".join(failures))
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    """What a built plan is checked on, and against (onnxruntime on the FP32 ONNX)."""
+
+    inputs: np.ndarray
+    reference: np.ndarray
+    tolerance: Tolerance
+    batches: list[int]
+    described: str
 
 
 def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Release, options: ConvertOptions,
-                entry: Plan, check: tuple) -> Plan:
-    inputs, reference, tol, batches, described = check
+                entry: Plan, check: PlanCheck) -> Plan:
     out = manifest.directory
     (out / PLAN_NAME).unlink(missing_ok=True)  # a stale plan must not outlive a failed rebuild
     entry = replace(entry, builder=builder.name)
@@ -431,8 +443,9 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
             built = builder.build(job, out, options.build_timeout_s)
         # The engine's own tensor names are what the repository must serve (torch-tensorrt has its own).
         entry = replace(entry, input_name=built.engine_io[0], output_name=built.engine_io[1])
-        with step(f"verify the plan against onnxruntime FP32 on {described} (batches {batches})") as s_verify:
-            report = verify_plan(out / PLAN_NAME, built.engine_io, inputs, reference, tol, batches, described)
+        with step(f"verify the plan against onnxruntime FP32 on {check.described} (batches {check.batches})") as s_verify:
+            report = verify_plan(out / PLAN_NAME, built.engine_io, check.inputs, check.reference, check.tolerance,
+                                 check.batches, check.described)
     except TritonizeError as e:
         (out / PLAN_NAME).unlink(missing_ok=True)
         manifest.record("tensorrt", replace(entry, status=Status.failed, error=str(e)))
