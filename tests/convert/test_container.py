@@ -137,3 +137,19 @@ def test_reproducer_container_mode(standins, artifacts_copy, tmp_path):
     assert (artifacts_copy / "model.plan").read_bytes().startswith(b"STAND-IN BYTES")
     assert cache.read_bytes().startswith(b"STAND-IN TIMING CACHE")
     assert "--noTF32" in (artifacts_copy / LOG_NAME).read_text()  # the 8.6 flags, from the image's banner
+
+
+@pytest.mark.parametrize("change,refusal", [
+    (lambda a: [x.replace(f"{Path.cwd()}/build:", "build:") for x in a], "Docker would mount an empty named volume"),
+    (lambda a: [x.replace(f"{Path.cwd()}/build:", f"{Path.cwd()}/nowhere:") for x in a], "does not exist"),
+    (lambda a: [x for x in a if x != "--init"], "pass --init"),
+    (lambda a: a[:2] + ["--entrypoint", "/usr/src/tensorrt/bin/trtexec"] + a[2:], "bypasses the image's entrypoint"),
+    (lambda a: [x for x in a if x not in ("--gpus", "all")], "pass --gpus all"),
+])
+def test_the_docker_stand_in_refuses_what_docker_would_get_wrong(standins, artifacts, change, refusal):
+    """What the stand-in catches, shown on the builder's own command with one contract broken."""
+    from tritonize.convert.builders import container_argv
+
+    argv = container_argv(release_info("24.10").image, artifacts, ["--onnx=model.onnx", "--saveEngine=x.plan"])
+    done = subprocess.run(change(argv), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 125 and refusal in done.stderr

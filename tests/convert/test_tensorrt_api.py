@@ -129,14 +129,17 @@ def test_embedded_tensorrt_backend_uses_names_every_version_has():
 
 
 def test_torch_tensorrt_gets_only_arguments_its_torchscript_frontend_has():
-    """The TorchScript frontend has no **kwargs: an unknown keyword (optimization_level) is a TypeError."""
+    """The TorchScript frontend has no **kwargs: an unknown keyword (optimization_level) is a TypeError,
+    also through the top-level dispatcher, which passes a ScriptModule's keywords on to it."""
     spec = json.loads((DATA / "torch_tensorrt_ts_signature.json").read_text())
+    dispatcher = spec["function"].replace(".ts.", ".")
     calls = [node for node in ast.walk(ast.parse((PACKAGE / "convert" / "builders.py").read_text()))
-             if isinstance(node, ast.Call) and ast.unparse(node.func) == spec["function"]]
+             if isinstance(node, ast.Call) and ast.unparse(node.func) in (spec["function"], dispatcher)]
     assert len(calls) == 1
     call = calls[0]
+    allowed = spec["parameters"] + (spec["dispatcher_only"] if ast.unparse(call.func) == dispatcher else [])
     named = [k.arg for k in call.keywords] + spec["parameters"][:len(call.args)]
-    assert set(named) <= set(spec["parameters"]) and len(named) == len(set(named))
+    assert set(named) <= set(allowed) and len(named) == len(set(named))
     assert "disable_tf32" in named  # FP32 builds stay strict FP32 (TF32 is on by default)
 
 
