@@ -509,7 +509,8 @@ def _source_onnx(manifest: Manifest, options: ConvertOptions) -> Path:
         return path
     out = manifest.directory
     if manifest.onnx is None:
-        raise TritonizeError(f"{out}/manifest.json has no ONNX export: run `tritonize export --format onnx --artifacts {out}` first")
+        raise TritonizeError(f"{out}/manifest.json has no ONNX export: run `tritonize export --format onnx --artifacts {out}` "
+                             "first, or give the ONNX with --onnx FILE")
     path = manifest.path(manifest.onnx)
     if not path.is_file():
         raise TritonizeError(f"the manifest names {path} but it is missing: re-run `tritonize export --artifacts {out}`")
