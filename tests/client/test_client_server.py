@@ -72,10 +72,12 @@ def test_classify_json_every_mode_and_bad_files(small_server, tmp_path):
         assert len(p["top_k"]) == 3 and 0 < p["top_k"][2]["probability"] <= p["top_k"][0]["probability"] < 1
         assert all(t["label"] and not t["label"].startswith("class ") for t in p["top_k"])
     assert len(report["failures"]) == len(bad) and report["error"] is None
+    assert report["preprocess"] == "server"  # the default where the repository has the ensembles
     skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped: ")]
     assert len(skipped) == len(bad)
-    for path, line, expected in zip(bad, skipped, ["empty file", "truncated or corrupt", "not an image", "is a directory", "decompression bomb"]):
-        assert str(path) in line and expected in line, line
+    for path, expected in zip(bad, ["empty file", "truncated or corrupt", "not an image", "is a directory", "decompression bomb"]):
+        (line,) = [line for line in skipped if line.startswith(f"skipped: {path}: ")]  # the server's refusals come last
+        assert expected in line, line
     assert f"{len(bad)} of {len(good) + len(bad) + 1} inputs could not be read" in result.stderr
     assert "Traceback" not in result.output
 
@@ -104,10 +106,10 @@ def test_compare_agreeing_backends(small_server, sample_images):
     report = json.loads(result.stdout)
     assert report["passed"] and len(report["images"]) == len(sample_images)
     (pair,) = report["pairs"]
-    assert {pair["reference"], pair["candidate"]} == {"onnx_model", "torch_model"}
+    assert {pair["reference"], pair["candidate"]} == {"onnx_classifier", "torch_classifier"}  # server preprocessing
     assert pair["top1_agreement"] == 1.0 and pair["top5_overlap"] == 1.0 and pair["disagreements"] == []
     assert pair["rel_to_scale"] < 1e-4 and pair["max_abs"] >= 0 and pair["mean_kl"] < 1e-6
-    for name in ("onnx_model", "torch_model"):
+    for name in ("onnx_classifier", "torch_classifier"):
         model = report["models"][name]
         assert model["status"] == "READY" and model["requests"] == 2  # 8 images in one request, twice
         assert 0 < model["latency"]["p50_ms"] <= model["latency"]["p95_ms"] <= model["latency"]["p99_ms"]
@@ -140,7 +142,7 @@ def test_compare_detects_a_real_disagreement(disagreeing_server, sample_images):
 def test_perf_writes_perf_analyzer_csv_plot_and_json(small_server, tmp_path):
     out = tmp_path / "perf"
     result = run_cli("client", "perf", "--model", "onnx_model,torch_model", "--concurrency", "1,2", "--requests", "6",
-                     "--warmup", "1", "--out", out, "--url", small_server.grpc_url)
+                     "--warmup", "1", "--out", out, "--url", small_server.grpc_url, "--preprocess", "client")
     assert result.exit_code == 0, result.output
     for model in ("onnx_model", "torch_model"):
         lines = (out / f"{model}.csv").read_text().splitlines()
@@ -160,7 +162,8 @@ def test_perf_writes_perf_analyzer_csv_plot_and_json(small_server, tmp_path):
 
 def test_perf_with_system_shared_memory_reports_what_it_saves(small_server, tmp_path):
     result = run_cli("client", "perf", "--model", "onnx_model", "--concurrency", "2", "--requests", "8", "--batch", "2",
-                     "--shared-memory", "system", "--json", "--out", tmp_path, "--url", small_server.grpc_url)
+                     "--shared-memory", "system", "--json", "--out", tmp_path, "--url", small_server.grpc_url,
+                     "--preprocess", "client")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     (level,) = report["levels"]

@@ -21,7 +21,7 @@ def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
 
     repo = tmp_path_factory.mktemp("cli") / "models"
     build_repository(small_artifacts, repo,
-                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
     return repo
 
 

@@ -91,7 +91,9 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def test_models_ready_and_endpoints(small_server):
-    assert small_server.models == {"onnx_model": ("READY", ""), "torch_model": ("READY", "")}
+    served = ["onnx_model", "torch_model", "preprocess", "preprocess_uint8", "onnx_classifier", "onnx_classifier_uint8",
+              "torch_classifier", "torch_classifier_uint8"]
+    assert small_server.models == {name: ("READY", "") for name in served}
     assert small_server.grpc_url.startswith("127.0.0.1:")
     with urllib.request.urlopen(f"{small_server.http_url}/v2/health/ready", timeout=5) as r:
         assert r.status == 200
@@ -148,7 +150,8 @@ def batching_server(small_artifacts, tmp_path_factory):
 
     repo = tmp_path_factory.mktemp("batching") / "models"
     build_repository(small_artifacts, repo,
-                            RepoOptions(kind="cpu", queue_delay_us=20_000, instances=2, models=("onnx_model",), warmup=False))
+                            RepoOptions(kind="cpu", queue_delay_us=20_000, instances=2, models=("onnx_model",), warmup=False,
+                                        ensembles=False))
     with embedded_server(repo) as info:
         yield info
 

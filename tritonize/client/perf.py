@@ -170,7 +170,8 @@ class _Transport:
 
         self.grpc, self.info, self.batch, self.connection = grpcclient, info, batch, connection
         # BYTES travel as a 4-byte length and the bytes of each element.
-        self.in_bytes = len(serialize_byte_tensor(batch).item()) if batch.dtype == np.object_ else batch.nbytes
+        self.payload = serialize_byte_tensor(batch) if batch.dtype == np.object_ else batch
+        self.in_bytes = len(self.payload.item()) if batch.dtype == np.object_ else batch.nbytes
         self.out_shape = (len(batch), info.num_classes)
         self.out_bytes = int(np.prod(self.out_shape)) * 4
         self.shared_memory = shared_memory
@@ -198,7 +199,7 @@ class _Transport:
                 handle = shm.create_shared_memory_region(name, f"/{name}", size)
                 self.regions.append((name, handle))
                 self.connection.client.register_system_shared_memory(name, f"/{name}", size)
-            shm.set_shared_memory_region(self.regions[0][1], [self.batch])
+            shm.set_shared_memory_region(self.regions[0][1], [self.payload])
         except Exception as e:
             self.close()
             raise TritonizeError(f"cannot set up system shared memory with the server at {self.connection.url} ({short_reason(e)}); "

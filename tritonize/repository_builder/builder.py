@@ -13,7 +13,7 @@ from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.manifest import Entry, Manifest, Plan, Status
 from tritonize.progress import say
 from tritonize.repository_builder.config import (
-    CONFIG_NAME, LABELS_NAME, config_text, ensemble_config, kind_name, model_config, plan_max_batch, preprocessor_config,
+    CONFIG_NAME, LABELS_NAME, REQUIREMENTS_NAME, config_text, ensemble_config, kind_name, model_config, plan_max_batch, preprocessor_config,
 )
 from tritonize.repository_builder.options import BACKENDS, PREPROCESSORS, Backend, RepoOptions
 from tritonize.spec import ModelSpec
@@ -24,6 +24,9 @@ VERSION = "1"
 # and the modules it imports, copied from this tritonize into <model>/1/tritonize/.
 PREPROCESS_MODEL = Path(__file__).with_name("preprocess_model.py")
 PREPROCESS_SOURCES = ("__init__.py", "errors.py", "preprocessing.py", "images.py")
+# What decoding needs in the server's Python beyond numpy (which Triton's Python backend has): the NGC
+# container lacks Pillow; `serve --engine docker` pip-installs every model's requirements.txt.
+DECODE_REQUIREMENTS = "pillow>=10\n"
 
 
 @dataclass(frozen=True)
@@ -140,7 +143,10 @@ def _render_ensembles(backends: list[Backend], spec: ModelSpec, manifest: Manife
     for pre in PREPROCESSORS:
         pre_cfg = preprocessor_config(pre, spec, options, sha)
         takes = "encoded images (BYTES)" if pre.form == "bytes" else "UINT8 pixels"
-        models.append(ModelFiles(pre.name, {CONFIG_NAME: config_text(pre_cfg, header), **code},
+        texts = {CONFIG_NAME: config_text(pre_cfg, header), **code}
+        if pre.form == "bytes":
+            texts[REQUIREMENTS_NAME] = DECODE_REQUIREMENTS
+        models.append(ModelFiles(pre.name, texts,
                                  f"python backend, {pre.input_name} = {takes} -> the classifiers' input, "
                                  f"{options.instances} x KIND_CPU, with this tritonize's preprocessing code"))
         for backend in backends:

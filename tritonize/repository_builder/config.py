@@ -15,6 +15,7 @@ from tritonize.spec import ModelSpec
 
 CONFIG_NAME = "config.pbtxt"
 LABELS_NAME = "labels.txt"
+REQUIREMENTS_NAME = "requirements.txt"  # pip packages a Python model needs in the server's Python
 
 # Provenance: which model and manifest a config was built from, and for trt_model which TensorRT built
 # the plan, for which Triton release, and whether it is version-compatible (what `serve` needs to pick

@@ -15,7 +15,7 @@ from pathlib import Path
 from tritonize.errors import TritonizeError
 from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.serve.process import RunningServer, ServerHandle, choose_ports
-from tritonize.serve.repository import tensorrt_models, validate_repository
+from tritonize.serve.repository import python_requirements, tensorrt_models, validate_repository
 
 
 # tritonserver options newer than the oldest release in the table (triton-inference-server/server
@@ -83,6 +83,8 @@ def docker_command(
     `--ipc=host`: client shared-memory regions live in the host's /dev/shm (a container's own
     /dev/shm, whatever its --shm-size, is another one). tritonserver exits on options it does not
     know, so release-dependent ones go only to releases that have them (command_line_parser.cc).
+    When models need pip packages the container lacks (the preprocess model needs Pillow), the
+    command installs their requirements.txt first, then starts tritonserver with the same arguments.
     """
     image = release_info(release).image
     publish = []
@@ -107,6 +109,11 @@ def docker_command(
         # Off by default from 26.04; `client perf --shared-memory` needs it. Shared memory serves only
         # clients on this host, so it is allowed only for a server that listens on loopback.
         command.append("--allow-client-shm=true")
+    requirements = python_requirements(repository)
+    if requirements:
+        install = "pip install --no-cache-dir --quiet " + " ".join(f"-r /models/{r}" for r in requirements)
+        at = command.index(image) + 1
+        command[at:at] = ["sh", "-c", f'{install} && exec "$@"', "sh"]
     return command
 
 
