@@ -89,7 +89,7 @@ def test_requests_respect_max_batch_size(small_server, tmp_path):
     paths = [PHOTO] * 40
     with Connection(small_server.grpc_url) as server:
         before = server.statistics("onnx_model")
-        report = classify(server, "onnx_model", paths, top_k=1)
+        report = classify(server, "onnx_model", paths, top_k=1, preprocess="client")
         after = server.statistics("onnx_model")
     assert len(report.predictions) == 40
     requests = after["success"][0] - before["success"][0]

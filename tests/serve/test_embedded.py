@@ -220,7 +220,7 @@ def test_gpu_repository_served_unchanged_without_gpu(small_artifacts, tmp_path):
     if gpu_visible():
         pytest.skip("a GPU is visible: the automatic cpu variant is not chosen here")
     repo = tmp_path / "models"
-    build_repository(small_artifacts, repo, RepoOptions(kind="gpu", models=("onnx_model",), warmup=False))
+    build_repository(small_artifacts, repo, RepoOptions(kind="gpu", models=("onnx_model",), warmup=False, ensembles=False))
     _derive_model(repo, "onnx_model", "trt_model", "tensorrt_plan")  # KIND_GPU, like the builder's trt_model
     with embedded_server(repo) as info:
         assert info.model_config_name == "cpu"
@@ -242,7 +242,7 @@ def test_tensorrt_backend_says_what_is_missing(small_artifacts, tmp_path, local_
     if importlib.util.find_spec("tensorrt") is not None and gpu_visible():
         pytest.skip("TensorRT and a GPU are present: the tensorrt backend can run here")
     repo = tmp_path / "models"
-    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
     # KIND_CPU so Triton hands the model to the backend instead of refusing it for lack of a GPU.
     _derive_model(repo, "onnx_model", "trt_model", "tensorrt_plan")
     with embedded_server(repo) as info:
@@ -268,7 +268,7 @@ def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
 
     repo = tmp_path_factory.mktemp("onnx_only") / "models"
     build_repository(small_artifacts, repo,
-                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
     return repo
 
 

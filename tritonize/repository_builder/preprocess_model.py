@@ -25,8 +25,10 @@ import json
 import sys
 from pathlib import Path
 
-# The copies beside this file come first: they are the code this repository was built with.
+# The copies beside this file come first: they are the code this repository was built with. No
+# __pycache__ is written into the repository (it stays as `repo build` wrote it, and may be read-only).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.dont_write_bytecode = True
 
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
