@@ -113,12 +113,6 @@ def _to_rgb(image):
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-# What a model takes per image, by the preprocessing path: "tensor" the contract's float32 input (the
-# client preprocesses), "uint8" resized and cropped RGB pixels (the server normalizes), "bytes" the
-# encoded file as read (the server decodes and preprocesses).
-FORMS = ("tensor", "uint8", "bytes")
-
-
 @dataclass
 class LoadedImages:
     names: list[str]  # the paths as given, for the good files
@@ -128,8 +122,10 @@ class LoadedImages:
 
 def load_images(paths: Sequence[Path], preprocess: Preprocessing, max_pixels: int = DEFAULT_MAX_PIXELS,
                 form: str = "tensor") -> LoadedImages:
-    """Read every path into the `form` a model takes; bad files are collected as one line each, not raised.
-    For "bytes" only what the client can see without decoding is checked here; the server decodes."""
+    """Read every path into the `form` a model takes per image; bad files are collected as one line each,
+    not raised. Forms: "tensor" the contract's float32 input (the client preprocesses), "uint8" resized and
+    cropped RGB pixels (the server normalizes), "bytes" the file as read (the server decodes, so only what
+    shows without decoding is checked here)."""
     loaded = LoadedImages([], [], [])
     for path in paths:
         try:

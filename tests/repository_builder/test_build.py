@@ -237,21 +237,19 @@ def test_preprocessing_models_carry_the_very_code_the_client_runs(small_repo):
     from tritonize, so the model loads where tritonize is not installed (the NGC container)."""
     import ast
 
-    import tritonize
-    from tritonize.repository_builder.builder import PREPROCESS_MODEL, PREPROCESS_SOURCES
+    from tritonize.repository_builder.builder import PREPROCESS_CODE
 
-    package = Path(tritonize.__file__).parent
     for pre in ("preprocess", "preprocess_uint8"):
         version = small_repo / pre / "1"
-        assert (version / "model.py").read_bytes() == PREPROCESS_MODEL.read_bytes()
-        copied = sorted(p.name for p in (version / "tritonize").iterdir())
-        assert copied == sorted(PREPROCESS_SOURCES)
-        for name in copied:
-            assert (version / "tritonize" / name).read_bytes() == (package / name).read_bytes()
-    for source in [PREPROCESS_MODEL, *(package / n for n in PREPROCESS_SOURCES)]:
+        placed = sorted(str(p.relative_to(version)) for p in version.rglob("*.py"))
+        assert placed == sorted(PREPROCESS_CODE)
+        for rel, source in PREPROCESS_CODE.items():
+            assert (version / rel).read_bytes() == source.read_bytes()
+    modules = {rel.removeprefix("tritonize/").removesuffix(".py") for rel in PREPROCESS_CODE}
+    for source in PREPROCESS_CODE.values():
         for node in ast.walk(ast.parse(source.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tritonize"):
-                assert f"{node.module.split('.')[-1]}.py" in PREPROCESS_SOURCES, f"{source.name} imports {node.module}"
+                assert node.module.split(".")[-1] in modules, f"{source.name} imports {node.module}"
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("tritonize") for a in node.names), source.name
 

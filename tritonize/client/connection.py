@@ -23,9 +23,9 @@ from tritonize.images import batches
 from tritonize.preprocessing import Preprocessing
 
 DEFAULT_URL = "localhost:8001"
-PATHS = ("client", "server", "uint8")  # --preprocess
-FORM_OF_PATH = {"client": "tensor", "server": "bytes", "uint8": "uint8"}  # what each path sends (images.FORMS)
-PATH_OF_FORM = {form: path for path, form in FORM_OF_PATH.items()}
+# --preprocess paths, by what they send per image (images.load_images' forms).
+PATH_OF_FORM = {"tensor": "client", "bytes": "server", "uint8": "uint8"}
+PATHS = tuple(PATH_OF_FORM.values())
 
 
 def short_reason(error: Exception) -> str:
@@ -85,7 +85,8 @@ class ModelInfo:
 
     @property
     def form(self) -> str:
-        """What the model takes per image (images.FORMS): the contract's tensor, UINT8 pixels, or encoded bytes."""
+        """What the model takes per image (images.load_images' forms): the contract's tensor, UINT8 pixels, or
+        encoded bytes."""
         return {"BYTES": "bytes", "UINT8": "uint8"}.get(self.input_dtype, "tensor")
 
     @property

@@ -165,7 +165,6 @@ class _Transport:
 
     def __init__(self, connection: Connection, info: ModelInfo, batch: np.ndarray, slots: int, shared_memory: bool):
         import tritonclient.grpc as grpcclient
-
         from tritonclient.utils import serialize_byte_tensor
 
         self.grpc, self.info, self.batch, self.connection = grpcclient, info, batch, connection

@@ -37,7 +37,7 @@ from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
 from tritonize.manifest import Manifest, Plan
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
-from tritonize.repository_builder.builder import PREPROCESS_MODEL, PREPROCESS_SOURCES, VERSION
+from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, kind_name, parse_config
 
 REBUILD = "rebuild with `tritonize repo build --force`"
@@ -272,9 +272,8 @@ class _ModelCheck:
         model_py = version / "model.py"
         if not model_py.is_file() or "from tritonize." not in model_py.read_text():
             return
-        package = PREPROCESS_MODEL.parent.parent
-        expected = {model_py: PREPROCESS_MODEL, **{version / "tritonize" / n: package / n for n in PREPROCESS_SOURCES}}
-        for placed, source in expected.items():
+        for rel, source in PREPROCESS_CODE.items():
+            placed = version / rel
             rel = placed.relative_to(self.dir)
             if not placed.is_file():
                 self.add("error", f"{rel} is missing: model.py imports it and the model will not load", REBUILD)

@@ -41,7 +41,7 @@ class Preprocessor:
 
     name: str  # model directory
     input_name: str
-    form: str  # what it takes per image: "bytes" (encoded image) or "uint8" (cropped pixels); images.FORMS
+    form: str  # what it takes per image (images.load_images' forms): "bytes" (encoded image) or "uint8" (pixels)
     suffix: str  # of the ensembles that start with it: onnx_classifier, onnx_classifier_uint8
 
     def ensemble(self, backend: Backend) -> str:

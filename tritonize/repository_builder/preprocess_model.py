@@ -25,8 +25,8 @@ import json
 import sys
 from pathlib import Path
 
-# The copies beside this file come first: they are the code this repository was built with. No
-# __pycache__ is written into the repository (it stays as `repo build` wrote it, and may be read-only).
+# The copies beside this file come first: they are the code this repository was built with. Importing
+# them writes no __pycache__ into the repository (which may be read-only).
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.dont_write_bytecode = True
 
