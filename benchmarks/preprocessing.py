@@ -9,9 +9,10 @@ preprocessing, the gRPC call, the logits back. Paths (`tritonize client --prepro
   server  the client sends the encoded file to onnx_classifier (decoding and preprocessing on the server);
   uint8   the client decodes, resizes and crops, sends UINT8 pixels to onnx_classifier_uint8.
 Figures per path: bytes on the wire per image (request tensor + logits back), client CPU time per image
-(process time of this client, gRPC threads included), throughput and p50 at concurrency 1 and 8 (one
-gRPC client per thread), and the server's compute per image in the preprocessing model and in
-onnx_model (statistics API). Cells run in rounds, paths interleaved, so drift hits every path alike.
+(process time of this client, gRPC threads included), the server's CPU time per image (tritonserver and
+its stubs: the process group's user + system time), throughput and p50 at concurrency 1 and 8 (one
+gRPC client per thread), and the server's compute (wall) time per image in the preprocessing model and
+in onnx_model (statistics API). Cells run in rounds, paths interleaved, so drift hits every path alike.
 The images: matplotlib's sample pictures and photos of other sizes made from its sample photo.
 Writes results/preprocessing_<arch>.json and prints markdown tables.
 """
@@ -61,7 +62,7 @@ def main() -> None:
         for _ in range(args.rounds):
             for concurrency, path in itertools.product(CONCURRENCY, PATHS):
                 cells.setdefault((path, concurrency), []).append(
-                    _measure(connection, infos[path], images, concurrency, args.requests))
+                    _measure(connection, infos[path], images, concurrency, args.requests, server.pid))
         connection.close()
     load["after"] = os.getloadavg()
 
@@ -72,21 +73,22 @@ def main() -> None:
         rows.append([path, concurrency, f"{np.mean([r['throughput'] for r in runs]):.1f}",
                      f"{np.mean([r['p50_ms'] for r in runs]):.1f}",
                      f"{np.mean([r['client_cpu_ms'] for r in runs]):.2f}",
+                     f"{np.mean([r['server_cpu_ms'] for r in runs]):.1f}",
                      f"{np.mean([r['server_preprocess_ms'] for r in runs]):.2f}",
                      f"{np.mean([r['server_model_ms'] for r in runs]):.2f}",
                      " / ".join(f"{r['throughput']:.1f}" for r in runs)])
     path_out = save(f"preprocessing_{args.arch}", results)
     print(f"machine load average (1, 5, 15 min): before {_load(load['before'])}, after {_load(load['after'])}; "
           f"{os.cpu_count()} cores\n")
-    print(markdown_table(["image", "format", "size", "file bytes"],
-                         [[n, d["format"], d["size"], f"{d['bytes']:,}"] for n, d in results["images"].items()]))
+    fp32, uint8 = per_image["client"][0], per_image["uint8"][0]
+    print(markdown_table(["image", "format", "size", "server: request bytes", "client (FP32) / server", "client / uint8"],
+                         [[n, d["format"], d["size"], f"{b:,}", f"{fp32 / b:.1f}x", f"{fp32 / uint8:.1f}x"]
+                          for (n, d), b in zip(results["images"].items(), per_image["server"])]))
+    print(f"\nrequest bytes per image: client {fp32:,} (FP32), uint8 {uint8:,}, server the file + 4; "
+          f"the logits back are {LOGITS_BYTES:,} on every path")
     print()
-    print(markdown_table(["path", "request bytes per image (mean over images)", "min", "max", "+ logits back"],
-                         [[p, f"{np.mean(b):,.0f}", f"{min(b):,}", f"{max(b):,}", f"{LOGITS_BYTES:,}"]
-                          for p, b in per_image.items()]))
-    print()
-    print(markdown_table(["path", "concurrency", "img/s", "p50 ms", "client CPU ms/img", "server preprocess ms/img",
-                          "server onnx_model ms/img", "img/s per round"], rows))
+    print(markdown_table(["path", "concurrency", "img/s", "p50 ms", "client CPU ms/img", "server CPU ms/img",
+                          "preprocess model ms/img", "onnx_model ms/img", "img/s per round"], rows))
     print(f"\nwrote {path_out}")
 
 
@@ -128,7 +130,7 @@ def _bytes_per_image(info, images: list[Path]) -> list[int]:
     return [len(a.item()) + 4 if a.dtype == np.object_ else a.nbytes for a in loaded.arrays]
 
 
-def _measure(connection: Connection, info, images: list[Path], concurrency: int, requests: int) -> dict:
+def _measure(connection: Connection, info, images: list[Path], concurrency: int, requests: int, server_pid: int) -> dict:
     """`requests` one-image requests, `concurrency` threads each with its own gRPC client, cycling over the
     images; the client's work (reading, its share of preprocessing) is inside each request's time."""
     order = [images[i % len(images)] for i in range(requests)]
@@ -150,16 +152,17 @@ def _measure(connection: Connection, info, images: list[Path], concurrency: int,
     latencies.clear()
     models = [m for m in (_preprocessor(connection, info), "onnx_model") if m]
     before = {m: _compute(connection, m) for m in models}
-    cpu, wall = time.process_time(), time.perf_counter()
+    server_cpu, cpu, wall = _group_cpu_seconds(server_pid), time.process_time(), time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         list(pool.map(one, order))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    server_cpu = _group_cpu_seconds(server_pid) - server_cpu
     server = {}
     for m in models:
         (ns, inferences), (ns0, inferences0) = _compute(connection, m), before[m]
         server[m] = (ns - ns0) / (inferences - inferences0) / 1e6 if inferences > inferences0 else 0.0
     return {"throughput": requests / wall, "p50_ms": latency_summary(latencies)["p50_ms"],
-            "client_cpu_ms": cpu / requests * 1e3, "server_preprocess_ms": next(
+            "client_cpu_ms": cpu / requests * 1e3, "server_cpu_ms": server_cpu / requests * 1e3, "server_preprocess_ms": next(
                 (v for m, v in server.items() if m != "onnx_model"), 0.0),
             "server_model_ms": server["onnx_model"], "seconds": wall}
 
@@ -182,6 +185,21 @@ def _compute(connection: Connection, model: str) -> tuple[int, int]:
         inferences += executions * int(entry["batch_size"])
         ns += sum(int(entry[k]["ns"]) for k in ("compute_input", "compute_infer", "compute_output"))
     return ns, inferences
+
+
+def _group_cpu_seconds(pgid: int) -> float:
+    """User + system CPU time of every process in a process group (the server and its stubs)."""
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(fields[2]) == pgid:  # after "(comm)": state, ppid, pgrp, ... utime is the 12th, stime the 13th
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _load(values) -> str:
