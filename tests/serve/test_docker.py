@@ -18,7 +18,10 @@ def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
     from tritonize.repository_builder import RepoOptions, build_repository
 
     repo = tmp_path_factory.mktemp("docker") / "models"
-    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+    # No ensembles: the docker stand-in runs only `tritonserver` in the image, not the `sh -c` that installs
+    # the preprocess model's requirements first (tests/serve/test_cli.py runs that part).
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False,
+                                                        ensembles=False))
     return repo
 
 

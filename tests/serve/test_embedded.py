@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import time
 import urllib.request
 from pathlib import Path
 
@@ -168,6 +169,9 @@ def test_dynamic_batching_under_concurrency(batching_server, local_onnx):
     with grpcclient.InferenceServerClient(batching_server.grpc_url) as client:
         inferences_before, executions_before = _onnx_stats(client)
         results = _infer_concurrently(client, "onnx_model", inputs)
+        deadline = time.monotonic() + 10  # the backend reports a batch's statistics after its responses left
+        while _onnx_stats(client)[0] - inferences_before < len(inputs) and time.monotonic() < deadline:
+            time.sleep(0.05)
         inferences, executions = _onnx_stats(client)
     # Every response belongs to its own request after the batch was split back.
     for x, served in zip(inputs, results):
