@@ -227,9 +227,9 @@ class _ModelCheck:
         produced = {t.name: (t, "the ensemble's input") for t in cfg.input}  # tensor -> (declaration, by whom)
         read = [(t.name, t, "the ensemble's output") for t in cfg.output]  # (tensor, declaration, by whom)
         known = True  # every step's model could be read: a tensor nobody produces is then a fault of its own
+        configs = self.ctx["configs"]
         for number, step in enumerate(steps, 1):
             name = step.model_name
-            configs = self.ctx["configs"]
             if name not in configs:
                 self.add("error", f"step {number} names model {name!r}, which is not in the repository",
                          f"name one of {', '.join(sorted(n for n in configs if n != self.dir.name))} or {REBUILD}")
