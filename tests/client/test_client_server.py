@@ -6,6 +6,7 @@ import contextlib
 import csv
 import json
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -90,7 +91,9 @@ def test_requests_respect_max_batch_size(small_server, tmp_path):
     with Connection(small_server.grpc_url) as server:
         before = server.statistics("onnx_model")
         report = classify(server, "onnx_model", paths, top_k=1, preprocess="client")
-        after = server.statistics("onnx_model")
+        deadline = time.monotonic() + 10  # the backend reports a batch's statistics after its responses left
+        while (after := server.statistics("onnx_model"))["success"][0] - before["success"][0] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
     assert len(report.predictions) == 40
     requests = after["success"][0] - before["success"][0]
     inferences = after["executions"][1] - before["executions"][1]
