@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -46,4 +48,13 @@ def save(name: str, data: dict, figure=None) -> Path:
     path.write_text(json.dumps({"machine": machine(), **data}, indent=2) + "\n")
     if figure is not None:
         figure.savefig(RESULTS / f"{name}.png", dpi=110, bbox_inches="tight")
+    return path
+
+
+def artifacts(arch: str) -> Path:
+    """Exported random-init artifacts of `arch` (speed does not depend on the weight values), made once."""
+    path = RESULTS / f"artifacts-{arch}"
+    if not (path / "manifest.json").is_file():
+        subprocess.run([sys.executable, "-m", "tritonize.cli", "export", "--arch", arch, "--weights", "none",
+                        "--artifacts", str(path)], check=True)
     return path

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import warnings
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, markdown_table, save  # noqa: E402
+from common import RESULTS, artifacts as _artifacts, markdown_table, save  # noqa: E402
 
 from tritonize.client.perf import PerfOptions, run_perf  # noqa: E402
 from tritonize.client.connection import Connection  # noqa: E402
@@ -101,14 +100,6 @@ def main() -> None:
     if "trt_model" not in models:
         results["not_measured"] = {"trt_model": "no TensorRT plan (needs a GPU box with TensorRT)"}
     _report(results)
-
-
-def _artifacts(arch: str) -> Path:
-    artifacts = RESULTS / f"artifacts-{arch}"
-    if not (artifacts / "manifest.json").is_file():
-        subprocess.run([sys.executable, "-m", "tritonize.cli", "export", "--arch", arch, "--weights", "none",
-                        "--artifacts", str(artifacts)], check=True)
-    return artifacts
 
 
 def _shape_and_norm(manifest: Manifest):

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
 import shutil
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 SMALL_ARCH = "resnet18"
+STANDINS = Path(__file__).parent / "standins"
 
 
 def plan_entry(status: str = "built", *, profile=None, tensorrt_version: str | None = "8.6.3.1",
@@ -83,3 +89,32 @@ def small_server(small_repo):
 
     with embedded_server(small_repo) as info:
         yield info
+
+
+@pytest.fixture
+def standins(tmp_path, monkeypatch) -> Path:
+    """STAND-INS for `docker` and `trtexec` (tests/standins/) first on PATH, returning their directory.
+
+    They build and serve nothing; they enforce the documented contracts of the real tools (see their
+    docstrings). The docker stand-in's images have the trtexec of every release whose TensorRT the
+    release table knows. Stand-in containers a failed test left running are ended at teardown.
+    """
+    bin_dir, state = tmp_path / "standin-bin", tmp_path / "standin-containers"
+    bin_dir.mkdir()
+    state.mkdir()
+    for name in ("docker", "trtexec"):
+        wrapper = bin_dir / name
+        wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(STANDINS / (name + ".py")))} "$@"\n')
+        wrapper.chmod(0o755)
+    from tritonize.releases import load_releases
+
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("STANDIN_DOCKER_STATE", str(state))
+    monkeypatch.setenv("STANDIN_TRTEXEC", str(STANDINS / "trtexec.py"))
+    monkeypatch.setenv("STANDIN_IMAGE_TRT", json.dumps({r.release: r.tensorrt for r in load_releases() if r.tensorrt}))
+    yield bin_dir
+    for container in state.iterdir():
+        try:
+            os.kill(int(container.read_text()), signal.SIGKILL)
+        except (ValueError, ProcessLookupError):
+            pass

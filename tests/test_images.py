@@ -9,7 +9,7 @@ import pytest
 from matplotlib import cbook
 from PIL import Image
 
-from tritonize.images import BadImage, batches, load_images, load_rgb
+from tritonize.images import BadImage, batches, decode_rgb, load_images, load_rgb
 from tritonize.preprocessing import Preprocessing
 from tritonize.errors import TritonizeError
 
@@ -151,6 +151,33 @@ def test_each_bad_input_gives_one_line_and_the_good_files_are_processed(tmp_path
     assert len(loaded.failures) == len(bad)
     for line, (path, expected) in zip(loaded.failures, bad.items()):
         assert "\n" not in line and line.startswith(str(path)) and expected in line, line
+
+
+def test_bytes_decode_as_files_do_with_the_same_reasons(tmp_path):
+    """What the server's preprocess model decodes (request bytes) and what the client decodes (files) go
+    through one function: same pixels, same one-line reasons, only the name in front differs."""
+    good, bad = bad_files(tmp_path)
+    np.testing.assert_array_equal(np.asarray(decode_rgb(good.read_bytes(), "IMAGE[0]")), np.asarray(load_rgb(good)))
+    for path in (p for p in bad if p.is_file()):
+        with pytest.raises(BadImage) as from_file:
+            load_rgb(path)
+        with pytest.raises(BadImage) as from_bytes:
+            decode_rgb(path.read_bytes(), "IMAGE[3]")
+        assert str(from_bytes.value) == str(from_file.value).replace(str(path), "IMAGE[3]", 1)
+
+
+@pytest.mark.parametrize("channel_order,layout", [("RGB", "NCHW"), ("BGR", "NHWC")])
+def test_uint8_half_then_normalize_is_the_whole_contract_in_any_batch(tmp_path, channel_order, layout):
+    """A `--preprocess uint8` client sends crop_pixels; the server normalizes whole batches of them."""
+    pre = Preprocessing(256, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225), channel_order=channel_order, layout=layout)
+    gray = tmp_path / "gray.png"
+    Image.open(PHOTO).convert("L").resize((300, 200)).save(gray)
+    tensors = load_images([PHOTO, gray], pre).arrays
+    pixels = load_images([PHOTO, gray], pre, form="uint8").arrays
+    assert all(p.dtype == np.uint8 and p.shape == (224, 224, 3) for p in pixels)
+    np.testing.assert_array_equal(pre.normalize(np.stack(pixels)), np.stack(tensors))
+    encoded = load_images([PHOTO, gray], pre, form="bytes").arrays
+    assert [a.item() for a in encoded] == [open(PHOTO, "rb").read(), gray.read_bytes()]
 
 
 def test_pixel_limit_is_adjustable_and_pillow_global_is_restored(tmp_path):

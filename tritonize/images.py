@@ -1,14 +1,16 @@
 """Image files in, model inputs out: decoding with Pillow, then the model's preprocessing contract.
 
-Used by the client (the contract comes from the served model's config) and by the convert stage's
-INT8 calibration and held-out checks (the contract comes from the manifest). Decoding applies the
-EXIF orientation and turns every Pillow mode into RGB; a file that cannot be used is a `BadImage`
-with the one line shown for it.
+Used by the client (the contract comes from the served model's config), by the convert stage's
+INT8 calibration and held-out checks (the contract comes from the manifest) and, as a copy that
+`repo build` places beside it, by the repository's `preprocess` model (request bytes, the contract
+from its config). Decoding applies the EXIF orientation and turns every Pillow mode into RGB; an
+image that cannot be used is a `BadImage` with the one line shown for it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,24 +50,42 @@ def _pillow_pixel_limit(max_pixels: int) -> Iterator[None]:
 
 
 def load_rgb(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS):
-    """Decode `path` into an RGB PIL image, EXIF orientation applied; BadImage says why not."""
-    from PIL import Image, ImageOps, UnidentifiedImageError
+    """Decode the file at `path` into an RGB PIL image, EXIF orientation applied; BadImage says why not."""
+    return decode_rgb(read_image_file(path), str(path), max_pixels)
 
+
+def read_image_file(path: Path) -> bytes:
+    """The encoded bytes of an image file, as a `--preprocess server` client sends them."""
     path = Path(path)
     if path.is_dir():
         raise BadImage(f"{path}: is a directory, not an image file")
     if not path.exists():
         raise BadImage(f"{path}: no such file")
-    if path.stat().st_size == 0:
-        raise BadImage(f"{path}: empty file (0 bytes)")
+    return path.read_bytes()
+
+
+BOMB_HINT = "raise --max-pixels if you trust the file"
+
+
+def decode_rgb(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS, bomb_hint: str = BOMB_HINT):
+    """Decode an encoded image (JPEG, PNG, ... any format Pillow reads) into an RGB PIL image, EXIF
+    orientation applied. `name` (a path, or the server's `IMAGE[i]`) starts each BadImage line;
+    `bomb_hint` says how to get past the pixel limit where this runs.
+
+    The client decodes files with it and the repository's `preprocess` model decodes request
+    bytes with it, so both give the same pixels and the same reasons."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    if len(data) == 0:
+        raise BadImage(f"{name}: empty file (0 bytes)")
     with _pillow_pixel_limit(max_pixels):
         try:
-            with Image.open(path) as image:
+            with Image.open(io.BytesIO(data)) as image:
                 pixels = image.width * image.height
                 if pixels > max_pixels:
                     raise BadImage(
-                        f"{path}: {image.width}x{image.height} = {pixels:,} pixels is above the limit of "
-                        f"{max_pixels:,} (possible decompression bomb); raise --max-pixels if you trust the file"
+                        f"{name}: {image.width}x{image.height} = {pixels:,} pixels is above the limit of "
+                        f"{max_pixels:,} (possible decompression bomb); {bomb_hint}"
                     )
                 image.load()
                 image = ImageOps.exif_transpose(image)
@@ -73,11 +93,11 @@ def load_rgb(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS):
         except BadImage:
             raise
         except Image.DecompressionBombError as e:
-            raise BadImage(f"{path}: {e} (possible decompression bomb); raise --max-pixels if you trust the file") from None
+            raise BadImage(f"{name}: {e} (possible decompression bomb); {bomb_hint}") from None
         except UnidentifiedImageError:
-            raise BadImage(f"{path}: not an image Pillow can read") from None
+            raise BadImage(f"{name}: not an image Pillow can read") from None
         except (OSError, SyntaxError, ValueError, EOFError) as e:
-            raise BadImage(f"{path}: cannot decode ({e}); the file is truncated or corrupt") from None
+            raise BadImage(f"{name}: cannot decode ({e}); the file is truncated or corrupt") from None
 
 
 def _to_rgb(image):
@@ -100,17 +120,25 @@ class LoadedImages:
     failures: list[str]  # one line per bad file
 
 
-def load_images(paths: Sequence[Path], preprocess: Preprocessing, max_pixels: int = DEFAULT_MAX_PIXELS) -> LoadedImages:
-    """Decode and preprocess every path; bad files are collected as one line each, not raised."""
+def load_images(paths: Sequence[Path], preprocess: Preprocessing, max_pixels: int = DEFAULT_MAX_PIXELS,
+                form: str = "tensor") -> LoadedImages:
+    """Read every path into the `form` a model takes per image; bad files are collected as one line each,
+    not raised. Forms: "tensor" the contract's float32 input (the client preprocesses), "uint8" resized and
+    cropped RGB pixels (the server normalizes), "bytes" the file as read (the server decodes, so only what
+    shows without decoding is checked here)."""
     loaded = LoadedImages([], [], [])
     for path in paths:
         try:
-            image = load_rgb(Path(path), max_pixels)
+            if form == "bytes":
+                array = np.array([read_image_file(Path(path))], dtype=np.object_)
+            else:
+                image = load_rgb(Path(path), max_pixels)
+                array = preprocess(image) if form == "tensor" else preprocess.crop_pixels(image)
         except BadImage as e:
             loaded.failures.append(str(e))
             continue
         loaded.names.append(str(path))
-        loaded.arrays.append(preprocess(image))
+        loaded.arrays.append(array)
     return loaded
 
 

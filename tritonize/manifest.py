@@ -9,6 +9,10 @@
     onnx_int8     PrecisionVariant   convert (--precision int8)      convert (up-to-date check)
     tensorrt      Plan               convert                         repo build/check
 
+`model` is null when `convert trt --onnx FILE` converted an ONNX from elsewhere into a directory
+without a manifest: its entries take tensor names and shape from the graph (the plan's `input_shape`
+detail), and `repo build` refuses it, having no labels or preprocessing to serve.
+
 Every reader goes through `Manifest.load(dir)` and the typed entries below; nothing else indexes
 the JSON. The fields other stages read are typed; what a stage measured for people (timings,
 tool versions, per-node notes) travels in each entry's `details` and is written at the entry's
@@ -283,7 +287,11 @@ class Manifest:
     @property
     def spec(self) -> ModelSpec:
         if self.model is None:
-            raise TritonizeError(f"{manifest_path(self.directory)} describes no model: run `tritonize export` first")
+            raise TritonizeError(
+                f"{manifest_path(self.directory)} describes no torchvision model (its plan comes from an ONNX from "
+                "elsewhere, without labels or preprocessing): run `tritonize export` for a model tritonize can serve, "
+                "or serve the plan with your own config.pbtxt"
+            )
         return self.model
 
     # -- typed readers ---------------------------------------------------------------------------

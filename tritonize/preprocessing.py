@@ -5,7 +5,9 @@ manifest (`ModelSpec.preprocessing`), written into every config.pbtxt as string 
 (`to_parameters`) and read back from a served model's config by the client (`from_parameters`).
 Applying it (`__call__`) does what torchvision's `ImageClassification` does to a PIL image (resize
 the shorter side, center crop, scale to [0, 1], normalize), with Pillow and numpy so the client
-needs no torch.
+needs no torch. It is two halves, `crop_pixels` (geometry, uint8) then `normalize` (values), so a
+client can do the first and the server the second (`--preprocess uint8`) with this same code: the
+repository's preprocessing models run this very file (`repo build` places a copy of it beside them).
 """
 
 from __future__ import annotations
@@ -116,18 +118,27 @@ class Preprocessing:
         new_long = int(self.resize * long / short)
         return (self.resize, new_long) if width <= height else (new_long, self.resize)
 
-    def __call__(self, image) -> np.ndarray:
-        """An RGB PIL image -> float32 array (C, H, W) or (H, W, C) per the layout."""
+    def crop_pixels(self, image) -> np.ndarray:
+        """An RGB PIL image -> uint8 array (crop, crop, 3), RGB: resized and center-cropped, not yet scaled
+        (what a `--preprocess uint8` client sends)."""
         image = image.resize(self.resized_size(*image.size), resample=PIL_FILTERS[self.interpolation])
         width, height = image.size
         top = int(round((height - self.crop) / 2.0))
         left = int(round((width - self.crop) / 2.0))
-        image = image.crop((left, top, left + self.crop, top + self.crop))
-        pixels = np.asarray(image, dtype=np.float32) / np.float32(1.0 / self.scale)
+        return np.asarray(image.crop((left, top, left + self.crop, top + self.crop)), dtype=np.uint8)
+
+    def normalize(self, pixels: np.ndarray) -> np.ndarray:
+        """uint8 RGB pixels (..., H, W, 3) -> float32 model input: scale, mean, std, channel order, layout.
+        Leading axes (a batch) are kept; each image's values do not depend on them."""
+        x = np.asarray(pixels, dtype=np.float32) / np.float32(1.0 / self.scale)
         mean, std = np.asarray(self.mean, np.float32), np.asarray(self.std, np.float32)
-        x = (pixels - mean) / std  # (H, W, 3), RGB
+        x = (x - mean) / std  # (..., H, W, 3), RGB
         if self.channel_order == "BGR":
             x = x[..., ::-1]
         if self.layout == "NCHW":
-            x = x.transpose(2, 0, 1)
+            x = np.moveaxis(x, -1, -3)
         return np.ascontiguousarray(x, dtype=np.float32)
+
+    def __call__(self, image) -> np.ndarray:
+        """An RGB PIL image -> float32 array (C, H, W) or (H, W, C) per the layout."""
+        return self.normalize(self.crop_pixels(image))

@@ -1,15 +1,20 @@
 """The Triton release table: which container release serves which TensorRT / ONNX Runtime / PyTorch / CUDA versions.
 
-The table is data (`tritonize/data/triton_releases.json`), with the source of each column named in
-the file. Figures no stored NVIDIA source confirmed are null: callers must treat None as "unknown",
-never as "compatible".
+The table is data (`tritonize/data/triton_releases.json`): each row's `_sources` names the source and
+grade of every cell. Only confirmed figures (grades V, V*, S) are in the fields read here; derived,
+inferred and candidate values stay in `_sources` with the field null. Callers must treat None as
+"unknown", never as "compatible".
 
-TensorRT matching rule (`releases_for_tensorrt`): a serialized plan only deserializes in the exact
-TensorRT it was built with (without version-compatible builds). Versions are compared on
-major.minor.patch, and also on the build number when both sides name one: Triton refuses a plan
-built with 8.6.1.6 when it runs 8.6.1.2 ("expecting library version 8.6.1.2 got 8.6.1.6",
-triton-inference-server/server#5975), so "8.6.3" matches "8.6.3.1" but "8.6.1.2" does not
-match "8.6.1.6".
+TensorRT matching rule (`tensorrt_matches`): a serialized plan only deserializes in the exact
+TensorRT it was built with. Versions are compared on all four parts when both sides name a build
+number (trtexec prints it from 10.4 on, `tensorrt.__version__` always): Triton refuses a plan built
+with 8.6.1.6 when it runs 8.6.1.2 ("expecting library version 8.6.1.2 got 8.6.1.6",
+triton-inference-server/server#5975). With three parts on one side, major.minor.patch decides.
+
+Version-compatible plans (`tensorrt_loads`, built 8.6+ with --version-compatible) also load in a
+later runtime of the same major, and across majors only 8 -> 10 and 10 -> 11 (TensorRT 11.4 support
+matrix: "No other combination across major versions is supported. For example, a TensorRT 8 engine
+cannot run with a TensorRT 11 runtime").
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from importlib import resources
 from tritonize.errors import TritonizeError
 
 DATA_FILE = "triton_releases.json"
+CROSS_MAJOR = {(8, 10), (10, 11)}  # version-compatible plans across majors (builder, runtime)
 
 
 @dataclass(frozen=True)
@@ -35,10 +41,16 @@ class Release:
     cuda: str | None
     trtllm_tensorrt: str | None = None  # TensorRT in the -trtllm-python-py3 container (differs!)
     trtllm_pytorch: str | None = None
+    upstream_container: str | None = None  # the NGC stack it is built on (26.05 and 26.06: the month before)
 
     @property
     def image(self) -> str:
         return f"nvcr.io/nvidia/tritonserver:{self.release}-py3"
+
+    @property
+    def tensorrt_image(self) -> str:
+        """NVIDIA's TensorRT container on the same stack (it has trtexec; check its TensorRT matches)."""
+        return f"nvcr.io/nvidia/tensorrt:{self.upstream_container or self.release}-py3"
 
 
 @lru_cache(maxsize=1)
@@ -86,8 +98,18 @@ def tensorrt_matches(built_with: str, served_by: str) -> bool:
     return len(a) < 4 or len(b) < 4 or a[3] == b[3]
 
 
-def releases_for_tensorrt(version: str) -> list[Release]:
-    """Releases whose -py3 container runs a plan built with TensorRT `version` (rule: module doc)."""
+def tensorrt_loads(built_with: str, served_by: str, version_compatible: bool = False) -> bool:
+    """True when a plan built with `built_with` (version-compatible or not) loads in `served_by`."""
+    if tensorrt_matches(built_with, served_by):
+        return True
+    a, b = _version_parts(built_with)[:3], _version_parts(served_by)[:3]
+    if not version_compatible or len(a) < 2 or len(b) < 2 or a < (8, 6) or b < a:
+        return False
+    return a[0] == b[0] or (a[0], b[0]) in CROSS_MAJOR
+
+
+def releases_for_tensorrt(version: str, version_compatible: bool = False) -> list[Release]:
+    """Releases whose -py3 container runs a plan built with TensorRT `version` (rules: module doc)."""
     if len(_version_parts(version)) < 3:
         raise TritonizeError(f"TensorRT version {version!r} needs at least major.minor.patch (e.g. 10.5.0)")
-    return [r for r in load_releases() if r.tensorrt and tensorrt_matches(version, r.tensorrt)]
+    return [r for r in load_releases() if r.tensorrt and tensorrt_loads(version, r.tensorrt, version_compatible)]

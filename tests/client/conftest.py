@@ -40,7 +40,7 @@ def disagreeing_server(small_repo, other_weights_artifacts, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("disagreeing")
     other = root / "other"
-    build_repository(other_weights_artifacts, other, RepoOptions(kind="cpu", models=("torch_model",)))
+    build_repository(other_weights_artifacts, other, RepoOptions(kind="cpu", models=("torch_model",), ensembles=False))
     merged = root / "models"
     merged.mkdir()
     shutil.copytree(small_repo / "onnx_model", merged / "onnx_model")

@@ -6,6 +6,7 @@ import contextlib
 import csv
 import json
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -72,10 +73,12 @@ def test_classify_json_every_mode_and_bad_files(small_server, tmp_path):
         assert len(p["top_k"]) == 3 and 0 < p["top_k"][2]["probability"] <= p["top_k"][0]["probability"] < 1
         assert all(t["label"] and not t["label"].startswith("class ") for t in p["top_k"])
     assert len(report["failures"]) == len(bad) and report["error"] is None
+    assert report["preprocess"] == "server"  # the default where the repository has the ensembles
     skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped: ")]
     assert len(skipped) == len(bad)
-    for path, line, expected in zip(bad, skipped, ["empty file", "truncated or corrupt", "not an image", "is a directory", "decompression bomb"]):
-        assert str(path) in line and expected in line, line
+    for path, expected in zip(bad, ["empty file", "truncated or corrupt", "not an image", "is a directory", "decompression bomb"]):
+        (line,) = [line for line in skipped if line.startswith(f"skipped: {path}: ")]  # the server's refusals come last
+        assert expected in line, line
     assert f"{len(bad)} of {len(good) + len(bad) + 1} inputs could not be read" in result.stderr
     assert "Traceback" not in result.output
 
@@ -87,8 +90,10 @@ def test_requests_respect_max_batch_size(small_server, tmp_path):
     paths = [PHOTO] * 40
     with Connection(small_server.grpc_url) as server:
         before = server.statistics("onnx_model")
-        report = classify(server, "onnx_model", paths, top_k=1)
-        after = server.statistics("onnx_model")
+        report = classify(server, "onnx_model", paths, top_k=1, preprocess="client")
+        deadline = time.monotonic() + 10  # the backend reports a batch's statistics after its responses left
+        while (after := server.statistics("onnx_model"))["success"][0] - before["success"][0] < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
     assert len(report.predictions) == 40
     requests = after["success"][0] - before["success"][0]
     inferences = after["executions"][1] - before["executions"][1]
@@ -104,10 +109,10 @@ def test_compare_agreeing_backends(small_server, sample_images):
     report = json.loads(result.stdout)
     assert report["passed"] and len(report["images"]) == len(sample_images)
     (pair,) = report["pairs"]
-    assert {pair["reference"], pair["candidate"]} == {"onnx_model", "torch_model"}
+    assert {pair["reference"], pair["candidate"]} == {"onnx_classifier", "torch_classifier"}  # server preprocessing
     assert pair["top1_agreement"] == 1.0 and pair["top5_overlap"] == 1.0 and pair["disagreements"] == []
     assert pair["rel_to_scale"] < 1e-4 and pair["max_abs"] >= 0 and pair["mean_kl"] < 1e-6
-    for name in ("onnx_model", "torch_model"):
+    for name in ("onnx_classifier", "torch_classifier"):
         model = report["models"][name]
         assert model["status"] == "READY" and model["requests"] == 2  # 8 images in one request, twice
         assert 0 < model["latency"]["p50_ms"] <= model["latency"]["p95_ms"] <= model["latency"]["p99_ms"]
@@ -140,7 +145,7 @@ def test_compare_detects_a_real_disagreement(disagreeing_server, sample_images):
 def test_perf_writes_perf_analyzer_csv_plot_and_json(small_server, tmp_path):
     out = tmp_path / "perf"
     result = run_cli("client", "perf", "--model", "onnx_model,torch_model", "--concurrency", "1,2", "--requests", "6",
-                     "--warmup", "1", "--out", out, "--url", small_server.grpc_url)
+                     "--warmup", "1", "--out", out, "--url", small_server.grpc_url, "--preprocess", "client")
     assert result.exit_code == 0, result.output
     for model in ("onnx_model", "torch_model"):
         lines = (out / f"{model}.csv").read_text().splitlines()
@@ -160,7 +165,8 @@ def test_perf_writes_perf_analyzer_csv_plot_and_json(small_server, tmp_path):
 
 def test_perf_with_system_shared_memory_reports_what_it_saves(small_server, tmp_path):
     result = run_cli("client", "perf", "--model", "onnx_model", "--concurrency", "2", "--requests", "8", "--batch", "2",
-                     "--shared-memory", "system", "--json", "--out", tmp_path, "--url", small_server.grpc_url)
+                     "--shared-memory", "system", "--json", "--out", tmp_path, "--url", small_server.grpc_url,
+                     "--preprocess", "client")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     (level,) = report["levels"]
@@ -247,3 +253,72 @@ def test_server_dying_between_batches_keeps_the_logits_received(small_repo, tmp_
         with pytest.raises(PartialResult, match=f"lost the Triton server at {info.grpc_url}") as caught:
             server.infer_all(model, arrays, on_batch=lambda logits, seconds: stack.close())
     assert caught.value.logits.shape == (32, 1000) and np.isfinite(caught.value.logits).all()
+
+
+# ------------------------------------------------------------------ preprocessing paths (--preprocess)
+
+def test_classify_sends_the_encoded_file_and_gives_the_client_paths_top5(small_server):
+    url = ["--url", small_server.grpc_url, "--json"]
+    server = json.loads(run_cli("client", "classify", PHOTO, "--model", "onnx_model", *url).stdout)
+    assert (server["model"], server["preprocess"]) == ("onnx_classifier", "server")  # the default with ensembles
+    for path, model in (("client", "onnx_model"), ("uint8", "onnx_classifier_uint8")):
+        other = json.loads(run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--preprocess", path, *url).stdout)
+        assert (other["model"], other["preprocess"]) == (model, path)
+        assert other["predictions"] == server["predictions"]  # same labels, same probabilities
+
+
+def test_compare_one_backend_across_preprocessing_paths(small_server, sample_images):
+    result = run_cli("client", "compare", *sample_images, "--models", "onnx_model", "--preprocess", "client,server,uint8",
+                     "--repeat", "1", "--min-top1-agreement", "1.0", "--json", "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert {name: m["preprocessing_path"] for name, m in report["models"].items()} == {
+        "onnx_model": "client", "onnx_classifier": "server", "onnx_classifier_uint8": "uint8"}
+    assert len(report["pairs"]) == 3 and len(report["images"]) == len(sample_images)
+    for pair in report["pairs"]:
+        assert pair["top1_agreement"] == 1.0 and pair["passed"]
+        assert pair["rel_to_scale"] <= 1e-4  # the FP32 tolerance the exports are verified with (verify.FP32)
+
+
+def test_compare_drops_what_the_server_refuses_from_every_path(small_server, tmp_path):
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    result = run_cli("client", "compare", PHOTO, broken, PHOTO, "--models", "onnx_model", "--preprocess", "client,server",
+                     "--repeat", "1", "--json", "--url", small_server.grpc_url)
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["images"] == [str(PHOTO), str(PHOTO)] and report["pairs"][0]["max_abs"] == 0
+    (line,) = report["failures"]  # decoded and refused twice, by this client and by the server: said once
+    assert line.startswith(f"{broken}: ")
+
+
+def test_preprocessing_path_mistakes_are_one_line(small_server, disagreeing_server):
+    cases = [
+        (small_server, ["--model", "onnx_classifier", "--preprocess", "client"], "name its classifier instead (--model onnx_model)"),
+        (small_server, ["--model", "preprocess"], "preprocessing model, not a classifier"),
+        (small_server, ["--preprocess", "gpu"], "--preprocess must be one of client, server, uint8"),
+        (disagreeing_server, ["--model", "onnx_model", "--preprocess", "server"],
+         "no READY ensemble at {url} runs onnx_model with server preprocessing"),
+    ]
+    for server, args, message in cases:
+        result = run_cli("client", "classify", PHOTO, *args, "--url", server.grpc_url)
+        assert result.exit_code == 1, result.output
+        assert message.format(url=server.grpc_url) in result.output and "Traceback" not in result.output
+    # Without ensembles the default is the client path.
+    result = run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--json", "--url", disagreeing_server.grpc_url)
+    assert json.loads(result.stdout)["preprocess"] == "client"
+
+
+def test_perf_along_server_and_uint8_paths_counts_their_bytes(small_server, tmp_path):
+    sizes = {}
+    for path, extra in (("server", ["--shared-memory", "system"]), ("uint8", [])):
+        result = run_cli("client", "perf", "--model", "onnx_model", "--preprocess", path, "--concurrency", "2", "--requests", "6",
+                         "--warmup", "1", "--batch", "2", "--json", "--out", tmp_path / path, "--url", small_server.grpc_url, *extra)
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        (level,) = report["levels"]
+        assert level["requests"] == 6 and level["throughput"] > 0
+        sizes[level["model"]] = report["shared_memory_savings"].get(level["model"], {}).get("bytes_saved_per_request",
+                                                                                             level["tensor_bytes_on_wire"])
+    # Two images per request: the file with its 4-byte length each, or 224x224x3 UINT8 each, then 2 x 1000 logits.
+    assert sizes == {"onnx_classifier": 2 * (PHOTO.stat().st_size + 4) + 8000, "onnx_classifier_uint8": 2 * 150_528 + 8000}

@@ -1,9 +1,7 @@
-"""Fixtures for the convert stage: real photos for calibration, and a stand-in for trtexec."""
+"""Fixtures for the convert stage: real photos for calibration, and the trtexec stand-in."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -29,36 +27,7 @@ def photo_dir(tmp_path_factory) -> Path:
     return out
 
 
-STAND_IN = '''\
-#!{python}
-"""STAND-IN for trtexec, written by the convert tests. It is not TensorRT: it only behaves like
-trtexec's process (banner, exit codes, output file) so the subprocess handling can be tested.
-Behaviour from $STANDIN_MODE: ok | fail | crash | hang."""
-import os, signal, sys, time
-print("&&&& RUNNING TensorRT.trtexec [TensorRT v100500] # trtexec " + " ".join(sys.argv[1:]), flush=True)
-if "--help" in sys.argv:
-    sys.exit(0)
-mode = os.environ.get("STANDIN_MODE", "ok")
-engine = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--saveEngine="))
-if mode == "fail":
-    print("[E] Error[4]: stand-in parse failure", flush=True)
-    sys.exit(1)
-with open(engine, "wb") as f:
-    f.write(b"STAND-IN BYTES, NOT AN ENGINE")
-    f.flush()
-    if mode == "crash":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    if mode == "hang":
-        time.sleep(600)
-print("[I] Engine built in 0.1 sec.", flush=True)
-'''
-
-
 @pytest.fixture
-def standin_trtexec(tmp_path) -> Path:
-    """A stand-in executable named trtexec (see STAND_IN): never a real TensorRT build."""
-    path = tmp_path / "bin" / "trtexec"
-    path.parent.mkdir()
-    path.write_text(STAND_IN.format(python=sys.executable))
-    path.chmod(0o755)
-    return path
+def standin_trtexec(standins) -> Path:
+    """The trtexec STAND-IN (tests/standins/trtexec.py), first on PATH: never a real TensorRT build."""
+    return standins / "trtexec"

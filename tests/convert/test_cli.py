@@ -38,7 +38,62 @@ def test_bad_options_fail_with_one_line(small_artifacts, args, message):
 
 def test_missing_manifest(tmp_path):
     result = run_cli("convert", "trt", "--artifacts", tmp_path, "--dry-run")
-    assert result.exit_code != 0 and "tritonize export" in result.output
+    assert result.exit_code != 0 and "tritonize export" in result.output and "--onnx FILE" in result.output
+
+
+def _onnx_from_elsewhere(path, batch="N"):
+    """A small classifier exported by someone else: its own tensor names, a 3x32x32 input."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "conv_w"),
+               numpy_helper.from_array(rng.standard_normal((8, 10)).astype(np.float32), "fc_w")]
+    nodes = [helper.make_node("Conv", ["images", "conv_w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("MatMul", ["f", "fc_w"], ["logits"])]
+    graph = helper.make_graph(nodes, "elsewhere", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [batch, 3, 32, 32])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, 10])], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_onnx_from_elsewhere(tmp_path, precision):
+    """No manifest, no tritonize export: names, shape and the batch axis come from the graph."""
+    onnx_file = _onnx_from_elsewhere(tmp_path / "their.onnx")
+    out = tmp_path / "out"
+    result = run_cli("convert", "trt", "--onnx", onnx_file, "--artifacts", out, "--precision", precision,
+                     "--max", "8", "--opt", "4", "--triton-release", "24.10", "--dry-run")
+    assert result.exit_code == 0, result.output
+    data = manifest(out)
+    entry = data["artifacts"]["tensorrt"]
+    assert data["model"] is None and entry["status"] == "waiting_for_gpu"
+    assert (entry["input_name"], entry["output_name"], entry["input_shape"]) == ("images", "logits", [3, 32, 32])
+    assert "--minShapes=images:1x3x32x32" in entry["trtexec_argv_target"] and (out / entry["onnx"]["file"]).is_file()
+    assert "--onnx" in entry["gpu_command"] and "images 3x32x32" in (out / "convert.sh").read_text()
+    if precision == "fp16":
+        assert data["artifacts"]["onnx_fp16"]["verification"]["passed"]
+    repo = run_cli("repo", "build", "--artifacts", out, "--repository", tmp_path / "models")
+    assert repo.exit_code != 0 and "describes no torchvision model" in repo.output
+
+
+def test_onnx_from_elsewhere_with_static_batch_is_refused(tmp_path):
+    onnx_file = _onnx_from_elsewhere(tmp_path / "static.onnx", batch=1)
+    result = run_cli("convert", "trt", "--onnx", onnx_file, "--artifacts", tmp_path / "out", "--dry-run")
+    errors = [l for l in result.output.splitlines() if l.startswith("error:")]
+    assert result.exit_code != 0 and len(errors) == 1 and "static batch axis" in errors[0]
+    assert "Traceback" not in result.output and not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_onnx_from_elsewhere_cannot_calibrate_on_images(tmp_path, photo_dir):
+    onnx_file = _onnx_from_elsewhere(tmp_path / "their.onnx")
+    result = run_cli("convert", "trt", "--onnx", onnx_file, "--artifacts", tmp_path / "out", "--dry-run",
+                     "--precision", "int8", "--calib-images", photo_dir)
+    assert result.exit_code != 0 and "needs the model's preprocessing" in result.output
 
 
 def test_int8_calib_dir_without_images(small_artifacts, tmp_path):
@@ -104,7 +159,7 @@ def test_reproducer_runs_with_stand_in_trtexec(fp16_dry_run, standin_trtexec, tm
     done = subprocess.run(["bash", str(out / "convert.sh")], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     log = (out / "convert.log").read_text()
-    assert "--stronglyTyped" in log and "--memPoolSize=workspace:4096M" in log  # stand-in reports TensorRT 10.5
+    assert "--stronglyTyped" in log and "--memPoolSize=workspace:4096 " in log  # stand-in reports TensorRT 10.5
     assert (out / "model.plan").is_file() and not (out / ".model.plan.partial").exists()
     (out / "model.plan").unlink()
     env["STANDIN_MODE"] = "fail"

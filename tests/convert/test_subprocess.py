@@ -1,22 +1,24 @@
-"""trtexec as a subprocess, driven with a STAND-IN executable (conftest.STAND_IN), never real TensorRT:
-exit codes, log capture, timeout, and a crash mid-build leaving no plan."""
+"""trtexec as a subprocess, driven with the trtexec STAND-IN (tests/standins/trtexec.py), never real
+TensorRT: exit codes, log capture, timeout, and a crash mid-build leaving no plan."""
 
 from __future__ import annotations
 
 import pytest
 
-from tritonize.convert.builders import LOG_NAME, TrtexecBuilder, pick_builder
+from tritonize.convert.builders import LOG_NAME, TrtexecBuilder, pick_builders
 from tritonize.convert.trtexec import BuildJob, run_trtexec, trtexec_argv
 from tritonize.errors import TritonizeError
 
 
 @pytest.fixture
 def job() -> BuildJob:
-    return BuildJob(onnx_file="model.onnx", plan_file="model.plan", input_name="input", input_shape=(3, 224, 224),
-                    profile={"min": 1, "opt": 16, "max": 32}, precision="fp16", workspace_mib=1024, timing_cache="timing.cache")
+    return BuildJob(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
+                    input_shape=(3, 224, 224), profile={"min": 1, "opt": 16, "max": 32}, precision="fp16",
+                    workspace_mib=1024, timing_cache="timing.cache")
 
 
 def run(standin, tmp_path, job, monkeypatch, mode, timeout=30):
+    (tmp_path / job.onnx_file).write_bytes(b"")  # the stand-in only checks that it exists
     monkeypatch.setenv("STANDIN_MODE", mode)
     argv = trtexec_argv(job, "10.5.0", executable=str(standin))
     return run_trtexec(argv, tmp_path, job, LOG_NAME, timeout)
@@ -52,8 +54,9 @@ def test_timeout_stops_the_process_and_leaves_no_plan(standin_trtexec, tmp_path,
 
 
 def test_builder_reports_failure_as_one_line(standin_trtexec, tmp_path, job, monkeypatch):
+    (tmp_path / job.onnx_file).write_bytes(b"")
     builder = TrtexecBuilder(str(standin_trtexec))
-    assert builder.why_not() is None and builder.tensorrt_version() == "10.5.0"
+    assert builder.why_not() is None and builder.tensorrt_version() == "10.5.0.18"  # the banner's [b18]
     monkeypatch.setenv("STANDIN_MODE", "fail")
     with pytest.raises(TritonizeError, match=r"exit code 1: .*stand-in parse failure.*no plan written"):
         builder.build(job, tmp_path, 30)
@@ -62,14 +65,16 @@ def test_builder_reports_failure_as_one_line(standin_trtexec, tmp_path, job, mon
         builder.build(job, tmp_path, 1)
 
 
-def test_auto_picks_the_first_builder_that_can_run_and_says_why(standin_trtexec):
-    class Refuses:
+def test_auto_picks_the_builders_that_can_run_and_says_why(standin_trtexec, job):
+    from tritonize.convert.builders import Builder
+
+    class Refuses(Builder):
         name = "container"
 
         def why_not(self):
             return "no docker engine"
 
     builders = {"container": Refuses(), "trtexec": TrtexecBuilder(str(standin_trtexec))}
-    builder, why = pick_builder("auto", builders)
-    assert builder is builders["trtexec"] and "container: no docker engine" in why
-    assert pick_builder("container", builders) == (None, "container: no docker engine")
+    usable, why = pick_builders("auto", builders, job)
+    assert usable == [builders["trtexec"]] and "container: no docker engine" in why
+    assert pick_builders("container", builders, job) == ([], "container: no docker engine")

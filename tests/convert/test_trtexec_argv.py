@@ -1,6 +1,10 @@
-"""The exact trtexec argv for each precision x TensorRT major version (flag history: trtexec.py)."""
+"""The exact trtexec argv for each precision x TensorRT version (flag history: trtexec.py), and the same
+argv run by the trtexec STAND-IN, which accepts exactly the options of the version it emulates."""
 
 from __future__ import annotations
+
+import os
+import subprocess
 
 import pytest
 
@@ -8,11 +12,16 @@ from tritonize.convert.trtexec import BuildJob, parse_banner_version, trtexec_ar
 from tritonize.errors import TritonizeError
 
 PRECISION_FLAGS = ("--fp16", "--int8", "--best", "--bf16", "--fp8", "--calib")
+# One version per recorded trtexec parser (tests/data/trtexec_options.json), the Triton -py3 releases'
+# versions among them, and the version each banner tells (the build number only from 10.4 on).
+VERSIONS = {"8.6.1.6": "8.6.1", "8.6.3.1": "8.6.3", "10.0.0.6": "10.0.0", "10.0.1.6": "10.0.1", "10.3.0.26": "10.3.0",
+            "10.5.0.18": "10.5.0.18", "10.16.1.11": "10.16.1.11", "11.0.0.114": "11.0.0.114", "11.1.0.106": "11.1.0.106"}
 
 
 def job(precision="fp16", **kw) -> BuildJob:
-    base = dict(onnx_file="model_fp16.onnx", plan_file="model.plan", input_name="input", input_shape=(3, 224, 224),
-                profile={"min": 1, "opt": 16, "max": 32}, precision=precision, workspace_mib=4096, timing_cache="timing.cache")
+    base = dict(onnx_file="model_fp16.onnx", plan_file="model.plan", input_name="input", output_name="output",
+                input_shape=(3, 224, 224), profile={"min": 1, "opt": 16, "max": 32}, precision=precision,
+                workspace_mib=4096, timing_cache="timing.cache")
     return BuildJob(**{**base, **kw})
 
 
@@ -23,34 +32,37 @@ def test_profile_files_and_build_only(version, precision):
     assert argv[0] == "trtexec"
     for flag in ("--minShapes=input:1x3x224x224", "--optShapes=input:16x3x224x224", "--maxShapes=input:32x3x224x224",
                  "--onnx=model_fp16.onnx", "--saveEngine=.model.plan.partial", "--timingCacheFile=timing.cache",
-                 "--builderOptimizationLevel=3", "--skipInference"):
+                 "--builderOptimizationLevel=3", "--skipInference", "--memPoolSize=workspace:4096"):
         assert flag in argv
     assert "--best" not in argv  # never an uncalibrated --best, on any version
     assert len(argv) == len(set(argv))
+    assert ("--noTF32" in argv) == (precision == "fp32")  # TF32 is on by default in every version, 11 included
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_tensorrt_10_is_strongly_typed_without_precision_flags(precision):
     argv = trtexec_argv(job(precision), "10.5.0")
-    assert "--stronglyTyped" in argv and "--memPoolSize=workspace:4096M" in argv
+    assert "--stronglyTyped" in argv
     assert not any(a.startswith(PRECISION_FLAGS) for a in argv)
     assert not any(a.startswith("--workspace=") for a in argv)  # removed in 10.0
-    assert ("--noTF32" in argv) == (precision == "fp32")
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
 def test_tensorrt_11_has_no_precision_or_typing_flags(precision):
     argv = trtexec_argv(job(precision), "11.0.0")
-    assert not any(a.startswith(PRECISION_FLAGS + ("--stronglyTyped", "--noTF32")) for a in argv)
-    assert "--memPoolSize=workspace:4096M" in argv
+    assert not any(a.startswith(PRECISION_FLAGS + ("--stronglyTyped",)) for a in argv)
 
 
 @pytest.mark.parametrize("precision,expected", [("fp32", ["--noTF32"]), ("fp16", ["--fp16"]), ("int8", ["--int8"])])
-def test_tensorrt_8_uses_precision_flags_and_workspace(precision, expected):
+def test_tensorrt_8_uses_precision_flags(precision, expected):
     argv = trtexec_argv(job(precision), "8.6.1")
-    assert "--workspace=4096" in argv and not any(a.startswith("--memPoolSize") for a in argv)
     assert "--stronglyTyped" not in argv
     assert [a for a in argv if a in ("--fp16", "--int8", "--noTF32")] == expected
+
+
+def test_workspace_before_8_4_is_the_old_flag():
+    argv = trtexec_argv(job("fp16"), "8.2.5")
+    assert "--workspace=4096" in argv and not any(a.startswith("--memPoolSize") for a in argv)
 
 
 def test_tensorrt_8_pins_fp32_islands_of_mixed_precision():
@@ -80,10 +92,27 @@ def test_unsupported_versions(version):
 
 
 @pytest.mark.parametrize("banner,version", [
-    ("&&&& RUNNING TensorRT.trtexec [TensorRT v100500] # trtexec --help", "10.5.0"),
+    ("&&&& RUNNING TensorRT.trtexec [TensorRT v100500] [b18] # trtexec --help", "10.5.0.18"),  # 10.4+: build number
+    ("&&&& RUNNING TensorRT.trtexec [TensorRT v100300] # trtexec", "10.3.0"),
     ("&&&& RUNNING TensorRT.trtexec [TensorRT v8601] # trtexec", "8.6.1"),
-    ("&&&& RUNNING TensorRT.trtexec [TensorRT v110002] # trtexec", "11.0.2"),
+    ("&&&& RUNNING TensorRT.trtexec [TensorRT v110100] [b106] # trtexec", "11.1.0.106"),
     ("no banner here", None),
 ])
 def test_banner_version(banner, version):
     assert parse_banner_version(banner) == version
+
+
+@pytest.mark.parametrize("version,banner", VERSIONS.items())
+def test_every_version_accepts_its_argv_and_reads_the_workspace_as_asked(version, banner, standin_trtexec, tmp_path):
+    """The argv for each precision (with FP32 islands and compatibility flags) goes through the trtexec
+    stand-in of that version: no option it lacks, and the workspace limit it reads is the one asked for
+    (10.0.x read `workspace:4096M` as 4 PiB)."""
+    (tmp_path / "model_fp16.onnx").write_bytes(b"")
+    env = {**os.environ, "STANDIN_TRT_VERSION": version}
+    for precision in ("fp32", "fp16", "int8"):
+        argv = trtexec_argv(job(precision, fp32_layers=("node_conv7",), version_compatible=True,
+                                hardware_compatibility="ampere+"), version, executable=str(standin_trtexec))
+        done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, f"{version} {precision}: {done.stdout}"
+        assert "stand-in workspace limit: 4096 MiB" in done.stdout
+        assert parse_banner_version(done.stdout) == banner

@@ -16,7 +16,9 @@ def test_build_runs_every_stage_then_skips_finished_ones(tmp_path):
     assert {"torchscript", "onnx", "onnx_fp16", "tensorrt"} <= set(manifest["artifacts"])
     assert manifest["artifacts"]["tensorrt"]["status"] == "waiting_for_gpu"  # no TensorRT on this machine
     assert (artifacts / "convert.sh").is_file() and not (artifacts / "model.plan").exists()
-    assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == ["onnx_model", "torch_model"]
+    assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == [
+        "onnx_classifier", "onnx_classifier_uint8", "onnx_model", "preprocess", "preprocess_uint8",
+        "torch_classifier", "torch_classifier_uint8", "torch_model"]
     stages = first.output[first.output.index("Stages"):]
     assert "export      done" in stages and "waiting for GPU" in stages and "repo check  done" in stages
     assert "rel err" in first.output and "model_fp16.onnx" in first.output

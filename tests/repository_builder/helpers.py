@@ -33,17 +33,17 @@ def edit_config(model_dir: Path, change, name: str = CONFIG_NAME) -> None:
     rewrite(model_dir / name, text_format.MessageToString(cfg))
 
 
-def record_plan(artifacts: Path, *, profile=None, tensorrt_version="8.6.3.1"):
-    """A built TensorRT plan's entry in the manifest (without a plan file: none can be built here)."""
-    entry = plan_entry(profile=profile, tensorrt_version=tensorrt_version)
+def record_plan(artifacts: Path, **plan):
+    """A built TensorRT plan's entry in the manifest (without a plan file: none can be built here);
+    `plan`: conftest.plan_entry's arguments."""
+    entry = plan_entry(**plan)
     record(artifacts, "tensorrt", entry)
     return entry
 
 
-def add_trt_model(repo: Path, artifacts: Path, *, profile=None, tensorrt_version="8.6.3.1", kind="gpu",
-                  max_batch=32) -> dict:
+def add_trt_model(repo: Path, artifacts: Path, *, kind="gpu", max_batch=32, **plan) -> dict:
     """Record a plan entry and write the trt_model directory the builder would write for it, minus the plan."""
-    entry = record_plan(artifacts, profile=profile, tensorrt_version=tensorrt_version)
+    entry = record_plan(artifacts, **plan)
     manifest = Manifest.load(artifacts)
     cfg = model_config(BACKENDS["trt_model"], manifest.spec, entry, RepoOptions(max_batch=max_batch), kind,
                        manifest.sha256())

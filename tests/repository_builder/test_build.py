@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
+from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.conftest import plan_entry, record, run_cli
 from tests.repository_builder.helpers import copy_repo
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest
+from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder import RepoOptions, build_repository
 from tritonize.repository_builder import builder as builder_module
 from tritonize.repository_builder.config import kind_name, model_config, parse_config
@@ -17,6 +20,11 @@ from tritonize.repository_builder.options import BACKENDS
 
 EXPECTED_NAMES = {"onnx_model": ("onnxruntime_onnx", "input", "output", "model.onnx"),
                   "torch_model": ("pytorch_libtorch", "input__0", "output__0", "model.pt")}
+PREPROCESSING = ["preprocess", "preprocess_uint8"]
+
+
+def _built(repo) -> list[str]:
+    return sorted(p.name for p in repo.iterdir() if p.is_dir())
 
 
 def _kinds(cfg) -> list[str]:
@@ -24,7 +32,8 @@ def _kinds(cfg) -> list[str]:
 
 
 def test_repository_parses_back_with_every_field(small_repo, small_artifacts):
-    assert sorted(p.name for p in small_repo.iterdir()) == ["onnx_model", "torch_model"]
+    assert _built(small_repo) == sorted(["onnx_model", "torch_model", *PREPROCESSING, "onnx_classifier",
+                                         "onnx_classifier_uint8", "torch_classifier", "torch_classifier_uint8"])
     manifest = Manifest.load(small_artifacts)
     spec = manifest.spec
     for name, (platform, input_name, output_name, filename) in EXPECTED_NAMES.items():
@@ -72,7 +81,12 @@ def test_options_shape_the_config(small_artifacts, tmp_path):
                           warmup=False, models=("onnx_model",))
     repo = tmp_path / "models"
     build_repository(small_artifacts, repo, options)
-    assert [p.name for p in repo.iterdir()] == ["onnx_model"]
+    assert _built(repo) == ["onnx_classifier", "onnx_classifier_uint8", "onnx_model", *PREPROCESSING]
+    for name in PREPROCESSING:  # preprocessing runs on CPU instances whatever --kind says
+        pre = parse_config(repo / name / "config.pbtxt")
+        assert (pre.backend, pre.max_batch_size, pre.dynamic_batching.max_queue_delay_microseconds) == ("python", 8, 5000)
+        assert [(g.count, kind_name(g.kind)) for g in pre.instance_group] == [(2, "KIND_CPU")]
+    assert parse_config(repo / "onnx_classifier" / "config.pbtxt").max_batch_size == 8
     cfg = parse_config(repo / "onnx_model" / "config.pbtxt")
     assert cfg.max_batch_size == 8 and list(cfg.dynamic_batching.preferred_batch_size) == [2, 8]
     assert cfg.dynamic_batching.max_queue_delay_microseconds == 5000
@@ -108,12 +122,12 @@ def test_missing_artifact_is_skipped_and_others_built(artifacts_copy, tmp_path):
     result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models")
     assert result.exit_code == 0, result.output
     assert f"skipped torch_model: {artifacts_copy / 'model.pt'} is missing" in result.output
-    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == ["onnx_model"]
+    assert _built(tmp_path / "models") == ["onnx_classifier", "onnx_classifier_uint8", "onnx_model", *PREPROCESSING]
 
 
 def test_failed_build_leaves_previous_repository_untouched(small_artifacts, tmp_path, monkeypatch):
     out = tmp_path / "models"
-    build_repository(small_artifacts, out, RepoOptions(models=("onnx_model",)))
+    build_repository(small_artifacts, out, RepoOptions(models=("onnx_model",), ensembles=False))
     before = (out / "onnx_model" / "config.pbtxt").read_text()
     calls = []
 
@@ -128,7 +142,7 @@ def test_failed_build_leaves_previous_repository_untouched(small_artifacts, tmp_
     with pytest.raises(OSError):
         build_repository(small_artifacts, out, RepoOptions(max_batch=8, force=True))
     assert len(calls) == 2
-    assert sorted(p.name for p in out.iterdir()) == ["onnx_model"]
+    assert _built(out) == ["onnx_model"]
     assert (out / "onnx_model" / "config.pbtxt").read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["models"]  # no temporary directory left behind
 
@@ -190,3 +204,74 @@ def test_json_of_check_on_built_repo(small_repo, small_artifacts, tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["errors"] == 0 and report["findings"] == []
+
+
+# ------------------------------------------------------------------ preprocessing models and ensembles
+
+def test_ensembles_chain_a_preprocessing_model_and_each_classifier(small_repo, small_artifacts):
+    spec = Manifest.load(small_artifacts).spec
+    for backend, (_, input_name, output_name, _) in EXPECTED_NAMES.items():
+        for pre, ensemble_input, dtype, dims in (("preprocess", "IMAGE", "TYPE_STRING", [1]),
+                                                 ("preprocess_uint8", "PIXELS", "TYPE_UINT8", [224, 224, 3])):
+            name = BACKENDS[backend].ensemble + ("_uint8" if pre.endswith("uint8") else "")
+            cfg = parse_config(small_repo / name / "config.pbtxt")
+            assert (cfg.name, cfg.platform, cfg.max_batch_size) == (name, "ensemble", 32)
+            assert [(t.name, pb.DataType.Name(t.data_type), list(t.dims)) for t in cfg.input] == [(ensemble_input, dtype, dims)]
+            assert [(t.name, list(t.dims), t.label_filename) for t in cfg.output] == [("LOGITS", [1000], "labels.txt")]
+            steps = [(s.model_name, dict(s.input_map), dict(s.output_map)) for s in cfg.ensemble_scheduling.step]
+            assert steps == [(pre, {ensemble_input: ensemble_input}, {"PREPROCESSED": "PREPROCESSED"}),
+                             (backend, {input_name: "PREPROCESSED"}, {output_name: "LOGITS"})]
+            assert (small_repo / name / "labels.txt").read_text().splitlines() == list(spec.labels)
+            assert list((small_repo / name / "1").iterdir()) == []  # Triton needs the version, an ensemble has no file
+    for pre in ("preprocess", "preprocess_uint8"):
+        cfg = parse_config(small_repo / pre / "config.pbtxt")
+        assert [(t.name, pb.DataType.Name(t.data_type), list(t.dims)) for t in cfg.output] == [("PREPROCESSED", "TYPE_FP32", [3, 224, 224])]
+        params = {k: v.string_value for k, v in cfg.parameters.items()}
+        assert Preprocessing.from_parameters(params) == spec.preprocessing  # the contract it applies
+    assert (small_repo / "preprocess" / "requirements.txt").read_text() == "pillow>=10\n"  # decoding needs Pillow
+    assert not (small_repo / "preprocess_uint8" / "requirements.txt").exists()  # normalizing needs numpy only
+
+
+def test_preprocessing_models_carry_the_very_code_the_client_runs(small_repo):
+    """model.py and, beside it, byte-identical copies of the modules it imports; those import nothing else
+    from tritonize, so the model loads where tritonize is not installed (the NGC container)."""
+    import ast
+
+    from tritonize.repository_builder.builder import PREPROCESS_CODE
+
+    for pre in ("preprocess", "preprocess_uint8"):
+        version = small_repo / pre / "1"
+        placed = sorted(str(p.relative_to(version)) for p in version.rglob("*.py"))
+        assert placed == sorted(PREPROCESS_CODE)
+        for rel, source in PREPROCESS_CODE.items():
+            assert (version / rel).read_bytes() == source.read_bytes()
+    modules = {rel.removeprefix("tritonize/").removesuffix(".py") for rel in PREPROCESS_CODE}
+    for source in PREPROCESS_CODE.values():
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tritonize"):
+                assert node.module.split(".")[-1] in modules, f"{source.name} imports {node.module}"
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("tritonize") for a in node.names), source.name
+
+
+def test_no_ensembles_leaves_them_out(small_artifacts, tmp_path):
+    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", tmp_path / "models", "--no-ensembles")
+    assert result.exit_code == 0, result.output
+    assert _built(tmp_path / "models") == ["onnx_model", "torch_model"]
+
+
+def test_trt_model_gets_its_ensembles_capped_at_the_plan_profile(small_artifacts):
+    """trt_model is built only where a plan is (a GPU box); its ensembles take its batch limit."""
+    from tritonize.repository_builder.config import ensemble_config, preprocessor_config
+    from tritonize.repository_builder.options import PREPROCESSORS
+
+    spec = Manifest.load(small_artifacts).spec
+    trt = model_config(BACKENDS["trt_model"], spec, plan_entry(profile={"min": 1, "opt": 8, "max": 16}),
+                       RepoOptions(max_batch=32), "gpu", "x" * 64)
+    names = []
+    for pre in PREPROCESSORS:
+        cfg = ensemble_config(pre.ensemble(BACKENDS["trt_model"]), preprocessor_config(pre, spec, RepoOptions(), "x" * 64),
+                              trt, spec, "x" * 64)
+        assert cfg.max_batch_size == 16 and cfg.ensemble_scheduling.step[1].model_name == "trt_model"
+        names.append(cfg.name)
+    assert names == ["trt_classifier", "trt_classifier_uint8"]

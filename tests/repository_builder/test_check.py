@@ -173,8 +173,18 @@ def test_plan_tensorrt_version_against_triton_release(repo, artifacts_copy):
     record_plan(artifacts_copy, tensorrt_version="8.6.3.1")  # the plan rebuilt with 24.02's TensorRT
     assert not [m for m in _errors(check_repository(repo, artifacts_copy, "24.03")) if "TensorRT" in m]
     # A release whose TensorRT no stored source confirmed: a warning, never a silent pass.
-    warnings = [f.message for f in check_repository(repo, artifacts_copy, "24.10") if f.severity == "warning"]
-    assert "the compatibility table has no confirmed TensorRT version for release 24.10" in warnings
+    warnings = [f.message for f in check_repository(repo, artifacts_copy, "24.11") if f.severity == "warning"]
+    assert "the compatibility table has no confirmed TensorRT version for release 24.11" in warnings
+
+
+def test_version_compatible_plan_runs_on_later_releases(repo, artifacts_copy):
+    """A version-compatible plan is for later runtimes: same major, or 8 -> 10 (TensorRT's support matrix)."""
+    add_trt_model(repo, artifacts_copy, tensorrt_version="8.6.3.1", version_compatible=True)
+    assert not [m for m in _errors(check_repository(repo, artifacts_copy, "25.01")) if "TensorRT" in m]  # 8 -> 10
+    record_plan(artifacts_copy, tensorrt_version="10.5.0.18", version_compatible=True, triton_release="24.10")
+    assert not [m for m in _errors(check_repository(repo, artifacts_copy, "25.01")) if "TensorRT" in m]
+    f = _only(check_repository(repo, artifacts_copy, "24.08"), "trt_model", "plan built with TensorRT 10.5.0.18")
+    assert "serve it with release 24.10, 24.12, 25.01" in f.fix  # never an older runtime
 
 
 def test_bad_check_inputs(tmp_path):
@@ -187,3 +197,56 @@ def test_bad_check_inputs(tmp_path):
 def test_unknown_triton_release(repo):
     result = run_cli("repo", "check", repo, "--triton-release", "19.01")
     assert result.exit_code != 0 and "unknown Triton release '19.01'" in result.output and "24.10" in result.output
+
+
+# ------------------------------------------------------------------ ensembles and the preprocessing code
+
+def test_ensemble_steps_and_tensors(repo):
+    """Four planted faults, one per ensemble, each found once with what to fix."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    edit_config(repo / "onnx_classifier", lambda c: setattr(c.ensemble_scheduling.step[1], "model_name", "onnx_modle"))
+    edit_config(repo / "torch_classifier", lambda c: setattr(c.input[0], "data_type", pb.TYPE_UINT8))
+
+    def rename_key(c):
+        step = c.ensemble_scheduling.step[1]
+        step.input_map["image"] = step.input_map.pop("input")
+    edit_config(repo / "onnx_classifier_uint8", rename_key)
+    edit_config(repo / "torch_classifier_uint8", lambda c: c.ensemble_scheduling.step[1].output_map.update({"output__0": "LOGIT"}))
+    findings = check_repository(repo)
+    f = _only(findings, "onnx_classifier", "step 2 names model 'onnx_modle', which is not in the repository")
+    assert "onnx_model" in f.fix
+    _only(findings, "torch_classifier", "tensor 'IMAGE': the ensemble's input is TYPE_UINT8 [1], preprocess's input "
+                                        "'IMAGE' is TYPE_STRING [1]")
+    _only(findings, "onnx_classifier_uint8", "step 2: 'image' is not an input of onnx_model (its inputs: input)")
+    _only(findings, "onnx_classifier_uint8", "step 2: onnx_model's input(s) input are not mapped")
+    _only(findings, "torch_classifier_uint8", "the ensemble's output reads tensor 'LOGITS', which no step produces")
+    assert len(_errors(findings)) == 5
+    result = run_cli("repo", "check", repo)
+    assert result.exit_code == 1 and "5 error(s)" in result.output
+
+
+def test_ensemble_dims_and_batch_sizes(repo):
+    def wider(c):
+        del c.output[0].dims[:]
+        c.output[0].dims.extend([3, 256, 256])
+    edit_config(repo / "preprocess_uint8", wider)
+    edit_config(repo / "onnx_classifier", lambda c: setattr(c, "max_batch_size", 64))
+    findings = check_repository(repo)
+    for ensemble, model in (("onnx_classifier_uint8", "onnx_model"), ("torch_classifier_uint8", "torch_model")):
+        _only(findings, ensemble, "tensor 'PREPROCESSED': preprocess_uint8's output 'PREPROCESSED' is TYPE_FP32 "
+                                  f"[3, 256, 256], {model}'s input")
+    _only(findings, "onnx_classifier", "max_batch_size 64 but step 1's preprocess takes at most 32")
+    _only(findings, "onnx_classifier", "max_batch_size 64 but step 2's onnx_model takes at most 32")
+    assert len(_errors(findings)) == 4
+
+
+def test_preprocessing_code_must_be_there_and_be_this_tritonizes(repo):
+    images = repo / "preprocess" / "1" / "tritonize" / "images.py"
+    rewrite(images, images.read_text().replace("DEFAULT_MAX_PIXELS = 89_478_485", "DEFAULT_MAX_PIXELS = 1_000_000"))
+    (repo / "preprocess_uint8" / "1" / "tritonize" / "preprocessing.py").unlink()
+    findings = check_repository(repo)
+    warning = [f for f in findings if f.severity == "warning"]
+    assert [(f.model, f.message) for f in warning] == [("preprocess", "1/tritonize/images.py differs from this tritonize's "
+                                                        "images.py: the server would not preprocess as this client does")]
+    _only(findings, "preprocess_uint8", "1/tritonize/preprocessing.py is missing: model.py imports it")

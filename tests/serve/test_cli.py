@@ -21,7 +21,7 @@ def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
 
     repo = tmp_path_factory.mktemp("cli") / "models"
     build_repository(small_artifacts, repo,
-                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
     return repo
 
 
@@ -96,9 +96,11 @@ def test_unknown_config_name(onnx_repo):
 
 
 def _expected_docker(repo: Path, release: str, load: str = "'--load-model=*'") -> str:
-    return (f"docker run --gpus all --rm -p 127.0.0.1:8000:8000 -p 127.0.0.1:8001:8001 -p 127.0.0.1:8002:8002 "
-            f"-v {shlex.quote(str(repo.resolve()))}:/models nvcr.io/nvidia/tritonserver:{release}-py3 "
-            f"tritonserver --model-repository=/models --model-control-mode=explicit {load}")
+    return (f"docker run --gpus all --rm --ipc=host -p 127.0.0.1:8000:8000 -p 127.0.0.1:8001:8001 "
+            f"-p 127.0.0.1:8002:8002 -v {shlex.quote(str(repo.resolve()))}:/models "
+            f"nvcr.io/nvidia/tritonserver:{release}-py3 tritonserver --model-repository=/models "
+            f"--model-control-mode=explicit {load}"
+            + (" --allow-client-shm=true" if release >= "26.04" else ""))
 
 
 def _repo_with_plan(onnx_repo: Path, artifacts: Path, dest: Path, tensorrt_version: str) -> Path:
@@ -164,3 +166,32 @@ def test_docker_engine_without_docker_gpu_engine_is_a_clear_error(onnx_repo):
     result = run_cli("serve", onnx_repo, "--engine", "docker")
     assert result.exit_code != 0
     assert "the docker engine cannot run here" in result.output and "--print-command" in result.output
+
+
+def test_docker_installs_what_the_preprocessing_models_need(small_repo, tmp_path):
+    """The NGC container lacks Pillow: the command pip-installs the models' requirements, then runs tritonserver."""
+    import os
+    import subprocess
+
+    from tritonize.serve.docker import docker_command
+
+    result = run_cli("serve", small_repo, "--print-command", "--triton-release", "24.10")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == _expected_docker(small_repo, "24.10").replace(
+        " tritonserver --model-repository=/models",
+        " sh -c 'pip install --no-cache-dir --quiet -r /models/preprocess/requirements.txt && exec \"$@\"' sh "
+        "tritonserver --model-repository=/models")
+    # What the container's shell does with it, with stand-ins: `pip` reads each -r file as pip does, and
+    # `tritonserver` says how it was started.
+    command = docker_command(small_repo, "24.10")
+    shell = command[command.index("sh"):]
+    shell[2] = shell[2].replace("/models/", f"{small_repo}/")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "pip").write_text('#!/bin/sh\nwhile [ $# -gt 0 ]; do [ "$1" = -r ] && { cat "$2" || exit 1; shift; }; shift; done\n')
+    (bin_dir / "tritonserver").write_text('#!/bin/sh\necho tritonserver "$@"\n')
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    ran = subprocess.run(shell, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, capture_output=True, text=True)
+    assert (ran.returncode, ran.stdout) == (
+        0, "pillow>=10\ntritonserver --model-repository=/models --model-control-mode=explicit --load-model=*\n"), ran.stderr

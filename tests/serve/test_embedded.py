@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import time
 import urllib.request
 from pathlib import Path
 
@@ -91,7 +92,9 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def test_models_ready_and_endpoints(small_server):
-    assert small_server.models == {"onnx_model": ("READY", ""), "torch_model": ("READY", "")}
+    served = ["onnx_model", "torch_model", "preprocess", "preprocess_uint8", "onnx_classifier", "onnx_classifier_uint8",
+              "torch_classifier", "torch_classifier_uint8"]
+    assert small_server.models == {name: ("READY", "") for name in served}
     assert small_server.grpc_url.startswith("127.0.0.1:")
     with urllib.request.urlopen(f"{small_server.http_url}/v2/health/ready", timeout=5) as r:
         assert r.status == 200
@@ -148,7 +151,8 @@ def batching_server(small_artifacts, tmp_path_factory):
 
     repo = tmp_path_factory.mktemp("batching") / "models"
     build_repository(small_artifacts, repo,
-                            RepoOptions(kind="cpu", queue_delay_us=20_000, instances=2, models=("onnx_model",), warmup=False))
+                            RepoOptions(kind="cpu", queue_delay_us=20_000, instances=2, models=("onnx_model",), warmup=False,
+                                        ensembles=False))
     with embedded_server(repo) as info:
         yield info
 
@@ -165,6 +169,9 @@ def test_dynamic_batching_under_concurrency(batching_server, local_onnx):
     with grpcclient.InferenceServerClient(batching_server.grpc_url) as client:
         inferences_before, executions_before = _onnx_stats(client)
         results = _infer_concurrently(client, "onnx_model", inputs)
+        deadline = time.monotonic() + 10  # the backend reports a batch's statistics after its responses left
+        while _onnx_stats(client)[0] - inferences_before < len(inputs) and time.monotonic() < deadline:
+            time.sleep(0.05)
         inferences, executions = _onnx_stats(client)
     # Every response belongs to its own request after the batch was split back.
     for x, served in zip(inputs, results):
@@ -217,7 +224,7 @@ def test_gpu_repository_served_unchanged_without_gpu(small_artifacts, tmp_path):
     if gpu_visible():
         pytest.skip("a GPU is visible: the automatic cpu variant is not chosen here")
     repo = tmp_path / "models"
-    build_repository(small_artifacts, repo, RepoOptions(kind="gpu", models=("onnx_model",), warmup=False))
+    build_repository(small_artifacts, repo, RepoOptions(kind="gpu", models=("onnx_model",), warmup=False, ensembles=False))
     _derive_model(repo, "onnx_model", "trt_model", "tensorrt_plan")  # KIND_GPU, like the builder's trt_model
     with embedded_server(repo) as info:
         assert info.model_config_name == "cpu"
@@ -239,7 +246,7 @@ def test_tensorrt_backend_says_what_is_missing(small_artifacts, tmp_path, local_
     if importlib.util.find_spec("tensorrt") is not None and gpu_visible():
         pytest.skip("TensorRT and a GPU are present: the tensorrt backend can run here")
     repo = tmp_path / "models"
-    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
     # KIND_CPU so Triton hands the model to the backend instead of refusing it for lack of a GPU.
     _derive_model(repo, "onnx_model", "trt_model", "tensorrt_plan")
     with embedded_server(repo) as info:
@@ -265,7 +272,7 @@ def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
 
     repo = tmp_path_factory.mktemp("onnx_only") / "models"
     build_repository(small_artifacts, repo,
-                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+                            RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
     return repo
 
 

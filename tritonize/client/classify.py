@@ -16,35 +16,43 @@ from tritonize.verify import softmax, topk
 class ClassifyReport:
     model: str
     url: str
+    preprocess: str = "client"  # the path the images took: client | server | uint8
     predictions: list[dict] = field(default_factory=list)  # {"image", "top_k": [{"label", "index", "probability"}]}
     failures: list[str] = field(default_factory=list)  # one line per unreadable file
     error: str | None = None  # the server failed midway; predictions hold what came back before
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "url": self.url, "predictions": self.predictions, "failures": self.failures, "error": self.error}
+        return {"model": self.model, "url": self.url, "preprocess": self.preprocess, "predictions": self.predictions,
+                "failures": self.failures, "error": self.error}
 
     def to_text(self) -> str:
         blocks = []
         for p in self.predictions:
             rows = [(f"{i}.", t["label"], f"{t['probability']:.4f}") for i, t in enumerate(p["top_k"], 1)]
-            blocks.append(f"{p['image']}  ({self.model})\n" + table(("#", "label", "probability"), rows))
+            blocks.append(f"{p['image']}  ({self.model}, {self.preprocess} preprocessing)\n"
+                          + table(("#", "label", "probability"), rows))
         return "\n".join(blocks)
 
 
-def classify(connection: Connection, model: str, paths: Sequence[Path], top_k: int = 5, max_pixels: int = DEFAULT_MAX_PIXELS) -> ClassifyReport:
-    """Preprocess per the model's own contract, infer in batches of at most max_batch_size, softmax, top-k."""
-    info = connection.model(model)
-    images = load_images(paths, info.preprocess, max_pixels)
-    report = ClassifyReport(model, connection.url, failures=images.failures)
+def classify(connection: Connection, model: str, paths: Sequence[Path], top_k: int = 5,
+             max_pixels: int = DEFAULT_MAX_PIXELS, preprocess: str | None = None) -> ClassifyReport:
+    """Send the images along the preprocessing path (`Connection.model_for`: the encoded files when the
+    repository has the ensembles), infer in batches of at most max_batch_size, softmax, top-k."""
+    info = connection.model_for(model, preprocess)
+    images = load_images(paths, info.preprocess, max_pixels, info.form)
+    report = ClassifyReport(info.name, connection.url, info.path, failures=images.failures)
     if not images.arrays:
         return report
     labels = connection.labels(info)
+    rejected: dict[int, str] = {}
     try:
-        logits = connection.infer_all(info, images.arrays)
+        logits = connection.infer_all(info, images.arrays, rejected=rejected)
     except PartialResult as e:
         logits, report.error = e.logits, str(e)
+    report.failures += [f"{images.names[i]}: {reason}" for i, reason in rejected.items()]
+    names = [name for i, name in enumerate(images.names) if i not in rejected]
     probs = softmax(logits)
-    for name, row_logits, row_probs in zip(images.names, logits, probs):
+    for name, row_logits, row_probs in zip(names, logits, probs):
         best = topk(row_logits[None], top_k)[0]
         report.predictions.append({
             "image": name,

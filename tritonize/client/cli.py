@@ -16,7 +16,11 @@ from tritonize.options import AsJson, Timeout, Url
 app = typer.Typer(no_args_is_help=True, help="gRPC client: classify, compare backends, perf sweeps.")
 
 Images = Annotated[List[Path], typer.Argument(help="Image files (JPEG, PNG, ... any Pillow format and mode).", show_default=False)]
-MaxPixels = Annotated[int, typer.Option("--max-pixels", min=1, help="Refuse images above this many pixels (decompression bombs); Pillow's default.")]
+MaxPixels = Annotated[int, typer.Option("--max-pixels", min=1, help="Refuse images above this many pixels (decompression bombs); Pillow's default. Where the client decodes (client, uint8); the server's preprocess model keeps the default.")]
+Preprocess = Annotated[Optional[str], typer.Option(
+    "--preprocess", help="Where images are preprocessed: client (send the FP32 tensor), server (send the encoded file to "
+                         "<backend>_classifier) or uint8 (send resized, cropped UINT8 pixels to <backend>_classifier_uint8). "
+                         "Default: server when the repository has the ensembles, else client.", show_default=False)]
 
 
 def _split(value: str | None) -> list[str]:
@@ -45,13 +49,14 @@ def classify_command(
     as_json: AsJson = False,
     timeout: Timeout = 30.0,
     max_pixels: MaxPixels = DEFAULT_MAX_PIXELS,
+    preprocess: Preprocess = None,
 ) -> None:
     """Top-k labels and probabilities per image, preprocessed by the contract the model's config carries."""
     from tritonize.client.classify import classify
     from tritonize.client.connection import Connection
 
     with Connection(url, timeout) as connection:
-        report = classify(connection, model, images, top_k, max_pixels)
+        report = classify(connection, model, images, top_k, max_pixels, preprocess)
     _show_failures(report.failures)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     _finish(report.failures, len(images), report.error)
@@ -60,7 +65,7 @@ def classify_command(
 @app.command("compare")
 def compare_command(
     images: Images,
-    models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model names (default: every READY model).")] = None,
+    models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model names (default: every READY classifier that takes the FP32 tensor: onnx_model, torch_model, trt_model).")] = None,
     repeat: Annotated[int, typer.Option("--repeat", min=1, max=1000, help="Rounds over all images, for the latency percentiles.")] = 3,
     min_top1_agreement: Annotated[
         Optional[float],
@@ -70,13 +75,19 @@ def compare_command(
     as_json: AsJson = False,
     timeout: Timeout = 30.0,
     max_pixels: MaxPixels = DEFAULT_MAX_PIXELS,
+    preprocess: Annotated[Optional[str], typer.Option(
+        "--preprocess", help="Preprocessing paths to compare, comma-separated (client,server,uint8): every model along "
+                             "each. Default: server when the repository has the ensembles, else client.",
+        show_default=False)] = None,
 ) -> None:
-    """Send the same images to several models and compare logits, top-1/top-5, KL and latency."""
+    """Send the same images to several models, or one model along several preprocessing paths, and compare
+    logits, top-1/top-5, KL and latency."""
     from tritonize.client.compare import compare_models
     from tritonize.client.connection import Connection
 
     with Connection(url, timeout) as connection:
-        report = compare_models(connection, images, _split(models) or None, repeat, min_top1_agreement, max_pixels)
+        report = compare_models(connection, images, _split(models) or None, repeat, min_top1_agreement, max_pixels,
+                                _split(preprocess) or None)
     _show_failures(report.failures)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     _finish(report.failures, len(images), report.error)
@@ -98,6 +109,8 @@ def perf_command(
     url: Url = DEFAULT_URL,
     as_json: AsJson = False,
     timeout: Timeout = 60.0,
+    preprocess: Preprocess = None,
+    image: Annotated[Optional[Path], typer.Option("--image", help="The image every request carries (default: matplotlib's sample photo).", show_default=False)] = None,
 ) -> None:
     """Throughput and latency percentiles per concurrency level, with the server-side time split."""
     from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
@@ -111,7 +124,8 @@ def perf_command(
     if not names:
         raise TritonizeError("--model needs at least one model name")
     options = PerfOptions(concurrency=levels, batch=batch, requests=requests, duration=None if requests else duration,
-                          warmup=warmup, timeout=timeout, shared_memory=shared_memory.lower())
+                          warmup=warmup, timeout=timeout, shared_memory=shared_memory.lower(), preprocess=preprocess,
+                          image=str(image) if image else None)
     error = None
     with Connection(url, timeout) as connection:
         try:

@@ -1,8 +1,9 @@
 """`tritonize client compare`: the same images through several served models, judged with verify.compare.
 
-Each model gets its inputs preprocessed by its own contract (they normally agree), the logits of
-the first round are compared pairwise (the first model of a pair is the reference), and every
-round's request latencies give p50/p95/p99 per model.
+Each classifier is driven along each preprocessing path asked for (`--preprocess client,server,uint8`:
+the classifier itself, and its ensembles), with inputs made by its own contract (they normally agree).
+The logits of the first round are compared pairwise on the images all of them classified (the first
+model of a pair is the reference), and every round's request latencies give p50/p95/p99 per model.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 from tritonize.images import DEFAULT_MAX_PIXELS, load_images
 from tritonize.client.connection import Connection
@@ -48,10 +51,10 @@ class CompareReport:
         rows = []
         for name, m in self.models.items():
             lat = m.get("latency") or {}
-            rows.append((name, m["status"], m.get("requests", "-"), m.get("max_batch_size", "-"),
+            rows.append((name, m.get("preprocessing_path", "-"), m["status"], m.get("requests", "-"), m.get("max_batch_size", "-"),
                          ms(lat.get("p50_ms", float("nan"))), ms(lat.get("p95_ms", float("nan"))), ms(lat.get("p99_ms", float("nan")))))
         out = [f"{len(self.images)} images, {self.url}", "models (latency per request)",
-               table(("model", "status", "requests", "max batch", "p50 ms", "p95 ms", "p99 ms"), rows)]
+               table(("model", "preprocessing", "status", "requests", "max batch", "p50 ms", "p95 ms", "p99 ms"), rows)]
         if self.pairs:
             out.append("pairs (reference vs candidate)")
             out.append(table(
@@ -79,51 +82,70 @@ def compare_models(
     repeat: int = 3,
     min_top1_agreement: float | None = None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    preprocess: Sequence[str] | None = None,
 ) -> CompareReport:
+    """Each classifier along each preprocessing path in `preprocess` (None: the default path per
+    classifier), every pair compared on the same images."""
     if repeat < 1:
         raise TritonizeError(f"--repeat must be at least 1, got {repeat}")
     states = connection.models()
-    names = list(models) if models else sorted(n for n, s in states.items() if s == "READY")
+    names = list(models) if models else connection.classifiers()
     report = CompareReport(connection.url, min_top1_agreement=min_top1_agreement)
-    infos = {}
+    infos = {}  # served model -> ModelInfo: each classifier along each preprocessing path asked for
     for name in names:
         state = states.get(name, "not in the repository")
-        report.models[name] = {"status": state}
-        if state == "READY":
-            infos[name] = connection.model(name)
+        if state != "READY":
+            report.models[name] = {"status": state}
+            continue
+        for path in preprocess or [None]:
+            info = connection.model_for(name, path)
+            infos[info.name] = info
+            report.models[info.name] = {"status": "READY", "classifier": info.classifier, "preprocessing_path": info.path}
     if len(infos) < 2:
         listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items())) or "none"
-        raise TritonizeError(f"compare needs at least two READY models, got {len(infos)} of {', '.join(names) or 'none'}; models at {connection.url}: {listing}")
+        raise TritonizeError(f"compare needs at least two READY models or preprocessing paths, got {len(infos)} "
+                             f"({', '.join(infos) or 'none'}) of {', '.join(names) or 'none'}; models at {connection.url}: {listing}")
 
-    # Decode once per distinct preprocessing contract; which files are bad does not depend on it.
+    # Read once per distinct contract and form; which files are bad does not depend on it.
     inputs, loaded = {}, {}
     for name, info in infos.items():
-        if info.preprocess not in loaded:
-            loaded[info.preprocess] = load_images(paths, info.preprocess, max_pixels)
-        inputs[name] = loaded[info.preprocess]
-    first = next(iter(loaded.values()))
-    report.images, report.failures = first.names, first.failures
-    if not report.images:
-        return report
+        key = (info.preprocess, info.form)
+        if key not in loaded:
+            loaded[key] = load_images(paths, info.preprocess, max_pixels, info.form)
+        inputs[name] = loaded[key]
+    contracts = {info.preprocess for info in infos.values()}
 
-    logits, labels = {}, {}
+    rows, labels = {}, {}  # served model -> {image: logits row}
     for name, info in infos.items():
         entry = report.models[name]
         entry["max_batch_size"] = info.max_batch_size
-        if len(set(loaded)) > 1:
+        if len(contracts) > 1:
             entry["preprocess"] = vars(info.preprocess)
         latencies: list[float] = []
+        rejected: dict[int, str] = {}
         try:
             labels[name] = connection.labels(info)
             for round_ in range(repeat):
-                out = connection.infer_all(info, inputs[name].arrays, on_batch=lambda _l, s: latencies.append(s))
+                out = connection.infer_all(info, inputs[name].arrays, on_batch=lambda _l, s: latencies.append(s),
+                                           rejected=rejected)
                 if round_ == 0:
-                    logits[name] = out
+                    kept = [image for i, image in enumerate(inputs[name].names) if i not in rejected]
+                    rows[name] = dict(zip(kept, out))
         except TritonizeError as e:  # the server failed midway: keep what the other models gave
             entry["status"] = f"FAILED: {e}"
             report.error = report.error or str(e)
+        report.failures += [f"{inputs[name].names[i]}: {reason}" for i, reason in rejected.items()]
         entry["requests"] = len(latencies)
         entry["latency"] = latency_summary(latencies, (50, 95, 99))
+
+    # Compare on the images every model classified (a file is bad for all, or refused by the server).
+    for images in loaded.values():
+        report.failures += images.failures
+    report.failures = list(dict.fromkeys(report.failures))
+    report.images = [str(p) for p in paths if all(str(p) in r for r in rows.values())]
+    if not report.images:
+        return report
+    logits = {name: np.stack([r[image] for image in report.images]) for name, r in rows.items()}
 
     tol = Tolerance(min_top1_agreement=min_top1_agreement if min_top1_agreement is not None else 1.0)
     for a, b in itertools.combinations([n for n in infos if n in logits], 2):

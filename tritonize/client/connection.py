@@ -2,6 +2,11 @@
 
 Everything a request needs (tensor names, dtype, max batch, preprocessing, labels) comes from the
 server itself, so the client works with any repository `tritonize repo build` produced.
+
+Three preprocessing paths reach a classifier (`--preprocess`): `client` sends the contract's FP32
+tensor to the classifier itself; `server` sends the encoded image to the ensemble that runs the
+repository's `preprocess` model first; `uint8` sends resized and cropped pixels to the ensemble
+that only normalizes on the server. `model_for` finds the served model of a path from the configs.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from tritonize.images import batches
 from tritonize.preprocessing import Preprocessing
 
 DEFAULT_URL = "localhost:8001"
+# --preprocess paths, by what they send per image (images.load_images' forms).
+PATH_OF_FORM = {"tensor": "client", "bytes": "server", "uint8": "uint8"}
+PATHS = tuple(PATH_OF_FORM.values())
 
 
 def short_reason(error: Exception) -> str:
@@ -44,6 +52,7 @@ class ModelInfo:
     output_name: str
     output_dims: tuple[int, ...]
     preprocess: Preprocessing
+    classifier: str = ""  # the model that computes the logits: itself, or an ensemble's last step
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelInfo":
@@ -52,20 +61,38 @@ class ModelInfo:
         if len(inputs) != 1 or len(outputs) != 1:
             raise TritonizeError(f"{name} has {len(inputs)} inputs and {len(outputs)} outputs; the client serves image classifiers (one of each)")
         params = {k: v.get("string_value", "") for k, v in config.get("parameters", {}).items()}
+        steps = config.get("ensemble_scheduling", {}).get("step", [])
+        dtype = inputs[0].get("data_type", "TYPE_FP32").removeprefix("TYPE_")
         info = cls(
             name=name,
             max_batch_size=int(config.get("max_batch_size", 0)),
             input_name=inputs[0]["name"],
-            input_dtype=inputs[0].get("data_type", "TYPE_FP32").removeprefix("TYPE_"),
+            input_dtype="BYTES" if dtype == "STRING" else dtype,
             input_dims=tuple(int(d) for d in inputs[0].get("dims", [])),
             output_name=outputs[0]["name"],
             output_dims=tuple(int(d) for d in outputs[0].get("dims", [])),
             preprocess=Preprocessing.from_parameters(params, name),
+            classifier=steps[-1]["model_name"] if steps else name,
         )
-        expected = info.preprocess.input_shape
+        if info.form != "tensor" and not steps:
+            raise TritonizeError(f"{name} takes {info.input_dtype} and is no ensemble: it is a preprocessing model, not a "
+                                 "classifier; classify with a classifier or one of its ensembles")
+        expected = {"tensor": info.preprocess.input_shape, "uint8": (info.preprocess.crop, info.preprocess.crop, 3),
+                    "bytes": (1,)}[info.form]
         if info.input_dims != expected:
             raise TritonizeError(f"{name}: input dims {list(info.input_dims)} do not match its preprocessing contract {list(expected)}; rebuild the repository")
         return info
+
+    @property
+    def form(self) -> str:
+        """What the model takes per image (images.load_images' forms): the contract's tensor, UINT8 pixels, or
+        encoded bytes."""
+        return {"BYTES": "bytes", "UINT8": "uint8"}.get(self.input_dtype, "tensor")
+
+    @property
+    def path(self) -> str:
+        """The preprocessing path (--preprocess) that this model serves."""
+        return PATH_OF_FORM[self.form]
 
     @property
     def np_dtype(self):
@@ -130,6 +157,17 @@ class Connection:
     def ready_models(self) -> list[str]:
         return sorted(name for name, state in self.models().items() if state == "READY")
 
+    def classifiers(self) -> list[str]:
+        """READY models that take the contract's tensor themselves (not ensembles, not preprocessing models)."""
+        found = []
+        for name in self.ready_models():
+            config = self._config(name)
+            inputs = config.get("input", [])
+            takes = inputs[0].get("data_type") if len(inputs) == 1 else None
+            if "ensemble_scheduling" not in config and takes not in ("TYPE_STRING", "TYPE_UINT8"):
+                found.append(name)
+        return found
+
     def model(self, name: str) -> ModelInfo:
         """The model's description; an unknown or unready model is an error listing the others."""
         states = self.models()
@@ -137,19 +175,52 @@ class Connection:
             listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items())) or "none"
             what = "is not in the repository" if name not in states else f"is {states[name]}"
             raise TritonizeError(f"model {name!r} {what} at {self.url}; models there: {listing}")
+        return ModelInfo.from_config(self._config(name))
+
+    def model_for(self, name: str, preprocess: str | None = None) -> ModelInfo:
+        """The served model that runs classifier `name` along a preprocessing path: `client` is `name`
+        itself, `server` and `uint8` the ensemble ending in `name` that takes encoded images or UINT8
+        pixels. None: `server` when that ensemble is READY, else `client`. A name that is itself such
+        an ensemble is used as it is."""
+        if preprocess is not None and preprocess not in PATHS:
+            raise TritonizeError(f"--preprocess must be one of {', '.join(PATHS)} (got {preprocess!r})")
+        info = self.model(name)
+        if info.path != "client" or preprocess == "client":
+            if preprocess not in (None, info.path):
+                raise TritonizeError(f"{name} takes {info.input_dtype} ({info.path} preprocessing); for --preprocess "
+                                     f"{preprocess} name its classifier instead (--model {info.classifier})")
+            return info
+        variants = {}
+        for other in self.ready_models():
+            config = self._config(other)
+            steps = config.get("ensemble_scheduling", {}).get("step", [])
+            if other != name and steps and steps[-1].get("model_name") == name:
+                candidate = ModelInfo.from_config(config)
+                variants.setdefault(candidate.path, candidate)
+        if preprocess is None:
+            return variants.get("server", info)
+        if preprocess not in variants:
+            listing = ", ".join(f"{n} ({s})" for n, s in sorted(self.models().items()))
+            raise TritonizeError(f"no READY ensemble at {self.url} runs {name} with {preprocess} preprocessing; models there: "
+                                 f"{listing}. `tritonize repo build` builds them (unless --no-ensembles)")
+        return variants[preprocess]
+
+    def _config(self, name: str) -> dict:
         try:
-            config = self.client.get_model_config(name, as_json=True, client_timeout=self.timeout)["config"]
+            return self.client.get_model_config(name, as_json=True, client_timeout=self.timeout)["config"]
         except self._error as e:
             raise server_gone(self.url, e) from None
-        return ModelInfo.from_config(config)
 
     def labels(self, model: ModelInfo) -> list[str]:
         """The model's class labels, from the server's classification extension.
 
         The config only names the label file; the classification extension is how gRPC hands out
         its contents. One batch-1 request asks for every class, cached per model, so the regular
-        requests can fetch raw logits (exact softmax, and what `compare` needs).
+        requests can fetch raw logits (exact softmax, and what `compare` needs). An ensemble's labels
+        are its classifier's (`repo build` writes the same label file into both).
         """
+        if model.classifier != model.name:
+            return self.labels(self.model(model.classifier))
         if model.name in self._labels:
             return self._labels[model.name]
         zeros = np.zeros((1, *model.input_dims) if model.max_batch_size else model.input_dims, dtype=model.np_dtype)
@@ -176,29 +247,44 @@ class Connection:
         return [inp], [self._grpc.InferRequestedOutput(model.output_name)]
 
     def infer(self, model: ModelInfo, batch: np.ndarray) -> np.ndarray:
-        """Logits (N, classes) for one batch of at most max_batch_size preprocessed images."""
+        """Logits (N, classes) for one batch of at most max_batch_size images in the form the model takes."""
         inputs, outputs = self.request(model, batch)
         try:
             result = self.client.infer(model.name, inputs, outputs=outputs, client_timeout=self.timeout)
         except self._error as e:
+            refused = re.search(rf"{re.escape(model.input_name)}\[(\d+)\]: (.+)", short_reason(e))
+            if refused and model.form != "tensor":
+                raise RejectedImage(int(refused[1]), refused[2]) from None
             raise server_gone(self.url, e) from None
         return result.as_numpy(model.output_name).reshape(len(batch), -1)
 
-    def infer_all(self, model: ModelInfo, arrays: Sequence[np.ndarray], on_batch=None) -> np.ndarray:
+    def infer_all(self, model: ModelInfo, arrays: Sequence[np.ndarray], on_batch=None,
+                  rejected: dict[int, str] | None = None) -> np.ndarray:
         """Logits for all images, sent in requests of at most the model's max_batch_size.
 
         on_batch(logits_so_far, seconds) is called after each request; when the server fails
-        midway, PartialResult carries the logits obtained before the failure.
+        midway, PartialResult carries the logits obtained before the failure. An image the server's
+        preprocessing refuses (its request fails alone) is recorded in `rejected` as {position:
+        reason}, and its request is sent again without it: the logits then have no row for it.
         """
         done: list[np.ndarray] = []
         for chunk in batches(len(arrays), model.max_batch_size):
-            start = time.perf_counter()
-            try:
-                done.append(self.infer(model, np.stack(arrays[chunk])))
-            except TritonizeError as e:
-                raise PartialResult(str(e), np.concatenate(done) if done else np.zeros((0, model.num_classes))) from None
-            if on_batch:
-                on_batch(done[-1], time.perf_counter() - start)
+            members = list(range(len(arrays)))[chunk]
+            while members:
+                start = time.perf_counter()
+                try:
+                    logits = self.infer(model, np.stack([arrays[i] for i in members]))
+                except RejectedImage as e:
+                    if rejected is None:
+                        raise
+                    rejected[members.pop(e.index)] = e.reason
+                    continue
+                except TritonizeError as e:
+                    raise PartialResult(str(e), np.concatenate(done) if done else np.zeros((0, model.num_classes))) from None
+                done.append(logits)
+                if on_batch:
+                    on_batch(logits, time.perf_counter() - start)
+                break
         return np.concatenate(done) if done else np.zeros((0, model.num_classes), np.float32)
 
     def statistics(self, name: str) -> dict:
@@ -217,6 +303,14 @@ class Connection:
             acc[0] += int(entry.get("execution_count", 0))
             acc[1] += int(entry.get("inference_count", 0))
         return {k: tuple(v) for k, v in totals.items()}
+
+
+class RejectedImage(TritonizeError):
+    """The server's preprocessing refused image `index` of a request (only that request failed)."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"the server refused image {index} of the request: {reason}")
+        self.index, self.reason = index, reason
 
 
 class PartialResult(TritonizeError):

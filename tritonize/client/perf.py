@@ -1,6 +1,8 @@
 """`tritonize client perf`: load sweeps at bounded concurrency, as perf_analyzer measures them.
 
-For each concurrency level, `concurrency` asyncio workers each keep one request in flight
+Every request carries the same image (`--image`, default matplotlib's sample photo), in the form the
+model of the chosen preprocessing path takes (`--preprocess`: the FP32 tensor, the encoded file, or
+UINT8 pixels). For each concurrency level, `concurrency` asyncio workers each keep one request in flight
 (tritonclient's asyncio gRPC client) until the level's request count or duration is reached,
 after a warm-up that is not measured. The server-side split comes from the statistics API:
 counters read before and after the measured window, divided per request, as perf_analyzer does.
@@ -28,8 +30,8 @@ from tritonize.client.stats import latency_summary
 from tritonize.console import table
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
+from tritonize.images import load_images
 from tritonize.progress import say
-from tritonize.verify import verification_inputs
 
 # perf_analyzer's `-f` header, then the three columns `--verbose-csv` adds. All times in microseconds.
 CSV_COLUMNS = (
@@ -50,6 +52,8 @@ class PerfOptions:
     level_time_limit: float = 120.0  # hard stop of one level, whatever the mode
     timeout: float = 60.0  # per request
     shared_memory: str = "none"  # "none" | "system"
+    preprocess: str | None = None  # client | server | uint8; None: server when the ensembles are there
+    image: str | None = None  # the image every request carries; None: matplotlib's sample photo
 
     def __post_init__(self):
         if not self.concurrency or min(self.concurrency) < 1 or max(self.concurrency) > 1024:
@@ -161,8 +165,12 @@ class _Transport:
 
     def __init__(self, connection: Connection, info: ModelInfo, batch: np.ndarray, slots: int, shared_memory: bool):
         import tritonclient.grpc as grpcclient
+        from tritonclient.utils import serialize_byte_tensor
 
         self.grpc, self.info, self.batch, self.connection = grpcclient, info, batch, connection
+        # BYTES travel as a 4-byte length and the bytes of each element.
+        self.payload = serialize_byte_tensor(batch) if batch.dtype == np.object_ else batch
+        self.in_bytes = len(self.payload.item()) if batch.dtype == np.object_ else batch.nbytes
         self.out_shape = (len(batch), info.num_classes)
         self.out_bytes = int(np.prod(self.out_shape)) * 4
         self.shared_memory = shared_memory
@@ -176,7 +184,7 @@ class _Transport:
 
     @property
     def tensor_bytes_on_wire(self) -> int:
-        return 0 if self.shared_memory else self.batch.nbytes + self.out_bytes
+        return 0 if self.shared_memory else self.in_bytes + self.out_bytes
 
     def _create_regions(self, slots: int) -> None:
         import tritonclient.utils.shared_memory as shm
@@ -184,13 +192,13 @@ class _Transport:
         # Unique per transport: a region the server still holds from an earlier run never collides.
         tag = f"tritonize_{os.getpid()}_{next(_REGION_IDS)}_{self.info.name}"
         # One read-only input region shared by all workers, one output region per worker.
-        specs = [(f"{tag}_in", self.batch.nbytes)] + [(f"{tag}_out{i}", self.out_bytes) for i in range(slots)]
+        specs = [(f"{tag}_in", self.in_bytes)] + [(f"{tag}_out{i}", self.out_bytes) for i in range(slots)]
         try:
             for name, size in specs:
                 handle = shm.create_shared_memory_region(name, f"/{name}", size)
                 self.regions.append((name, handle))
                 self.connection.client.register_system_shared_memory(name, f"/{name}", size)
-            shm.set_shared_memory_region(self.regions[0][1], [self.batch])
+            shm.set_shared_memory_region(self.regions[0][1], [self.payload])
         except Exception as e:
             self.close()
             raise TritonizeError(f"cannot set up system shared memory with the server at {self.connection.url} ({short_reason(e)}); "
@@ -200,7 +208,7 @@ class _Transport:
         inp = self.grpc.InferInput(self.info.input_name, list(self.batch.shape), self.info.input_dtype)
         out = self.grpc.InferRequestedOutput(self.info.output_name)
         if self.shared_memory:
-            inp.set_shared_memory(self.regions[0][0], self.batch.nbytes)
+            inp.set_shared_memory(self.regions[0][0], self.in_bytes)
             out.set_shared_memory(self.regions[1 + slot][0], self.out_bytes)
         else:
             inp.set_data_from_numpy(self.batch)
@@ -317,7 +325,7 @@ def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions
              on_level: Callable[[LevelResult], None] | None = None) -> PerfReport:
     """Sweep every model over every concurrency level. PerfInterrupted keeps the finished levels."""
     report = PerfReport(connection.url, options)
-    infos = [connection.model(name) for name in models]  # unknown models fail before any load
+    infos = [connection.model_for(name, options.preprocess) for name in models]  # unknown models fail before any load
     for info in infos:
         if info.max_batch_size and options.batch > info.max_batch_size:
             raise TritonizeError(f"--batch {options.batch} is above {info.name}'s max_batch_size {info.max_batch_size}")
@@ -326,8 +334,7 @@ def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions
     if options.shared_memory == "system" and not connection.is_local:
         raise TritonizeError(f"--shared-memory system needs a server on this machine; {connection.url} is not local")
     for info in infos:
-        pre = info.preprocess
-        batch = verification_inputs(info.input_dims, options.batch, pre.mean, pre.std).astype(info.np_dtype)
+        batch = _request_batch(info, options)
         try:
             if options.shared_memory == "system":
                 report.shared_memory_savings[info.name] = _shared_memory_ab(connection, info, batch, options)
@@ -341,6 +348,20 @@ def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions
             report.error = str(e)
             raise PerfInterrupted(str(e), report) from None
     return report
+
+
+def _request_batch(info: ModelInfo, options: PerfOptions) -> np.ndarray:
+    """`options.batch` copies of the image, in the form the model takes."""
+    if options.image is None:
+        from matplotlib import cbook
+
+        image = Path(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
+    else:
+        image = Path(options.image)
+    loaded = load_images([image], info.preprocess, form=info.form)
+    if loaded.failures:
+        raise TritonizeError(f"--image {loaded.failures[0]}")
+    return np.stack(loaded.arrays * options.batch)
 
 
 def _shared_memory_ab(connection: Connection, info: ModelInfo, batch: np.ndarray, options: PerfOptions) -> dict:

@@ -25,7 +25,8 @@ def trt_command(
     precision: Annotated[Precision, typer.Option(help="fp32; fp16 = mixed precision (FP32 kept where FP16 overflows); "
                                                       "int8 = Q/DQ calibrated on --calib-images.")] = Precision.fp16,
     builder: Annotated[BuilderName, typer.Option(help="Who builds the engine; auto = the first of container, trtexec, "
-                                                      "tensorrt, torch-tensorrt that can run here.")] = BuilderName.auto,
+                                                      "tensorrt, torch-tensorrt that can run here (the next one when "
+                                                      "it fails).")] = BuilderName.auto,
     workspace: Annotated[float, typer.Option(help="Builder workspace memory in GiB.")] = 4.0,
     timing_cache: Annotated[Optional[Path], typer.Option(help="Timing cache file, reused across builds "
                                                               "(default: timing.cache in --artifacts).")] = None,
@@ -38,7 +39,9 @@ def trt_command(
     calib_images: Annotated[Optional[Path], typer.Option(help="Folder of real images for INT8 calibration and "
                                                               "held-out checks (`synthetic` = noise, accuracy unknown).")] = None,
     calib_count: Annotated[int, typer.Option(help="How many images calibrate; the rest are held out.")] = 32,
-    onnx: Annotated[Optional[Path], typer.Option(help="ONNX to convert (default: the export named in the manifest).")] = None,
+    onnx: Annotated[Optional[Path], typer.Option(help="ONNX to convert (default: the export named in the manifest). "
+                                                      "Into a directory without a manifest: an ONNX from elsewhere, "
+                                                      "names and shape read from its graph.")] = None,
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
     out: OldOut = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Prepare and verify the ONNX, write convert.sh and the "

@@ -1,4 +1,10 @@
-"""Checks of a built plan; they need TensorRT and a CUDA GPU, so they run only on the GPU box."""
+"""Checks of a built plan; they need TensorRT and a CUDA GPU, so they run only on the GPU box.
+
+The engine runs through Polygraphy's TrtRunner (NVIDIA/TensorRT tools/Polygraphy): its loader lets
+the runtime deserialize version-compatible plans (`engine_host_code_allowed`), and it copies the
+inputs and executes on the one CUDA stream it owns. The verdict is tritonize's own
+(`verify_runner`: error relative to the output scale, top-1 agreement, batch invariance).
+"""
 
 from __future__ import annotations
 
@@ -6,50 +12,35 @@ from pathlib import Path
 
 import numpy as np
 
-from tritonize.convert import precision as prec
-from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
-from tritonize.spec import ModelSpec
-from tritonize.verify import Tolerance, VerificationReport, verification_inputs, verify_runner
+from tritonize.verify import Tolerance, VerificationReport, verify_runner
 
 
-def verify_plan(plan: Path, fp32_onnx: Path, spec: ModelSpec, job: BuildJob, tol: Tolerance) -> VerificationReport:
-    """Run the engine at batch min, an odd size and max; compare with onnxruntime on the FP32 ONNX."""
+def verify_plan(plan: Path, engine_io: tuple[str, str], inputs: np.ndarray, reference: np.ndarray, tol: Tolerance,
+                batches: list[int], described: str) -> VerificationReport:
+    """Run the engine on inputs[:b] for each batch b and compare with `reference` (onnxruntime FP32).
+
+    The engine must have exactly the input and output `engine_io`: the names the repository serves.
+    """
     try:
-        import tensorrt as trt
-        import torch
+        import tensorrt  # noqa: F401  (Polygraphy imports it only when it runs; say so before)
+        from polygraphy.backend.trt import EngineFromPath, TrtRunner
     except ImportError as e:
-        raise TritonizeError(f"cannot verify the plan: {e.name} is not installed (pip install tensorrt torch)") from None
-    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-    engine = runtime.deserialize_cuda_engine(plan.read_bytes())
-    if engine is None:
-        raise TritonizeError(f"TensorRT could not deserialize {plan}")
-    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-    inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
-    outputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
-    if len(inputs) != 1 or len(outputs) != 1:
-        raise TritonizeError(f"the plan has inputs {inputs} and outputs {outputs}; expected one of each")
-    context = engine.create_execution_context()
+        raise TritonizeError(f"cannot verify the plan: {e.name} is not installed (pip install 'tritonize[gpu]')") from None
+    with TrtRunner(EngineFromPath(str(plan))) as runner:
+        check_engine_io(list(runner.get_input_metadata()), list(runner.get_output_metadata()), engine_io)
+        name_in, name_out = engine_io
+        return verify_runner(lambda x: runner.infer({name_in: x})[name_out], inputs, reference, tol,
+                             batches=batches, described=described)
 
-    def run(batch: np.ndarray) -> np.ndarray:
-        x = torch.from_numpy(np.ascontiguousarray(batch)).cuda()
-        context.set_input_shape(inputs[0], tuple(x.shape))
-        y = torch.empty(tuple(context.get_tensor_shape(outputs[0])), dtype=torch.float32, device="cuda")
-        context.set_tensor_address(inputs[0], x.data_ptr())
-        context.set_tensor_address(outputs[0], y.data_ptr())
-        stream = torch.cuda.Stream()
-        if not context.execute_async_v3(stream.cuda_stream):
-            raise TritonizeError("TensorRT execution failed")
-        stream.synchronize()
-        return y.cpu().numpy()
 
-    pre = spec.preprocessing
-    p = job.profile
-    data = verification_inputs(spec.input_shape, p["max"], pre.mean, pre.std, seed=0)
-    fp32 = prec.ort_session(fp32_onnx)
-    reference = prec.run_onnx(fp32, data, spec.input_name, spec.output_name)
-    odd = next((b for b in range(p["min"] + 1, p["max"]) if b % 2), p["min"])
-    return verify_runner(run, data, reference, tol, batches=sorted({p["min"], odd, p["max"]}))
+def check_engine_io(inputs: list[str], outputs: list[str], expected: tuple[str, str]) -> None:
+    """The engine has one input and one output, named as the builder said (and the manifest will record)."""
+    if inputs != [expected[0]] or outputs != [expected[1]]:
+        raise TritonizeError(
+            f"the plan has inputs {inputs} and outputs {outputs}, but its builder names input {expected[0]!r} and "
+            f"output {expected[1]!r}; the plan was removed (report this: the builder's engine names are wrong)"
+        )
 
 
 def gpu_facts() -> dict:

@@ -18,6 +18,14 @@ def argv_by_major(job: BuildJob) -> dict[str, list[str]]:
     return {str(m): trtexec_argv(job, MAJOR_VERSIONS[m]) for m in SUPPORTED_MAJORS}
 
 
+def _cache_mount(job: BuildJob) -> str:
+    """A timing cache outside the artifacts directory is mounted at its own path."""
+    if not Path(job.timing_cache).is_absolute():
+        return ""
+    folder = shlex.quote(str(Path(job.timing_cache).parent))
+    return f"-v {folder}:{folder} "
+
+
 def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) -> Path:
     """Write convert.sh (mode 0755) next to the plan; returns its path."""
     lines = [
@@ -25,15 +33,18 @@ def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) ->
         "# Written by `tritonize convert trt`. Rebuilds the TensorRT plan by hand on a GPU box:",
         f"#   bash {SCRIPT_NAME}             # trtexec from PATH (or $TRTEXEC)",
         f"#   bash {SCRIPT_NAME} container   # trtexec inside {image}, the release that serves the plan",
+        "#   IMAGE=nvcr.io/nvidia/tensorrt:YY.MM-py3 bash convert.sh container   # another image with trtexec",
         *(f"# {h}" for h in header),
         "# The flags depend on the TensorRT major version, read from trtexec's banner (override: TRT_MAJOR=10).",
         "# Verification and the manifest entry come from `tritonize convert trt` itself; this script only builds.",
         "set -euo pipefail",
         'cd "$(dirname "$0")"',
-        f"IMAGE={shlex.quote(image)}",
+        f'IMAGE="${{IMAGE:-{image}}}"',
         'if [ "${1:-local}" = container ]; then',
-        '  RUN=(docker run --rm --gpus all --user "$(id -u):$(id -g)" -v "$PWD":/work -w /work '
-        f'--entrypoint {CONTAINER_TRTEXEC} "$IMAGE")',
+        "  # --init: trtexec as PID 1 would ignore Ctrl-C; the image's own entrypoint stays.",
+        '  RUN=(docker run --rm --init --gpus all --user "$(id -u):$(id -g)" -v "$PWD":/work -w /work '
+        f'{_cache_mount(job)}"$IMAGE" {CONTAINER_TRTEXEC})',
+        *([f"  mkdir -p {shlex.quote(str(Path(job.timing_cache).parent))}"] if _cache_mount(job) else []),
         "else",
         '  RUN=("${TRTEXEC:-trtexec}")',
         "fi",

@@ -1,11 +1,12 @@
 """The convert stage: precision-prepared ONNX (verified on the CPU) -> reproducer -> TensorRT plan.
 
-Reads only the artifacts directory and its manifest. Writes, each published atomically:
+Reads only the artifacts directory and its manifest (or, for an ONNX from elsewhere given with
+--onnx to a directory without one, the ONNX graph: see network.py). Writes, each published atomically:
   model_fp16.onnx / model_int8.onnx   manifest "onnx_fp16" / "onnx_int8"   (fp32 builds use model.onnx)
   convert.sh                          the by-hand build, trtexec or the Triton container
   model.plan, convert.log             only when TensorRT really built it
 and the manifest entry "tensorrt" (status waiting_for_gpu | built | failed) that the repository
-builder reads (`profile`, `status`).
+builder reads (`profile`, `status`, and the engine's own tensor names `input_name` / `output_name`).
 """
 
 from __future__ import annotations
@@ -19,22 +20,22 @@ from pathlib import Path
 import numpy as np
 
 from tritonize.convert import precision as prec
-from tritonize.convert.plan_check import gpu_facts, verify_plan
-from tritonize.convert.builders import Builder, candidate_builders, container_argv, pick_builder
+from tritonize.convert.builders import Builder, candidate_builders, container_argv, pick_builders
+from tritonize.convert.network import Network, network_from_onnx
 from tritonize.convert.options import SYNTHETIC, ConvertOptions, Precision
+from tritonize.convert.plan_check import gpu_facts, verify_plan
 from tritonize.convert.reproducer import argv_by_major, write_reproducer
-from tritonize.convert.trtexec import BuildJob, trtexec_argv, version_tuple
+from tritonize.convert.trtexec import BuildJob, trtexec_argv
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir, sha256_file
 from tritonize.images import image_files, load_batch
 from tritonize.manifest import (
-    FileRef, Manifest, Plan, PlanOptions, PrecisionVariant, Status, Target, file_facts, now_iso, variant_key,
+    FileRef, Manifest, Plan, PlanOptions, PrecisionVariant, Status, Target, file_facts, manifest_path, now_iso, variant_key,
 )
 from tritonize.progress import say, step
-from tritonize.releases import Release, latest_release, release_info, tensorrt_matches
-from tritonize.spec import ModelSpec
+from tritonize.releases import CROSS_MAJOR, Release, latest_release, release_info, tensorrt_loads
 from tritonize.stage import StageResult, StageStatus
-from tritonize.verify import Tolerance, VerificationReport, compare, verification_batches, verification_inputs, verify_runner
+from tritonize.verify import Tolerance, VerificationReport, compare, verification_batches, verify_runner
 
 PLAN_NAME = "model.plan"
 TIMING_CACHE_NAME = "timing.cache"
@@ -76,19 +77,23 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
     GPU) is for the same ONNX, profile, precision, target and settings, unless `options.force`.
     """
     out = ensure_writable_dir(Path(artifacts), "--artifacts")
-    manifest = Manifest.load(out)
-    spec = manifest.spec
+    if options.onnx is None and not manifest_path(out).is_file():
+        raise TritonizeError(f"no manifest at {manifest_path(out)}: run `tritonize export --artifacts {out}` first, "
+                             "or give --onnx FILE to convert an ONNX from elsewhere")
+    manifest = Manifest.load_or_empty(out)
     source = _source_onnx(manifest, options)
+    network = Network.from_spec(manifest.model) if manifest.model else network_from_onnx(source)
     release = release_info(options.triton_release) if options.triton_release else latest_release()
-    say(f"Converting {spec.arch} for Triton {release.release} ({release.image}): {options.precision.value}, "
+    say(f"Converting {network.described} for Triton {release.release} ({release.image}): {options.precision.value}, "
         f"batch profile {options.profile.min}/{options.profile.opt}/{options.profile.max}")
 
-    prepared = prepare_precision(manifest, source, options)
+    prepared = prepare_precision(manifest, network, source, options)
     job = BuildJob(
         onnx_file=prepared.onnx_file,
         plan_file=PLAN_NAME,
-        input_name=spec.input_name,
-        input_shape=tuple(spec.input_shape),
+        input_name=network.input_name,
+        output_name=network.output_name,
+        input_shape=network.input_shape,
         profile=options.profile.to_dict(),
         precision=options.precision.value,
         workspace_mib=options.workspace_mib,
@@ -101,23 +106,26 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
     argv_by_major(job)  # fail now, not on the GPU box, if a flag combination is impossible
     gpu_command = _gpu_command(out, options, release.release)
     header = [
-        f"Model {spec.arch} (weights {spec.weights}); input {spec.input_name} {'x'.join(map(str, spec.input_shape))}, "
+        f"{network.described}; input {job.input_name} {'x'.join(map(str, job.input_shape))}, "
         f"batch min {job.profile['min']} / opt {job.profile['opt']} / max {job.profile['max']}",
         f"Precision {job.precision}: prepared in {job.onnx_file} (see manifest.json)",
         f"Serving release {release.release}: TensorRT {release.tensorrt or 'unknown to tritonize (check the NGC release notes)'}",
         f"Full build with verification and manifest entry: {gpu_command}",
     ]
     script = write_reproducer(out, job, release.image, header)
-    builders = candidate_builders(release.image, manifest.path(manifest.torchscript) if manifest.torchscript else None)
-    builder, why = pick_builder(options.builder.value, builders)
+    if options.dry_run:  # no probing (the container builder's first probe pulls its image)
+        builders, why = [], "--dry-run"
+    else:
+        candidates = candidate_builders(release, manifest.path(manifest.torchscript) if manifest.torchscript else None)
+        builders, why = pick_builders(options.builder.value, candidates, job)
     waiting = f"on the GPU box run: {gpu_command}   (or by hand: bash {script})"
 
     entry = Plan(
         status=Status.waiting_for_gpu,
         precision=job.precision,
         profile=options.profile,
-        input_name=spec.input_name,
-        output_name=spec.output_name,
+        input_name=job.input_name,
+        output_name=job.output_name,
         onnx=FileRef(job.onnx_file, sha256_file(out / job.onnx_file)),
         target=Target(release.release, release.image, release.tensorrt),
         options=PlanOptions(
@@ -130,18 +138,17 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         reproducer=script.name,
         gpu_command=gpu_command,
         created=now_iso(),
-        builder=builder.name if builder else options.builder.value,
+        builder=builders[0].name if builders else options.builder.value,
         details={
             "builder_reason": why,
-            "input_shape": list(spec.input_shape),
+            "input_shape": list(job.input_shape),
             "fp32_layers": list(job.fp32_layers),
             "trtexec_argv": argv_by_major(job),
-            "container_argv": container_argv(release.image, "$PWD", argv_by_major(job)["10"][1:], user="$(id -u):$(id -g)"),
-            **({"trtexec_argv_target": trtexec_argv(job, release.tensorrt)} if release.tensorrt else {}),
+            **_target_commands(job, release, out),
         },
     )
     recorded = manifest.plan
-    can_build = builder is not None and not options.dry_run
+    can_build = bool(builders)
     if not options.force and recorded is not None and _same_job(recorded, entry):
         if recorded.status is Status.built and _plan_file_intact(manifest, recorded):
             say(f"  = {PLAN_NAME} is up to date (same ONNX, profile, precision and target); --force rebuilds it")
@@ -153,12 +160,21 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
     if not can_build:
         manifest.record("tensorrt", entry)
         say(f"  ✓ wrote {script} and {job.onnx_file}; manifest entry 'tensorrt' is waiting_for_gpu")
-        if builder is None:
+        if not options.dry_run:
             say(f"  ! no TensorRT builder can run here ({why})")
         say(waiting)
         return StageResult("convert", StageStatus.waiting_for_gpu, waiting)
-    built = _build(manifest, source, job, builder, release, options, entry)
+    built = _build(manifest, network, source, job, builders, release, options, entry)
     return StageResult("convert", StageStatus.done, _built_detail(built))
+
+
+def _target_commands(job: BuildJob, release: Release, out: Path) -> dict:
+    """The target release's exact trtexec and container commands, when the table knows its TensorRT
+    (else convert.sh reads the version from the image's trtexec banner at build time)."""
+    if not release.tensorrt:
+        return {"container_command": f"bash {out / 'convert.sh'} container  (flags from the image's trtexec banner)"}
+    argv = trtexec_argv(job, release.tensorrt)
+    return {"trtexec_argv_target": argv, "container_argv": container_argv(release.image, out, argv[1:])}
 
 
 def _same_job(recorded: Plan, wanted: Plan) -> bool:
@@ -179,12 +195,12 @@ def _built_detail(plan: Plan) -> str:
 # ------------------------------------------------------------------------------------ precision
 
 
-def prepare_precision(manifest: Manifest, source: Path, options: ConvertOptions) -> Prepared:
+def prepare_precision(manifest: Manifest, network: Network, source: Path, options: ConvertOptions) -> Prepared:
     """The ONNX the engine is built from, with its precision in the graph and verified on the CPU.
 
     A variant recorded for the same source ONNX and calibration inputs is reused (unless --force).
     """
-    out, spec = manifest.directory, manifest.spec
+    out = manifest.directory
     if options.precision is Precision.fp32:
         if source.parent.resolve() != out.resolve():  # builds read files relative to the artifacts dir
             with atomic_path(out / source.name) as tmp:
@@ -202,7 +218,7 @@ def prepare_precision(manifest: Manifest, source: Path, options: ConvertOptions)
         say(f"  = {name} is up to date (same source ONNX and calibration inputs); --force rebuilds it")
         return Prepared(onnx_file=name, fp32_layers=tuple(recorded.details.get("fp32_nodes", ())))
 
-    data = _cpu_data(spec, options)
+    data = _cpu_data(network, options)
     for note in data.notes:
         say(f"  ! {note}")
     session = prec.ort_session(source)
@@ -210,9 +226,9 @@ def prepare_precision(manifest: Manifest, source: Path, options: ConvertOptions)
         warnings.simplefilter("ignore")  # onnxconverter-common and the quantizer warn per node
         with atomic_path(out / name) as tmp:
             if options.precision is Precision.fp16:
-                fields, fp32_layers = _prepare_fp16(onnx.load(str(source)), source, tmp, spec, session, data, options)
+                fields, fp32_layers = _prepare_fp16(onnx.load(str(source)), source, tmp, network, session, data, options)
             else:
-                fields, fp32_layers = _prepare_int8(source, tmp, spec, session, data, options), ()
+                fields, fp32_layers = _prepare_int8(source, tmp, network, session, data, options), ()
             report: VerificationReport = fields.pop("verification")
             passed = report.passed and fields.get("true_fp16", {}).get("passed", True)
             if not passed and not data.synthetic:
@@ -224,8 +240,8 @@ def prepare_precision(manifest: Manifest, source: Path, options: ConvertOptions)
         status=fields.pop("status"),
         precision=options.precision.value,
         **file_facts(out / name),
-        input_name=spec.input_name,
-        output_name=spec.output_name,
+        input_name=network.input_name,
+        output_name=network.output_name,
         verification=report,
         source=source_ref,
         inputs=wanted_inputs,
@@ -246,21 +262,22 @@ def _inputs_fingerprint(options: ConvertOptions) -> dict:
             "max_batch": options.profile.max}
 
 
-def _prepare_fp16(model, source, tmp, spec, reference_session, data: Data, options):
+def _prepare_fp16(model, source, tmp, network: Network, reference_session, data: Data, options):
     import onnx
 
     # The check inputs join the range data: a value that overflows on them would fail the checks.
-    range_inputs = np.concatenate([data.calibration, _synthetic(spec, RANGE_SAMPLES // 4, seed=0)])
+    range_inputs = np.concatenate([data.calibration, network.synthetic(RANGE_SAMPLES // 4, seed=0)])
     with step(f"FP16 mixed precision (activation ranges from {len(range_inputs)} inputs)") as s_convert:
-        mixed = prec.mixed_fp16(model, range_inputs, spec.input_name, source_path=source)
+        mixed = prec.mixed_fp16(model, range_inputs, network.input_name, source_path=source)
         onnx.save_model(mixed.model, str(tmp))
     with step("verify FP16 in onnxruntime against FP32 (batches 1, odd, max)") as s_verify:
-        report, held = _verify_variant(tmp, spec, reference_session, data, options, FP16_TOLERANCE)
-    sample = (data.held_out if len(data.held_out) else _synthetic(spec, TRUE_FP16_SAMPLES, seed=0))[:TRUE_FP16_SAMPLES]
+        report, held = _verify_variant(tmp, network, reference_session, data, options, FP16_TOLERANCE)
+    sample = (data.held_out if len(data.held_out) else network.synthetic(TRUE_FP16_SAMPLES, seed=0))[:TRUE_FP16_SAMPLES]
     with step(f"true-FP16 check, node by node ({len(sample)} inputs)") as s_true:
-        reference = prec.run_onnx(reference_session, sample, spec.input_name, spec.output_name)
-        true_mixed = compare(reference, prec.run_true_fp16(mixed.model, sample, spec.input_name, spec.output_name), FP16_TOLERANCE)
-        naive = compare(reference, prec.run_true_fp16(prec.all_fp16(model), sample, spec.input_name, spec.output_name), FP16_TOLERANCE)
+        names = network.input_name, network.output_name
+        reference = prec.run_onnx(reference_session, sample, *names)
+        true_mixed = compare(reference, prec.run_true_fp16(mixed.model, sample, *names), FP16_TOLERANCE)
+        naive = compare(reference, prec.run_true_fp16(prec.all_fp16(model), sample, *names), FP16_TOLERANCE)
     say(f"  · FP32 kept for {len(mixed.fp32_nodes)}/{mixed.nodes_total} nodes (peak FP32 activation {mixed.max_activation:.3g}); "
         f"true FP16: mixed rel err {true_mixed.rel_to_scale:.1e}, all-FP16 "
         f"{'finite' if naive.finite else 'NOT FINITE'} rel err {naive.rel_to_scale:.1e}")
@@ -288,19 +305,16 @@ def _prepare_fp16(model, source, tmp, spec, reference_session, data: Data, optio
     return entry, mixed.fp32_nodes
 
 
-def _prepare_int8(source, tmp, spec, reference_session, data: Data, options):
+def _prepare_int8(source, tmp, network: Network, reference_session, data: Data, options):
     import onnx
 
     with step(f"INT8 Q/DQ with onnxruntime quantize_static ({len(data.calibration)} calibration inputs)") as s_quant:
-        tool = prec.quantized_int8(source, tmp, data.calibration, spec.input_name, tmp.parent)
-    tol = INT8_TOLERANCE
-    if not spec.pretrained:
-        # Random-init logits are near ties far below their scale: INT8 noise reorders them
-        # (wide_resnet101_2: 3 % of scale, top-1 0 %) without saying anything about a trained model.
-        tol = Tolerance(INT8_TOLERANCE.max_rel_to_scale, min_top1_agreement=0.0)
+        tool = prec.quantized_int8(source, tmp, data.calibration, network.input_name, tmp.parent)
+    tol = _int8_tolerance(network)
+    if not network.pretrained:
         data.notes.append("random-init weights: top-1 agreement reported, not gated")
     with step("verify INT8 in onnxruntime against FP32") as s_verify:
-        report, held = _verify_variant(tmp, spec, reference_session, data, options, tol)
+        report, held = _verify_variant(tmp, network, reference_session, data, options, tol)
     status = Status.verified
     if data.synthetic:
         status = Status.unverified_synthetic_calibration
@@ -322,35 +336,50 @@ def _prepare_int8(source, tmp, spec, reference_session, data: Data, options):
     }
 
 
-def _verify_variant(path, spec, reference_session, data: Data, options, tol):
+def _int8_tolerance(network: Network) -> Tolerance:
+    if network.pretrained:
+        return INT8_TOLERANCE
+    # Random-init logits are near ties far below their scale: INT8 noise reorders them
+    # (wide_resnet101_2: 3 % of scale, top-1 0 %) without saying anything about a trained model.
+    return Tolerance(INT8_TOLERANCE.max_rel_to_scale, min_top1_agreement=0.0)
+
+
+def _check_inputs(network: Network, held_out: np.ndarray, options: ConvertOptions) -> tuple[np.ndarray, str]:
+    """What a variant or plan is checked on: INT8 on the held-out real images (its scales fit real
+    images; noise lies outside the calibrated ranges), everything else on synthetic inputs."""
+    if len(held_out) >= options.profile.min and options.precision is Precision.int8:
+        return held_out, "held-out real images"
+    return network.synthetic(options.profile.max, seed=0), "synthetic (normalized uniform noise)"
+
+
+def _verify_variant(path, network: Network, reference_session, data: Data, options, tol):
     """Batch sizes 1/odd/max on the check inputs, plus all held-out real images."""
     session = prec.ort_session(path)
-    run = lambda x: session.run([spec.output_name], {spec.input_name: x})[0]  # noqa: E731
-    if len(data.held_out) and options.precision is Precision.int8:
-        inputs = data.held_out  # INT8 scales fit real images: noise lies outside the calibrated ranges
-    else:
-        pre = spec.preprocessing
-        inputs = verification_inputs(spec.input_shape, options.profile.max, pre.mean, pre.std, seed=0)
-    reference = prec.run_onnx(reference_session, inputs, spec.input_name, spec.output_name)
-    described = "held-out real images" if inputs is data.held_out else "synthetic (normalized uniform noise)"
+    names = network.input_name, network.output_name
+    run = lambda x: session.run([network.output_name], {network.input_name: x})[0]  # noqa: E731
+    inputs, described = _check_inputs(network, data.held_out, options)
+    reference = prec.run_onnx(reference_session, inputs, *names)
     report = verify_runner(run, inputs, reference, tol, batches=verification_batches(len(inputs)), described=described)
     held = None
     if len(data.held_out):
-        ref = prec.run_onnx(reference_session, data.held_out, spec.input_name, spec.output_name)
-        held = compare(ref, prec.run_onnx(session, data.held_out, spec.input_name, spec.output_name), tol).to_dict()
+        ref = prec.run_onnx(reference_session, data.held_out, *names)
+        held = compare(ref, prec.run_onnx(session, data.held_out, *names), tol).to_dict()
     return report, held
 
 
-def _cpu_data(spec: ModelSpec, options: ConvertOptions) -> Data:
+def _cpu_data(network: Network, options: ConvertOptions) -> Data:
     """Calibration inputs and held-out real images (never the same files)."""
-    pre = spec.preprocessing
+    pre = network.preprocessing
     if options.calib_images is None or options.synthetic_calibration:
         count = options.calib_count if options.precision is Precision.int8 else RANGE_SAMPLES
         notes = [] if options.precision is Precision.fp16 else ["INT8 calibrated on synthetic noise: accuracy unknown"]
         if options.precision is Precision.fp16:
             notes.append("FP16 activation ranges measured on synthetic inputs; give --calib-images for real ones")
-        return Data(_synthetic(spec, count, seed=1), np.zeros((0, *spec.input_shape), np.float32),
+        return Data(network.synthetic(count, seed=1), np.zeros((0, *network.input_shape), np.float32),
                     f"{count} synthetic inputs (seed 1)", synthetic=True, notes=notes)
+    if pre is None:
+        raise TritonizeError("--calib-images needs the model's preprocessing, which an ONNX from elsewhere does not "
+                             f"carry: use `--calib-images {SYNTHETIC}` (accuracy unknown) or export with tritonize")
     files = image_files(options.calib_images)
     n = len(files)
     hold = min(options.profile.max, n - options.calib_count) if n > options.calib_count else (max(1, n // 5) if n >= 2 else 0)
@@ -366,36 +395,57 @@ def _cpu_data(spec: ModelSpec, options: ConvertOptions) -> Data:
     return Data(calibration, held_out, described, synthetic=False, notes=notes)
 
 
-def _synthetic(spec: ModelSpec, count: int, seed: int) -> np.ndarray:
-    pre = spec.preprocessing
-    return verification_inputs(spec.input_shape, count, pre.mean, pre.std, seed=seed)
-
-
 # ------------------------------------------------------------------------------------ building
 
 
-def _build(manifest: Manifest, fp32_onnx: Path, job: BuildJob, builder: Builder, release: Release, options: ConvertOptions,
-           entry: Plan) -> Plan:
-    out, spec = manifest.directory, manifest.spec
-    version = builder.tensorrt_version()
-    if release.tensorrt and not tensorrt_matches(version, release.tensorrt):
-        older = version_tuple(version) <= version_tuple(release.tensorrt) and version_tuple(version) >= (8, 6)
-        if not (options.version_compatible and older):
-            raise TritonizeError(
-                f"{builder.name} has TensorRT {version} but Triton {release.release} runs TensorRT {release.tensorrt}: "
-                "the plan would not deserialize there; use --builder container, or --version-compatible with TensorRT "
-                f"8.6..{release.tensorrt}"
-            )
-    elif not release.tensorrt:
-        say(f"  ! tritonize does not know Triton {release.release}'s TensorRT; building with TensorRT {version} "
-            "(--builder container matches the server by construction)")
+def _build(manifest: Manifest, network: Network, fp32_onnx: Path, job: BuildJob, builders: list[Builder],
+           release: Release, options: ConvertOptions, entry: Plan) -> Plan:
+    """Build with the first builder; with several (`auto`), fall through to the next when one fails.
+    Each failure is recorded in the manifest as it happens: the entry never describes an older build."""
+    held_out = _cpu_data(network, options).held_out if options.precision is Precision.int8 else np.zeros(0)
+    inputs, described = _check_inputs(network, held_out, options)
+    check = PlanCheck(inputs, prec.run_onnx(prec.ort_session(fp32_onnx), inputs, network.input_name, network.output_name),
+                      _plan_tolerance(job.precision, network), _plan_batches(options.profile, len(inputs)), described)
+    failures = []
+    for builder in builders:
+        try:
+            return _build_with(builder, manifest, job, release, options, entry, check)
+        except TritonizeError as e:
+            if len(builders) == 1:
+                raise
+            failures.append(f"{builder.name}: {e}")
+            if builder is not builders[-1]:
+                say(f"  ! {builder.name} failed ({e}); trying the next builder")
+    raise TritonizeError("every builder failed: " + "; ".join(failures))
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    """What a built plan is checked on, and against (onnxruntime on the FP32 ONNX)."""
+
+    inputs: np.ndarray
+    reference: np.ndarray
+    tolerance: Tolerance
+    batches: list[int]
+    described: str
+
+
+def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Release, options: ConvertOptions,
+                entry: Plan, check: PlanCheck) -> Plan:
+    out = manifest.directory
     (out / PLAN_NAME).unlink(missing_ok=True)  # a stale plan must not outlive a failed rebuild
-    entry = replace(entry, builder=builder.name, tensorrt_version=version)
+    entry = replace(entry, builder=builder.name)
     try:
+        version = builder.tensorrt_version()
+        entry = replace(entry, tensorrt_version=version)
+        _check_target(builder.name, version, release, job.version_compatible)
         with step(f"build the engine with {builder.name} (TensorRT {version})") as s_build:
             built = builder.build(job, out, options.build_timeout_s)
-        with step("verify the plan against onnxruntime FP32 (batches min, odd, max)") as s_verify:
-            report = verify_plan(out / PLAN_NAME, fp32_onnx, spec, job, _plan_tolerance(job.precision))
+        # The engine's own tensor names are what the repository must serve (torch-tensorrt has its own).
+        entry = replace(entry, input_name=built.engine_io[0], output_name=built.engine_io[1])
+        with step(f"verify the plan against onnxruntime FP32 on {check.described} (batches {check.batches})") as s_verify:
+            report = verify_plan(out / PLAN_NAME, built.engine_io, check.inputs, check.reference, check.tolerance,
+                                 check.batches, check.described)
     except TritonizeError as e:
         (out / PLAN_NAME).unlink(missing_ok=True)
         manifest.record("tensorrt", replace(entry, status=Status.failed, error=str(e)))
@@ -420,9 +470,32 @@ def _build(manifest: Manifest, fp32_onnx: Path, job: BuildJob, builder: Builder,
     return entry
 
 
-def _plan_tolerance(precision: str) -> Tolerance:
+def _check_target(builder: str, version: str, release: Release, version_compatible: bool) -> None:
+    """Refuse a build whose plan the target release's TensorRT would not load."""
+    if not release.tensorrt:
+        say(f"  ! tritonize does not know Triton {release.release}'s TensorRT; building with TensorRT {version} "
+            "(--builder container matches the server by construction)")
+        return
+    if tensorrt_loads(version, release.tensorrt, version_compatible):
+        return
+    across = ", ".join(f"{a} -> {b}" for a, b in sorted(CROSS_MAJOR))
+    raise TritonizeError(
+        f"{builder} has TensorRT {version} but Triton {release.release} runs TensorRT {release.tensorrt}: the plan "
+        f"would not deserialize there; use --builder container, or --version-compatible with a TensorRT of 8.6 or "
+        f"newer and not newer than {release.tensorrt} (across majors only {across})"
+    )
+
+
+def _plan_batches(profile, available: int) -> list[int]:
+    """The profile's min, an odd size and its max (capped at the inputs there are)."""
+    top = min(profile.max, available)
+    odd = next((b for b in range(profile.min + 1, top) if b % 2), profile.min)
+    return sorted({profile.min, odd, top})
+
+
+def _plan_tolerance(precision: str, network: Network) -> Tolerance:
     # TensorRT's FP32 kernels reorder sums (TF32 is off): a little looser than the export checks.
-    return {"fp32": Tolerance(1e-3, 1.0), "fp16": FP16_TOLERANCE, "int8": INT8_TOLERANCE}[precision]
+    return {"fp32": Tolerance(1e-3, 1.0), "fp16": FP16_TOLERANCE, "int8": _int8_tolerance(network)}[precision]
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -436,7 +509,8 @@ def _source_onnx(manifest: Manifest, options: ConvertOptions) -> Path:
         return path
     out = manifest.directory
     if manifest.onnx is None:
-        raise TritonizeError(f"{out}/manifest.json has no ONNX export: run `tritonize export --format onnx --artifacts {out}` first")
+        raise TritonizeError(f"{out}/manifest.json has no ONNX export: run `tritonize export --format onnx --artifacts {out}` "
+                             "first, or give the ONNX with --onnx FILE")
     path = manifest.path(manifest.onnx)
     if not path.is_file():
         raise TritonizeError(f"the manifest names {path} but it is missing: re-run `tritonize export --artifacts {out}`")

@@ -1,13 +1,19 @@
 """The exact trtexec command for a TensorRT major version, and running it as a subprocess.
 
-Flag history (TensorRT docs: "Migrating trtexec Usage from TensorRT 8.x to 10.x" and
-"... from TensorRT 10.x to 11.x", the trtexec reference of each release):
-- `--workspace=N` (MiB): deprecated in 8.4 for `--memPoolSize=workspace:N`, removed in 10.0.
+Flag history, read in each version's samples/common/sampleOptions.cpp (NVIDIA/TensorRT tags v8.6.1,
+v10.0.0, v10.0.1, v10.1.0, v10.16, v11.0, v11.1; the accepted options per version are test data in
+tests/convert/data/trtexec_options.json). Options are one argv element each, `--name=value`; any
+option a version does not know makes trtexec exit 1 ("Unknown option").
+- `--workspace=N` (MiB): replaced in 8.4 by `--memPoolSize=workspace:N`, removed in 10.0.
+- `--memPoolSize=workspace:N`: a bare N is MiB on 8.4+, 10.0.x, 10.1+ and 11. Never add a unit:
+  10.0.x multiplies the unit into bytes and then reads the number as MiB again, so `4096M` means
+  4 PiB there, i.e. no limit.
 - `--buildOnly` was renamed `--skipInference` in 8.6; 10 and 11 know only `--skipInference`.
 - `--builderOptimizationLevel`, `--versionCompatible`, `--hardwareCompatibilityLevel`: new in 8.6.
 - `--stronglyTyped`: TensorRT 10 (precision comes from the graph's types; no precision flags with it).
-- TensorRT 11 removed `--fp16/--int8/--bf16/--fp8/--best/--calib`; strong typing is always on and
-  `--stronglyTyped` is no longer needed.
+  TensorRT 11 removed `--fp16/--int8/--bf16/--fp8/--best/--calib`; strong typing is always on and
+  `--stronglyTyped` is a no-op there.
+- TF32 is on by default in every version (11 included); `--noTF32` keeps an FP32 build strict FP32.
 - 8.x is weakly typed: `--fp16` / `--int8` enable the precisions the graph uses; FP32 islands of the
   mixed-precision graph are pinned with `--precisionConstraints=obey --layerPrecisions=<node>:fp32`
   (8.4+; the ONNX parser names layers after the ONNX nodes).
@@ -27,7 +33,7 @@ from pathlib import Path
 from tritonize.errors import TritonizeError
 
 SUPPORTED_MAJORS = (8, 10, 11)
-_BANNER = re.compile(r"\[TensorRT v(\d+)\]")
+_BANNER = re.compile(r"\[TensorRT v(\d+)\](?: \[b(\d+)\])?")
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class BuildJob:
     onnx_file: str
     plan_file: str
     input_name: str
+    output_name: str
     input_shape: tuple[int, ...]  # without batch
     profile: dict  # {"min", "opt", "max"}
     precision: str  # fp32 | fp16 | int8
@@ -87,8 +94,8 @@ def trtexec_argv(job: BuildJob, tensorrt_version: str, executable: str = "trtexe
         f"--optShapes={name}:{job.shape(job.profile['opt'])}",
         f"--maxShapes={name}:{job.shape(job.profile['max'])}",
     ]
-    if major >= 10:
-        argv.append(f"--memPoolSize=workspace:{job.workspace_mib}M")
+    if (major, minor) >= (8, 4):
+        argv.append(f"--memPoolSize=workspace:{job.workspace_mib}")  # bare number = MiB (module doc)
     else:
         argv.append(f"--workspace={job.workspace_mib}")
     argv += _precision_flags(job, major, minor)
@@ -104,12 +111,12 @@ def trtexec_argv(job: BuildJob, tensorrt_version: str, executable: str = "trtexe
 
 
 def _precision_flags(job: BuildJob, major: int, minor: int) -> list[str]:
+    strict_fp32 = ["--noTF32"] if job.precision == "fp32" else []  # TF32 is on by default, 11 included
     if major >= 11:
-        return []  # always strongly typed; precision flags were removed
+        return strict_fp32  # always strongly typed; precision flags were removed
     if major == 10:
-        # Strongly typed: FP16/INT8 come from the graph. TF32 would loosen an FP32 build.
-        return ["--stronglyTyped"] + (["--noTF32"] if job.precision == "fp32" else [])
-    flags = {"fp32": ["--noTF32"], "fp16": ["--fp16"], "int8": ["--int8"]}[job.precision]
+        return ["--stronglyTyped", *strict_fp32]  # FP16/INT8 come from the graph's types
+    flags = {"fp32": strict_fp32, "fp16": ["--fp16"], "int8": ["--int8"]}[job.precision]
     if job.precision == "fp16" and job.fp32_layers:
         if (major, minor) < (8, 4):
             raise TritonizeError(
@@ -121,14 +128,17 @@ def _precision_flags(job: BuildJob, major: int, minor: int) -> list[str]:
 
 
 def parse_banner_version(text: str) -> str | None:
-    """'&&&& RUNNING TensorRT.trtexec [TensorRT v100500]' -> '10.5.0'; 'v8601' -> '8.6.1'."""
+    """'[TensorRT v100500] [b18]' -> '10.5.0.18' (10.4+ print the build number); 'v100300' -> '10.3.0';
+    'v8601' -> '8.6.1'."""
     match = _BANNER.search(text)
     if not match:
         return None
     n = int(match.group(1))
     if n >= 100000:  # 10.x and later encode MAJOR*10000 + MINOR*100 + PATCH
-        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
-    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"  # 8.x: MAJOR*1000 + MINOR*100 + PATCH
+        version = f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+    else:
+        version = f"{n // 1000}.{n % 1000 // 100}.{n % 100}"  # 8.x: MAJOR*1000 + MINOR*100 + PATCH
+    return f"{version}.{match.group(2)}" if match.group(2) else version
 
 
 def probe_trtexec(executable: str, timeout_s: float = 60) -> str | None:
@@ -148,11 +158,14 @@ class TrtexecRun:
     timed_out: bool = False
 
 
-def run_trtexec(argv: list[str], cwd: Path, job: BuildJob, log_name: str, timeout_s: float) -> TrtexecRun:
+def run_trtexec(argv: list[str], cwd: Path, job: BuildJob, log_name: str, timeout_s: float,
+                kill: list[str] | None = None) -> TrtexecRun:
     """Run trtexec in `cwd`, keep its whole output in `log_name`, and publish the plan only on success.
 
     trtexec writes to job.partial_plan; that file is renamed to job.plan_file when trtexec exits 0
     and left nowhere otherwise (failure, crash, timeout, Ctrl-C), so a plan on disk is always complete.
+    `kill` is the command that stops trtexec when stopping `argv` does not (`docker kill <name>`: the
+    container outlives its `docker run` client).
     """
     cwd = Path(cwd)
     partial, final, log = cwd / job.partial_plan, cwd / job.plan_file, cwd / log_name
@@ -170,10 +183,10 @@ def run_trtexec(argv: list[str], cwd: Path, job: BuildJob, log_name: str, timeou
             returncode = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _stop(proc)
+            _stop(proc, kill)
             returncode = proc.returncode
         except BaseException:
-            _stop(proc)
+            _stop(proc, kill)
             partial.unlink(missing_ok=True)
             raise
     seconds = round(time.perf_counter() - start, 3)
@@ -184,8 +197,13 @@ def run_trtexec(argv: list[str], cwd: Path, job: BuildJob, log_name: str, timeou
     return TrtexecRun(returncode=returncode, seconds=seconds, log=log, timed_out=timed_out)
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, kill: list[str] | None = None) -> None:
     """Stop trtexec and anything it started (its own process group)."""
+    if kill:
+        try:
+            subprocess.run(kill, capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # still stop the client below; its log names the container
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)

@@ -25,7 +25,7 @@ from tritonize.files import atomic_path
 from tritonize.monitor import promql
 from tritonize.monitor.dashboard import grafana_dashboard
 from tritonize.releases import release_info
-from tritonize.serve.docker import choose_release, tritonserver_command
+from tritonize.serve.docker import choose_release, container_command
 from tritonize.serve.repository import validate_repository
 
 PROMETHEUS_CONFIG = "prometheus.yml"
@@ -144,8 +144,9 @@ def compose(repository: Path, bundle: Path, options: BundleOptions) -> dict:
     return {"services": {
         "triton": {
             "image": release_info(release).image,
-            "command": tritonserver_command(),
-            "network_mode": "host",  # ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics)
+            "command": container_command(repository, release),
+            "network_mode": "host",  # ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics) on every interface
+            "ipc": "host",  # as `serve --engine docker`: clients' shared-memory regions in the host's /dev/shm
             "volumes": [f"{models}:/models:ro"],
             "deploy": {"resources": {"reservations": {"devices": [
                 {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]}}},

@@ -6,8 +6,9 @@
    reproducer for the GPU box), repository, lint. Pretrained weights when they can be downloaded,
    otherwise random weights with a loud banner.
 2. The embedded Triton (real tritonserver binary) serves the repository on free local ports.
-3. `tritonize client classify` a real photo on every served backend, `client compare` across them,
-   and a short `client perf` sweep (CSV + PNG under <artifacts>/perf/).
+3. `tritonize client classify` a real photo on every served backend (the JPEG itself goes to the
+   server, which preprocesses it), `client compare` across the backends and across the preprocessing
+   paths of one, and a short `client perf` sweep (CSV + PNG under <artifacts>/perf/).
 4. The server stops; a summary says what ran, what did not and where the outputs are.
 """
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest, Status
+from tritonize.repository_builder.options import BACKENDS
 from tritonize.serve.embedded import embedded_server
 from tritonize.spec import resolve_spec
 
@@ -58,19 +60,23 @@ def _demo(args) -> int:
     photo = _sample_images(args.artifacts / "demo_images")
     _section("Starting the embedded Triton server (real tritonserver 2.51 binary, Python-based backends)")
     with embedded_server(args.repository) as server:
-        ready = [name for name, (state, _) in sorted(server.models.items()) if state == "READY"]
+        ready = [name for name in BACKENDS if server.models.get(name, ("",))[0] == "READY"]  # the classifiers
         for name, (state, reason) in sorted(server.models.items()):
-            print(f"  {name:12s} {state}{'  ' + reason if reason else ''}")
+            print(f"  {name:22s} {state}{'  ' + reason if reason else ''}")
             if state != "READY":
                 not_ran.append(f"serving {name}: {reason or state}")
         print(f"  gRPC {server.grpc_url}  HTTP {server.http_url}  metrics {server.metrics_url}")
         url = ["--url", server.grpc_url]
         for name in ready:
             _run(tritonize + ["client", "classify", str(photo[0]), "--model", name, "--top-k", "5"] + url)
-        ran.append(f"client classify on {', '.join(ready)}")
+        ran.append(f"client classify on {', '.join(ready)} (the JPEG sent as is, preprocessed by the server)")
         if len(ready) > 1:
             _run(tritonize + ["client", "compare", *map(str, photo), "--repeat", "2"] + url)
             ran.append("client compare across " + " vs ".join(ready))
+        if ready:
+            _run(tritonize + ["client", "compare", *map(str, photo), "--models", ready[0], "--preprocess",
+                              "client,server,uint8", "--repeat", "1", "--min-top1-agreement", "1"] + url)
+            ran.append(f"client compare of {ready[0]} across the client, server and uint8 preprocessing paths")
         perf_dir = args.artifacts / "perf"
         _run(tritonize + ["client", "perf", "--model", ",".join(ready), "--concurrency", "1,2,4",
                           "--requests", "6", "--warmup", "1", "--out", str(perf_dir)] + url)

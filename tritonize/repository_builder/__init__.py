@@ -12,6 +12,12 @@ Models: onnx_model (onnxruntime_onnx), torch_model (pytorch_libtorch), trt_model
 the manifest's plan has status "built" and its file exists). A model whose artifact is
 missing is skipped with one line saying why.
 
+Preprocessing on the server (unless --no-ensembles): the Python-backend models `preprocess` (IMAGE: encoded
+images) and `preprocess_uint8` (PIXELS: cropped UINT8 pixels), whose <model>/1/ holds model.py
+(preprocess_model.py) and copies of the tritonize modules it runs (the client's own preprocessing code),
+and per classifier two ensembles, <backend>_classifier and <backend>_classifier_uint8 (e.g. onnx_classifier):
+the preprocessing model, then the classifier, LOGITS out with the labels.
+
 One repository for GPU and CPU-only boxes: with `--kind auto` (default) the config.pbtxt of onnx_model and
 torch_model leaves the instance kind at Triton's KIND_AUTO, which places instances on a GPU when the server
 has one and on the CPU otherwise; trt_model is always KIND_GPU. To pin placement, start Triton with

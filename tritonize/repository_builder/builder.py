@@ -7,16 +7,30 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import tritonize
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.manifest import Entry, Manifest, Plan, Status
 from tritonize.progress import say
-from tritonize.repository_builder.config import CONFIG_NAME, LABELS_NAME, config_text, kind_name, model_config, plan_max_batch
-from tritonize.repository_builder.options import BACKENDS, Backend, RepoOptions
+from tritonize.repository_builder.config import (
+    CONFIG_NAME, LABELS_NAME, REQUIREMENTS_NAME, config_text, ensemble_config, kind_name, model_config, plan_max_batch,
+    preprocessor_config,
+)
+from tritonize.repository_builder.options import BACKENDS, PREPROCESSORS, Backend, RepoOptions
 from tritonize.spec import ModelSpec
 from tritonize.stage import StageResult, StageStatus
 
 VERSION = "1"
+_PACKAGE = Path(tritonize.__file__).resolve().parent
+# What the preprocessing models run, by its place in <model>/<VERSION>/: model.py (it runs only inside
+# Triton's Python backend, never imported here) and, beside it, the modules it imports, from this tritonize.
+PREPROCESS_CODE = {
+    "model.py": _PACKAGE / "repository_builder" / "preprocess_model.py",
+    **{f"tritonize/{name}": _PACKAGE / name for name in ("__init__.py", "errors.py", "preprocessing.py", "images.py")},
+}
+# What decoding needs in the server's Python beyond numpy (which Triton's Python backend has): the NGC
+# container lacks Pillow; `serve --engine docker` pip-installs every model's requirements.txt.
+DECODE_REQUIREMENTS = "pillow>=10\n"
 
 
 @dataclass(frozen=True)
@@ -25,9 +39,9 @@ class ModelFiles:
 
     name: str
     texts: dict[str, str]
-    artifact: Path  # placed as <VERSION>/<backend filename>
-    filename: str
     summary: str  # one line for the user
+    artifact: Path | None = None  # placed as <VERSION>/<filename>; ensembles and Python models have none
+    filename: str | None = None
 
 
 def build_repository(artifacts: Path, repository: Path, options: RepoOptions = RepoOptions()) -> StageResult:
@@ -51,7 +65,10 @@ def build_repository(artifacts: Path, repository: Path, options: RepoOptions = R
         listing = "; ".join(f"{name}: {why}" for name, why in reasons.items())
         raise TritonizeError(f"no model to build from {artifacts}: {listing}")
     sha = manifest.sha256()
-    models = [_render(BACKENDS[name], spec, manifest, options, sha) for name, why in reasons.items() if not why]
+    built = [BACKENDS[name] for name, why in reasons.items() if not why]
+    models = [_render(backend, spec, manifest, options, sha) for backend in built]
+    if options.ensembles:
+        models += _render_ensembles(built, spec, manifest, options, sha)
     for name, why in reasons.items():
         if why:
             say(f"skipped {name}: {why}")
@@ -67,7 +84,7 @@ def build_repository(artifacts: Path, repository: Path, options: RepoOptions = R
         _keep_loose_files(repository, tmp)
         for model in models:
             how = _write(tmp / model.name, model)
-            say(f"built {model.name}: {model.summary}, {model.filename} {how}")
+            say(f"built {model.name}: {model.summary}" + (f", {model.filename} {how}" if how else ""))
     return StageResult("repo build", StageStatus.done, detail)
 
 
@@ -98,7 +115,7 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
         "`tritonserver --model-config-name=cpu|gpu`. An instance_group without `kind` means KIND_AUTO\n"
         "(GPU when Triton has one, else CPU)."
     )
-    default_kind = options.kind if options.kind != "auto" or not backend.needs_gpu else "gpu"
+    default_kind = _default_kind(backend, options)
     variants = {CONFIG_NAME: default_kind, "configs/gpu.pbtxt": "gpu"}
     if not backend.needs_gpu:
         variants["configs/cpu.pbtxt"] = "cpu"
@@ -114,7 +131,39 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
         capped = f" (capped from {options.max_batch} at the plan's profile max {plan_max_batch(entry)})"
     summary = (f"{backend.platform}, max_batch_size {default.max_batch_size}{capped}, {options.instances} x "
                f"{kind_name(default.instance_group[0].kind)}")
-    return ModelFiles(backend.name, texts, manifest.path(entry), backend.filename, summary)
+    return ModelFiles(backend.name, texts, summary, manifest.path(entry), backend.filename)
+
+
+def _default_kind(backend: Backend, options: RepoOptions) -> str:
+    """The instance kind of config.pbtxt: --kind, but a TensorRT plan always on a GPU."""
+    return options.kind if options.kind != "auto" or not backend.needs_gpu else "gpu"
+
+
+def _render_ensembles(backends: list[Backend], spec: ModelSpec, manifest: Manifest, options: RepoOptions,
+                      sha: str) -> list[ModelFiles]:
+    """The preprocessing models, and for each classifier one ensemble per preprocessing model."""
+    header = (f"Generated by `tritonize repo build` from {spec.arch} ({spec.weights}); manifest sha256 {sha[:12]}.\n"
+              "Preprocessing on the server: see tritonize's README, 'Send the picture'.")
+    labels = "\n".join(spec.labels) + "\n"
+    code = {f"{VERSION}/{rel}": source.read_text() for rel, source in PREPROCESS_CODE.items()}
+    models = []
+    for pre in PREPROCESSORS:
+        pre_cfg = preprocessor_config(pre, spec, options, sha)
+        takes = "encoded images (BYTES)" if pre.form == "bytes" else "UINT8 pixels"
+        texts = {CONFIG_NAME: config_text(pre_cfg, header), **code}
+        if pre.form == "bytes":
+            texts[REQUIREMENTS_NAME] = DECODE_REQUIREMENTS
+        models.append(ModelFiles(pre.name, texts,
+                                 f"python backend, {pre.input_name} = {takes} -> the classifiers' input, "
+                                 f"{options.instances} x KIND_CPU, with this tritonize's preprocessing code"))
+        for backend in backends:
+            entry = manifest.artifacts[backend.artifact]
+            classifier = model_config(backend, spec, entry, options, _default_kind(backend, options), sha)
+            cfg = ensemble_config(pre.ensemble(backend), pre_cfg, classifier, spec, sha)
+            models.append(ModelFiles(cfg.name, {CONFIG_NAME: config_text(cfg, header), LABELS_NAME: labels},
+                                     f"ensemble {pre.name} -> {backend.name}, {pre.input_name} in, "
+                                     f"{cfg.output[0].name} out, max_batch_size {cfg.max_batch_size}"))
+    return models
 
 
 def _current(repository: Path, models: list[ModelFiles]) -> bool:
@@ -130,9 +179,12 @@ def _current(repository: Path, models: list[ModelFiles]) -> bool:
             path = directory / rel
             if not path.is_file() or path.read_text() != text:
                 return False
-        placed = directory / VERSION / model.filename
-        if not placed.is_file() or placed.stat().st_size != model.artifact.stat().st_size:
+        if not (directory / VERSION).is_dir():
             return False
+        if model.artifact is not None:
+            placed = directory / VERSION / model.filename
+            if not placed.is_file() or placed.stat().st_size != model.artifact.stat().st_size:
+                return False
     return True
 
 
@@ -151,12 +203,13 @@ def _keep_loose_files(old: Path, new: Path) -> None:
                 shutil.copy2(p, new / p.name)
 
 
-def _write(model_dir: Path, model: ModelFiles) -> str:
-    (model_dir / "configs").mkdir(parents=True)
-    (model_dir / VERSION).mkdir()
+def _write(model_dir: Path, model: ModelFiles) -> str | None:
+    """Write the model directory; says how the model file was placed (None: it has none)."""
+    (model_dir / VERSION).mkdir(parents=True)  # an ensemble's stays empty: Triton needs a version
     for rel, text in model.texts.items():
+        (model_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         (model_dir / rel).write_text(text)
-    return _place(model.artifact, model_dir / VERSION / model.filename)
+    return _place(model.artifact, model_dir / VERSION / model.filename) if model.artifact else None
 
 
 def _place(src: Path, dst: Path) -> str:

@@ -15,6 +15,11 @@ Rules (each finding names the model, what is wrong and how to fix it):
   hashes      (manifest) model files have the sha256 the manifest recorded
   provenance  contract parameters present (and trt_model's plan provenance); (manifest) source.manifest_sha256
               is this manifest's hash
+  ensemble    steps name models of the repository; each step maps every input of its model and only its
+              tensor names; every tensor read is the ensemble's input or a step's output, with the same
+              dtype and dims; the ensemble batches no more than its steps
+  python code a Python model that imports tritonize holds the modules it imports (1/tritonize/), equal to
+              this tritonize's: the server preprocesses with the client's code
   release     (--triton-release) the plan's TensorRT is the one that release runs
 """
 
@@ -31,14 +36,15 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
 from tritonize.manifest import Manifest, Plan
-from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_matches
+from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
+from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, kind_name, parse_config
 
 REBUILD = "rebuild with `tritonize repo build --force`"
 # platform -> backend, and the file each backend loads by default.
 PLATFORMS = {
     "tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch",
-    "tensorflow_graphdef": "tensorflow", "tensorflow_savedmodel": "tensorflow",
+    "tensorflow_graphdef": "tensorflow", "tensorflow_savedmodel": "tensorflow", "ensemble": "ensemble",
 }
 BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow", "openvino", "python", "fil", "dali", "vllm",
             "tensorrtllm", "identity", "repeat", "square"}
@@ -66,14 +72,15 @@ def check_repository(repo: Path, artifacts: Path | None = None, triton_release: 
     if not repo.is_dir():
         raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build --repository {repo}` first")
     manifest = Manifest.load(artifacts) if artifacts is not None else None
+    model_dirs = sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not model_dirs:
+        raise TritonizeError(f"{repo} holds no model directories: run `tritonize repo build --repository {repo}`")
     context = {
         "manifest": manifest,
         "manifest_sha256": manifest.sha256() if manifest else None,
         "release": release_info(triton_release) if triton_release else None,
+        "configs": {d.name: _parsed_or_none(d / CONFIG_NAME) for d in model_dirs},  # what ensemble steps name
     }
-    model_dirs = sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
-    if not model_dirs:
-        raise TritonizeError(f"{repo} holds no model directories: run `tritonize repo build --repository {repo}`")
     findings: list[Finding] = []
     for model_dir in model_dirs:
         findings += _ModelCheck(model_dir, context).run()
@@ -104,6 +111,10 @@ class _ModelCheck:
         if model_file is not None and backend == "pytorch":
             self._check_torchscript(cfg, model_file)
         self._check_parameters(cfg, backend)
+        if backend == "ensemble":
+            self._check_ensemble(cfg)
+        if backend == "python":
+            self._check_python_code()
         if self.ctx["manifest"] is not None:
             self._check_against_manifest(cfg, backend, model_file)
         return self.findings
@@ -206,6 +217,69 @@ class _ModelCheck:
         if missing:
             self.add("warning", f"parameters lack {', '.join(missing)}: `tritonize serve --engine docker` cannot choose "
                                 "the container release whose TensorRT runs the plan", REBUILD)
+
+    # --- ensembles and the preprocessing code -------------------------------------------------------
+    def _check_ensemble(self, cfg) -> None:
+        steps = cfg.ensemble_scheduling.step
+        if not steps:
+            self.add("error", "an ensemble without ensemble_scheduling steps", REBUILD)
+            return
+        produced = {t.name: (t, "the ensemble's input") for t in cfg.input}  # tensor -> (declaration, by whom)
+        read = [(t.name, t, "the ensemble's output") for t in cfg.output]  # (tensor, declaration, by whom)
+        known = True  # every step's model could be read: a tensor nobody produces is then a fault of its own
+        configs = self.ctx["configs"]
+        for number, step in enumerate(steps, 1):
+            name = step.model_name
+            if name not in configs:
+                self.add("error", f"step {number} names model {name!r}, which is not in the repository",
+                         f"name one of {', '.join(sorted(n for n in configs if n != self.dir.name))} or {REBUILD}")
+            model = configs.get(name)
+            if model is None:  # missing, or its own findings say why its config is unusable
+                known = False
+                continue
+            inputs, outputs = {t.name: t for t in model.input}, {t.name: t for t in model.output}
+            for role, mapping, tensors in (("input", step.input_map, inputs), ("output", step.output_map, outputs)):
+                for key in mapping:
+                    if key not in tensors:
+                        self.add("error", f"step {number}: {key!r} is not an {role} of {name} (its {role}s: "
+                                          f"{', '.join(tensors) or 'none'})", f"map {name}'s own {role} names or {REBUILD}")
+            unmapped = [t for t in inputs if t not in step.input_map]
+            if unmapped:
+                self.add("error", f"step {number}: {name}'s input(s) {', '.join(unmapped)} are not mapped",
+                         f"map every input of {name} in input_map or {REBUILD}")
+            read += [(tensor, inputs[key], f"{name}'s input {key!r}") for key, tensor in step.input_map.items() if key in inputs]
+            produced.update({tensor: (outputs[key], f"{name}'s output {key!r}")
+                             for key, tensor in step.output_map.items() if key in outputs})
+            if cfg.max_batch_size > 0 and not 0 < cfg.max_batch_size <= model.max_batch_size:
+                self.add("error", f"max_batch_size {cfg.max_batch_size} but step {number}'s {name} takes at most "
+                                  f"{model.max_batch_size} (0: no batch axis)",
+                         f"set the ensemble's max_batch_size <= {model.max_batch_size} or {REBUILD}")
+        for tensor, declared, reader in read:
+            if tensor not in produced:
+                if known:
+                    self.add("error", f"{reader} reads tensor {tensor!r}, which no step produces and the ensemble does "
+                                      "not take", f"map a step's output to {tensor!r} or {REBUILD}")
+                continue
+            source, writer = produced[tensor]
+            if not _fits(source, declared):
+                self.add("error", f"tensor {tensor!r}: {writer} is {pb.DataType.Name(source.data_type)} {list(source.dims)}, "
+                                  f"{reader} is {pb.DataType.Name(declared.data_type)} {list(declared.dims)}",
+                         f"make them the same dtype and dims or {REBUILD}")
+
+    def _check_python_code(self) -> None:
+        """A model.py that imports tritonize runs the copies beside it: they must be there, and be this tritonize's."""
+        version = self.dir / VERSION
+        model_py = version / "model.py"
+        if not model_py.is_file() or "from tritonize." not in model_py.read_text():
+            return
+        for rel, source in PREPROCESS_CODE.items():
+            placed = version / rel
+            rel = placed.relative_to(self.dir)
+            if not placed.is_file():
+                self.add("error", f"{rel} is missing: model.py imports it and the model will not load", REBUILD)
+            elif placed.read_bytes() != source.read_bytes():
+                self.add("warning", f"{rel} differs from this tritonize's {source.name}: the server would not "
+                                    "preprocess as this client does", REBUILD)
 
     # --- the real artifacts -------------------------------------------------------------------------
     def _check_onnx(self, cfg, path: Path) -> None:
@@ -353,12 +427,25 @@ class _ModelCheck:
         elif not release.tensorrt:
             self.add("warning", f"the compatibility table has no confirmed TensorRT version for release {release.release}",
                      "check NVIDIA's Frameworks Support Matrix for that release")
-        elif not tensorrt_matches(built, release.tensorrt):
-            matching = [r.release for r in releases_for_tensorrt(built)]
+        elif not tensorrt_loads(built, release.tensorrt, plan.options.version_compatible):
+            matching = [r.release for r in releases_for_tensorrt(built, plan.options.version_compatible)]
             where = f"serve it with release {', '.join(matching)}" if matching else "no release in the table runs it"
             self.add("error", f"plan built with TensorRT {built}; Triton {release.release} runs TensorRT "
                               f"{release.tensorrt} and will refuse to deserialize it",
                      f"{where}, or rebuild the plan with `tritonize convert trt --triton-release {release.release}`")
+
+
+def _parsed_or_none(path: Path):
+    try:
+        return parse_config(path) if path.is_file() else None
+    except TritonizeError:
+        return None
+
+
+def _fits(a, b) -> bool:
+    """Same dtype, and dims equal where neither is variable (-1)."""
+    return a.data_type == b.data_type and len(a.dims) == len(b.dims) and all(
+        x == y or -1 in (x, y) for x, y in zip(a.dims, b.dims))
 
 
 def _backend_of(cfg) -> str | None:

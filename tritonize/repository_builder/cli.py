@@ -28,9 +28,11 @@ def build_command(
     kind: Annotated[str, typer.Option(help="Instance kind in config.pbtxt: auto (Triton picks GPU if present), gpu or cpu.")] = "auto",
     warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="Warm up each model at batch 1 and at max batch.")] = True,
     models: Annotated[Optional[str], typer.Option(help="Subset to build, comma-separated (onnx_model,torch_model,trt_model).")] = None,
+    ensembles: Annotated[bool, typer.Option("--ensembles/--no-ensembles", help="Also build the preprocessing models and, per classifier, the ensembles that take encoded images (<backend>_classifier) or UINT8 pixels (<backend>_classifier_uint8).")] = True,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing repository, even an up-to-date one.")] = False,
 ) -> None:
-    """Build onnx_model, torch_model and (when a plan exists) trt_model from the artifacts."""
+    """Build onnx_model, torch_model and (when a plan exists) trt_model from the artifacts, and the ensembles
+    that preprocess on the server."""
     from tritonize.repository_builder import RepoOptions, build_repository
     from tritonize.repository_builder.options import parse_int_list
 
@@ -43,6 +45,7 @@ def build_command(
         kind=kind,
         warmup=warmup,
         models=tuple(m.strip() for m in models.split(",") if m.strip()) if models is not None else None,
+        ensembles=ensembles,
         force=force,
     )
     result = build_repository(artifacts, repository, options)

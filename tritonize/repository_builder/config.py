@@ -10,11 +10,12 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Entry, Plan
 from tritonize.preprocessing import Preprocessing
-from tritonize.repository_builder.options import Backend, RepoOptions
+from tritonize.repository_builder.options import LOGITS, PREPROCESSED, Backend, Preprocessor, RepoOptions
 from tritonize.spec import ModelSpec
 
 CONFIG_NAME = "config.pbtxt"
 LABELS_NAME = "labels.txt"
+REQUIREMENTS_NAME = "requirements.txt"  # pip packages a Python model needs in the server's Python
 
 # Provenance: which model and manifest a config was built from, and for trt_model which TensorRT built
 # the plan, for which Triton release, and whether it is version-compatible (what `serve` needs to pick
@@ -28,7 +29,7 @@ def plan_max_batch(plan: Plan) -> int:
     return plan.profile.max
 
 
-def contract_parameters(spec: ModelSpec, entry: Entry, manifest_sha256: str) -> dict[str, str]:
+def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: str) -> dict[str, str]:
     """The preprocessing contract and provenance, as the string parameters a client can fetch."""
     params = {
         **spec.preprocessing.to_parameters(),
@@ -75,6 +76,43 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
             w.inputs[input_name].zero_data = True
 
     for key, value in contract_parameters(spec, entry, manifest_sha256).items():
+        cfg.parameters[key].string_value = value
+    return cfg
+
+
+def preprocessor_config(pre: Preprocessor, spec: ModelSpec, options: RepoOptions, manifest_sha256: str) -> pb.ModelConfig:
+    """A preprocessing model: Python backend on CPU instances (decoding is CPU work on any machine), the
+    contract in its parameters like every model's, batched so that queued requests share an execution."""
+    cfg = pb.ModelConfig(name=pre.name, backend="python", max_batch_size=options.max_batch)
+    cfg.version_policy.latest.num_versions = 1
+    if pre.form == "bytes":
+        cfg.input.add(name=pre.input_name, data_type=pb.TYPE_STRING, dims=[1])
+    else:
+        crop = spec.preprocessing.crop
+        cfg.input.add(name=pre.input_name, data_type=pb.TYPE_UINT8, dims=[crop, crop, 3])
+    cfg.output.add(name=PREPROCESSED, data_type=pb.TYPE_FP32, dims=spec.input_shape)
+    cfg.dynamic_batching.max_queue_delay_microseconds = options.queue_delay_us
+    cfg.instance_group.add(count=options.instances, kind=pb.ModelInstanceGroup.KIND_CPU)
+    for key, value in contract_parameters(spec, None, manifest_sha256).items():
+        cfg.parameters[key].string_value = value
+    return cfg
+
+
+def ensemble_config(name: str, pre: pb.ModelConfig, classifier: pb.ModelConfig, spec: ModelSpec,
+                    manifest_sha256: str) -> pb.ModelConfig:
+    """preprocessing model -> classifier, as one model: the preprocessor's input in, LOGITS out, with the
+    classifier's labels for Triton's classification extension."""
+    cfg = pb.ModelConfig(name=name, platform="ensemble", max_batch_size=min(pre.max_batch_size, classifier.max_batch_size))
+    cfg.input.add().CopyFrom(pre.input[0])
+    cfg.output.add(name=LOGITS, data_type=classifier.output[0].data_type, dims=list(classifier.output[0].dims),
+                   label_filename=LABELS_NAME)
+    first = cfg.ensemble_scheduling.step.add(model_name=pre.name, model_version=-1)
+    first.input_map[pre.input[0].name] = pre.input[0].name
+    first.output_map[PREPROCESSED] = PREPROCESSED
+    second = cfg.ensemble_scheduling.step.add(model_name=classifier.name, model_version=-1)
+    second.input_map[classifier.input[0].name] = PREPROCESSED
+    second.output_map[classifier.output[0].name] = LOGITS
+    for key, value in contract_parameters(spec, None, manifest_sha256).items():
         cfg.parameters[key].string_value = value
     return cfg
 

@@ -1,4 +1,5 @@
-"""What the user can choose about the repository, validated once, and the three backends it knows."""
+"""What the user can choose about the repository, validated once, the three backends it knows and the
+preprocessing models and ensembles built around them."""
 
 from __future__ import annotations
 
@@ -19,17 +20,37 @@ class Backend:
     filename: str  # file Triton's backend looks for in <model>/<version>/
     default_input: str
     default_output: str
+    ensemble: str  # its ensemble taking encoded images; `<ensemble>_uint8` takes UINT8 pixels
     needs_gpu: bool = False  # TensorRT plans only run on a GPU
 
 
 BACKENDS = {
     b.name: b
     for b in (
-        Backend("onnx_model", "onnx", "onnxruntime_onnx", "model.onnx", "input", "output"),
-        Backend("torch_model", "torchscript", "pytorch_libtorch", "model.pt", "input__0", "output__0"),
-        Backend("trt_model", "tensorrt", "tensorrt_plan", "model.plan", "input", "output", needs_gpu=True),
+        Backend("onnx_model", "onnx", "onnxruntime_onnx", "model.onnx", "input", "output", "onnx_classifier"),
+        Backend("torch_model", "torchscript", "pytorch_libtorch", "model.pt", "input__0", "output__0", "torch_classifier"),
+        Backend("trt_model", "tensorrt", "tensorrt_plan", "model.plan", "input", "output", "trt_classifier",
+                needs_gpu=True),
     )
 }
+
+
+@dataclass(frozen=True)
+class Preprocessor:
+    """A Python-backend model that turns what a client sends into the classifiers' FP32 input."""
+
+    name: str  # model directory
+    input_name: str
+    form: str  # what it takes per image (images.load_images' forms): "bytes" (encoded image) or "uint8" (pixels)
+    suffix: str  # of the ensembles that start with it: onnx_classifier, onnx_classifier_uint8
+
+    def ensemble(self, backend: Backend) -> str:
+        return backend.ensemble + self.suffix
+
+
+PREPROCESSORS = (Preprocessor("preprocess", "IMAGE", "bytes", ""), Preprocessor("preprocess_uint8", "PIXELS", "uint8", "_uint8"))
+PREPROCESSED = "PREPROCESSED"  # the preprocessing models' output: a classifier's input
+LOGITS = "LOGITS"  # every ensemble's output
 
 
 @dataclass(frozen=True)
@@ -44,6 +65,7 @@ class RepoOptions:
     kind: str = "auto"  # instance_group.kind of config.pbtxt: auto | gpu | cpu
     warmup: bool = True  # model_warmup at batch 1 and at max batch
     models: tuple[str, ...] | None = None  # subset of BACKENDS names; None = all
+    ensembles: bool = True  # the preprocessing models and one ensemble per classifier and preprocessor
     force: bool = False  # rebuild even when the repository is up to date (implies overwrite)
     overwrite: bool = False  # replace an existing repository that differs from what this build writes
 

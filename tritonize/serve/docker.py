@@ -1,6 +1,7 @@
 """The docker engine: the NGC Triton container on a GPU machine, serving the same repository with
 Triton's native backends. The release is the one whose TensorRT runs the plan (a plan only loads in
-the TensorRT it was built with), or the user's --triton-release."""
+the TensorRT it was built with, or a later one when it is version-compatible), or the user's
+--triton-release."""
 
 from __future__ import annotations
 
@@ -12,9 +13,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
-from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_matches
+from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.serve.process import RunningServer, ServerHandle, choose_ports
-from tritonize.serve.repository import model_control_flags, tensorrt_models, validate_repository
+from tritonize.serve.repository import model_control_flags, python_requirements, tensorrt_models, validate_repository
+
+
+# tritonserver options newer than the oldest release in the table (triton-inference-server/server
+# src/command_line_parser.cc on the release branches): --model-config-name from r24.05 (#7185),
+# --allow-client-shm from r26.04 (#8721; client shared memory is refused without it).
+MODEL_CONFIG_NAME_FROM = "24.05"
+CLIENT_SHM_FLAG_FROM = "26.04"
 
 
 @dataclass(frozen=True)
@@ -26,14 +34,16 @@ class ReleaseChoice:
 def choose_release(triton_release: str | None, repository: Path) -> ReleaseChoice:
     """--triton-release when given (refused when a plan in the repository cannot load there); else the
     release whose TensorRT runs the repository's plan (the release it was built for when that is one
-    of them); else the release a plan was built for; else the newest release the table knows.
+    of them); else the release a plan was built for, with a warning when the table does not know its
+    TensorRT (most releases: the `container` builder built the plan there); else the newest release.
     Everything comes from the repository: `repo build` stamps each plan's provenance into its config."""
     plans = tensorrt_models(repository)
     plan = next((p for p in plans if p.tensorrt_version), plans[0] if plans else None)
     built_with = plan.tensorrt_version if plan else None
+    compatible = bool(plan and plan.version_compatible)
     if triton_release:
         chosen = release_info(triton_release)
-        if built_with and chosen.tensorrt and not tensorrt_matches(built_with, chosen.tensorrt):
+        if built_with and chosen.tensorrt and not tensorrt_loads(built_with, chosen.tensorrt, compatible):
             raise TritonizeError(
                 f"Triton {chosen.release} runs TensorRT {chosen.tensorrt}, but {plan.model} in {repository} was built "
                 f"with TensorRT {built_with} and will not load there; drop --triton-release or rebuild the plan for it"
@@ -41,14 +51,18 @@ def choose_release(triton_release: str | None, repository: Path) -> ReleaseChoic
         return ReleaseChoice(chosen.release, f"--triton-release {chosen.release}")
     target = plan.triton_release if plan else None
     if built_with:
-        matching = releases_for_tensorrt(built_with)
-        if not matching:
+        matching = releases_for_tensorrt(built_with, compatible)
+        if matching:
+            chosen = next((r for r in matching if r.release == target), matching[-1])
+            return ReleaseChoice(chosen.release, f"runs TensorRT {chosen.tensorrt}, the plan's TensorRT {built_with}"
+                                                 + (" (version-compatible)" if compatible else ""))
+        if not target or release_info(target).tensorrt:
             raise TritonizeError(
                 f"no known Triton release runs TensorRT {built_with} ({plan.model} in {repository}); give one with "
                 "--triton-release or rebuild the plan with `tritonize convert trt --triton-release YY.MM`"
             )
-        chosen = next((r for r in matching if r.release == target), matching[-1])
-        return ReleaseChoice(chosen.release, f"runs TensorRT {chosen.tensorrt}, the plan's TensorRT {built_with}")
+        return ReleaseChoice(target, f"the release {plan.model}'s plan was built for (warning: tritonize's release "
+                                     f"table does not know its TensorRT; the plan's is {built_with})")
     if target:
         return ReleaseChoice(release_info(target).release, f"the release {plan.model}'s plan was built for")
     return ReleaseChoice(latest_release().release, f"newest known release; no TensorRT plan in {repository}")
@@ -65,25 +79,51 @@ def docker_command(
     model_config_name: str | None = None,
     models: tuple[str, ...] = (),
 ) -> list[str]:
-    """The exact `docker run` that serves `repository` with the NGC container of `release`."""
+    """The exact `docker run` that serves `repository` with the NGC container of `release`.
+
+    `--ipc=host`: client shared-memory regions live in the host's /dev/shm (a container's own
+    /dev/shm, whatever its --shm-size, is another one).
+    """
     image = release_info(release).image
     publish = []
     for host_port, container_port in ((http_port, 8000), (grpc_port, 8001), (metrics_port, 8002)):
         bind = f"{host}:" if host not in ("", "0.0.0.0") else ""
         publish += ["-p", f"{bind}{host_port}:{container_port}"]
     return [
-        "docker", "run", "--gpus", "all", "--rm", *publish,
+        "docker", "run", "--gpus", "all", "--rm", "--ipc=host", *publish,
         "-v", f"{Path(repository).resolve()}:/models",
         image,
-        *tritonserver_command(model_config_name, models),
+        *container_command(repository, release, host=host, model_config_name=model_config_name, models=models),
     ]
 
 
-def tritonserver_command(model_config_name: str | None = None, models: tuple[str, ...] = ()) -> list[str]:
-    """tritonserver's command line in the NGC container, the repository mounted at /models."""
+def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", model_config_name: str | None = None,
+                      models: tuple[str, ...] = ()) -> list[str]:
+    """What the NGC container of `release` runs: tritonserver on the repository mounted at /models, in
+    explicit model control, loading `models` (all when empty).
+
+    tritonserver exits on options it does not know, so release-dependent ones go only to releases
+    that have them (command_line_parser.cc). When models need pip packages the container lacks (the
+    preprocess model needs Pillow), the command installs their requirements.txt first, then starts
+    tritonserver with the same arguments.
+    """
     command = ["tritonserver", "--model-repository=/models", *model_control_flags(models)]
+    if any(p.version_compatible for p in tensorrt_models(repository)):
+        # Version-compatible plans embed host code that the tensorrt backend runs only when trusted.
+        command.append("--backend-config=tensorrt,version-compatible=true")
     if model_config_name:
+        if release < MODEL_CONFIG_NAME_FROM:
+            raise TritonizeError(f"Triton {release} has no --model-config-name (from {MODEL_CONFIG_NAME_FROM} on): "
+                                 f"serve config.pbtxt there, or use release {MODEL_CONFIG_NAME_FROM} or newer")
         command.append(f"--model-config-name={model_config_name}")
+    if release >= CLIENT_SHM_FLAG_FROM and host in ("127.0.0.1", "localhost", "::1"):
+        # Off by default from 26.04; `client perf --shared-memory` needs it. Shared memory serves only
+        # clients on this host, so it is allowed only for a server that listens on loopback.
+        command.append("--allow-client-shm=true")
+    requirements = python_requirements(repository)
+    if requirements:
+        install = "pip install --no-cache-dir --quiet " + " ".join(f"-r /models/{r}" for r in requirements)
+        command = ["sh", "-c", f'{install} && exec "$@"', "sh", *command]
     return command
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Sequence
 
 from tritonize.errors import TritonizeError
-from tritonize.repository_builder.config import CONFIG_NAME, parse_config
+from tritonize.repository_builder.config import CONFIG_NAME, REQUIREMENTS_NAME, parse_config
 
 CPU_CONFIG_NAME = "cpu"
 DEFAULT_CONFIG_NAME = "config"  # names config.pbtxt itself: no --model-config-name
@@ -78,6 +78,12 @@ def tensorrt_models(repository: Path) -> list[PlanProvenance]:
             version_compatible=params.get("source.version_compatible", "false").lower() == "true",
         ))
     return found
+
+
+def python_requirements(repository: Path) -> list[str]:
+    """The model directories' requirements.txt (relative paths): pip packages their Python models need in
+    the server's Python (`repo build` writes one for the preprocessing models: Pillow)."""
+    return sorted(p.relative_to(repository).as_posix() for p in Path(repository).glob(f"*/{REQUIREMENTS_NAME}"))
 
 
 def has_config_variant(repository: Path, name: str) -> bool:

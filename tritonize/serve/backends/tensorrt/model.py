@@ -23,6 +23,10 @@ class TritonPythonModel(BatchingModel):
         self.device = torch.device(f"cuda:{placement.device_id}")
         torch.cuda.set_device(self.device)
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        # A version-compatible plan embeds its lean runtime (host code), which TensorRT refuses unless
+        # allowed (default false; Triton's tensorrt backend: --backend-config=tensorrt,version-compatible=true).
+        # Plans in a repository this server serves are the user's own builds.
+        runtime.engine_host_code_allowed = True
         self.engine = runtime.deserialize_cuda_engine(path.read_bytes())
         if self.engine is None:
             raise RuntimeError(f"TensorRT {trt.__version__} could not load {path}: a plan runs only with the "

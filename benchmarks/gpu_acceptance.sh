@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# GPU acceptance: the half of tritonize that no machine of this project can run (no GPU, no TensorRT).
+#
+# Run it on a GPU box with TensorRT's Python package (`pip install -e ".[gpu]"`), trtexec on PATH and
+# Docker with the NVIDIA Container Toolkit:
+#
+#   bash benchmarks/gpu_acceptance.sh [--arch resnet50] [--weights DEFAULT] [--release 24.10]
+#                                     [--images DIR] [--out DIR]
+#
+# It exports the model once, then builds a plan with every builder (container, trtexec, tensorrt,
+# torch-tensorrt) for fp32, fp16 and int8 (each build runs the plan check against onnxruntime),
+# runs the tests marked requires_tensorrt / requires_gpu / requires_docker, serves one plan with
+# the NGC container next to the ONNX and TorchScript models, compares the three backends on the
+# images, sweeps perf over concurrency with system shared memory, and writes one report:
+# <out>/report.md. Exit code 1 when any step failed that was not an expected refusal
+# (torch-tensorrt refuses INT8, and FP16 on TensorRT 11).
+set -uo pipefail
+
+ARCH=resnet50 WEIGHTS=DEFAULT RELEASE=24.10 IMAGES="" OUT=gpu_acceptance
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --arch) ARCH=$2; shift 2 ;;
+    --weights) WEIGHTS=$2; shift 2 ;;
+    --release) RELEASE=$2; shift 2 ;;
+    --images) IMAGES=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+TRITONIZE=("$PY" -m tritonize.cli)
+mkdir -p "$OUT/logs"
+OUT=$(cd "$OUT" && pwd)
+REPORT="$OUT/report.md"
+ROWS=()
+UNEXPECTED=0
+
+# step NAME EXPECT CMD...: run CMD, log its output, add a report row. EXPECT: a text whose presence in the
+# output makes a failure an expected refusal ("-" for none).
+step() {
+  local name=$1 expect=$2; shift 2
+  local log="$OUT/logs/${name//[^A-Za-z0-9_.-]/_}.log" start end code result
+  start=$(date +%s.%N)
+  "$@" >"$log" 2>&1
+  code=$?
+  end=$(date +%s.%N)
+  if [ $code -eq 0 ]; then
+    result=ok
+  elif [ "$expect" != - ] && grep -q -- "$expect" "$log"; then
+    result="refused (expected)"
+  else
+    result="FAIL (exit $code)"
+    UNEXPECTED=1
+  fi
+  local detail
+  detail=$(grep -E "✓|error:|passed|failed|agree|READY" "$log" | tail -n 2 | tr '\n|' '  ' | cut -c1-200)
+  ROWS+=("| $name | $result | $(awk "BEGIN { printf \"%.1f\", $end - $start }") | $detail |")
+  echo "$name: $result"
+  return $code
+}
+
+if [ -z "$IMAGES" ]; then  # 14 crops of matplotlib's bundled photo, as the tests use
+  IMAGES="$OUT/images"
+  mkdir -p "$IMAGES"
+  "$PY" - "$IMAGES" <<'EOF'
+import sys
+import matplotlib.cbook as cbook
+from PIL import Image, ImageOps
+with cbook.get_sample_data("grace_hopper.jpg") as f:
+    photo = Image.open(f).convert("RGB")
+w, h = photo.size
+boxes = [(0, 0, 1.0), (0, 0, 0.6), (0.4, 0, 0.6), (0, 0.4, 0.6), (0.4, 0.4, 0.6), (0.2, 0.2, 0.5), (0.1, 0.3, 0.7)]
+for n, (left, top, size) in enumerate(boxes):
+    crop = photo.crop((int(left * w), int(top * h), int((left + size) * w), int((top + size) * h)))
+    crop.save(f"{sys.argv[1]}/photo_{2 * n:02d}.jpg")
+    ImageOps.mirror(crop).save(f"{sys.argv[1]}/photo_{2 * n + 1:02d}.jpg")
+EOF
+fi
+COUNT=$(find "$IMAGES" -maxdepth 1 -type f | wc -l)
+CALIB=$(( COUNT > 40 ? 32 : COUNT * 2 / 3 ))
+
+{
+  echo "# tritonize GPU acceptance ($(date -u +%Y-%m-%dT%H:%MZ))"
+  echo
+  echo "- tritonize: $(git rev-parse --short HEAD 2>/dev/null || echo '?'); model $ARCH ($WEIGHTS); Triton release $RELEASE"
+  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1 || echo 'no nvidia-smi')"
+  echo "- TensorRT (Python): $("$PY" -c 'import tensorrt; print(tensorrt.__version__)' 2>/dev/null || echo 'not installed')"
+  echo "- trtexec: $(trtexec --help 2>/dev/null | grep -o 'TensorRT v[0-9]*\]\( \[b[0-9]*\]\)\?' | head -n1 || echo 'not on PATH')"
+  echo "- torch-tensorrt: $("$PY" -c 'import torch_tensorrt; print(torch_tensorrt.__version__)' 2>/dev/null || echo 'not installed')"
+  docker=$(docker version --format '{{.Server.Version}}' 2>/dev/null)
+  echo "- Docker: ${docker:-no engine}"
+  echo "- images: $IMAGES ($COUNT; $CALIB calibrate INT8, the rest are held out for the checks)"
+} >"$REPORT"
+
+step export - "${TRITONIZE[@]}" export --arch "$ARCH" --weights "$WEIGHTS" --artifacts "$OUT/base" --max-batch 32
+# On the GPU box a skipped GPU test means a missing part: count it as a failure.
+step gpu-tests - bash -c 'out=$("$0" -m pytest -p no:logging -q -rs -m "requires_tensorrt or requires_gpu or requires_docker")
+  code=$?; echo "$out"; if grep -q skipped <<<"$out"; then exit 1; fi; exit $code' "$PY"
+
+SERVED=""
+for builder in container trtexec tensorrt torch-tensorrt; do
+  for precision in fp32 fp16 int8; do
+    art="$OUT/art-$builder-$precision"
+    rm -rf "$art" && cp -r "$OUT/base" "$art"
+    calib=()
+    [ "$precision" = int8 ] && calib=(--calib-images "$IMAGES" --calib-count "$CALIB")
+    if step "convert $builder $precision" "cannot honour" "${TRITONIZE[@]}" convert trt --artifacts "$art" \
+        --builder "$builder" --precision "$precision" --triton-release "$RELEASE" --max 32 "${calib[@]}"; then
+      # Serve the container's FP16 plan when it built (it matches the release by construction), else the first plan.
+      if [ -z "$SERVED" ] || [ "$builder-$precision" = container-fp16 ]; then SERVED=$art; fi
+    fi
+  done
+done
+
+if [ -n "$SERVED" ]; then
+  MODELS="$OUT/models"
+  step "repo build ($(basename "$SERVED"))" - "${TRITONIZE[@]}" repo build --artifacts "$SERVED" --repository "$MODELS" --force
+  step "repo check" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --triton-release "$RELEASE"
+  read -r HTTP GRPC METRICS < <("$PY" -c 'from tritonize.serve.process import choose_ports as c; p = c("127.0.0.1", None, None, None); print(p.http, p.grpc, p.metrics)')
+  SERVE_LOG="$OUT/logs/serve.log"
+  "${TRITONIZE[@]}" serve "$MODELS" --engine docker --triton-release "$RELEASE" --http-port "$HTTP" \
+    --grpc-port "$GRPC" --metrics-port "$METRICS" --timeout 900 >"$SERVE_LOG" 2>&1 &
+  SERVER=$!
+  step "serve (docker, $RELEASE)" - bash -c "for i in \$(seq 900); do grep -q '^log ' '$SERVE_LOG' && grep -q 'trt_model *READY' '$SERVE_LOG' && exit 0; kill -0 $SERVER 2>/dev/null || exit 1; sleep 1; done; exit 1"
+  step "client compare (3 backends)" - "${TRITONIZE[@]}" client compare "$IMAGES"/* --models onnx_model,torch_model,trt_model \
+    --min-top1-agreement 0.9 --url "127.0.0.1:$GRPC"
+  step "client perf (sweep, shared memory)" - "${TRITONIZE[@]}" client perf -m onnx_model,torch_model,trt_model \
+    --concurrency 1,4,16 --batch 8 --duration 5 --shared-memory system --url "127.0.0.1:$GRPC" --out "$OUT/perf"
+  kill -TERM "$SERVER" 2>/dev/null
+  wait "$SERVER" 2>/dev/null
+else
+  ROWS+=("| serve / compare / perf | FAIL | - | no builder produced a plan |")
+  UNEXPECTED=1
+fi
+
+{
+  echo
+  echo "| step | result | seconds | detail |"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+  echo
+  echo "Logs: $OUT/logs/; each plan's manifest entry (verification figures, GPU, TensorRT version): $OUT/art-*/manifest.json;"
+  echo "perf CSV and plot: $OUT/perf/."
+} >>"$REPORT"
+echo "report: $REPORT"
+exit $UNEXPECTED

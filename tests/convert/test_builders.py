@@ -1,0 +1,51 @@
+"""What each builder refuses before it runs (the torch-tensorrt frontend's limits)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tritonize.convert.builders import TorchTensorRTBuilder, torchscript_frontend_refuses
+from tritonize.convert.trtexec import BuildJob
+
+
+def job(**kw) -> BuildJob:
+    base = dict(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
+                input_shape=(3, 224, 224), profile={"min": 1, "opt": 16, "max": 32}, precision="fp32",
+                workspace_mib=4096, timing_cache="timing.cache")
+    return BuildJob(**{**base, **kw})
+
+
+@pytest.mark.parametrize("change,version,refused", [
+    ({}, "10.8.0.43", None),
+    ({"precision": "fp16"}, "10.8.0.43", None),  # 2.12 and older set kFP16 on TensorRT 10
+    ({"precision": "fp16"}, "11.0.0.114", "FP16 on TensorRT 11.0.0.114 (it would build FP32)"),
+    ({"precision": "int8"}, "10.8.0.43", "INT8"),
+    ({"opt_level": 5}, "10.8.0.43", "--opt-level"),
+    ({"version_compatible": True}, "11.0.0.114", "--version-compatible"),
+    ({"hardware_compatibility": "ampere+"}, "10.8.0.43", "--hardware-compatibility"),
+])
+def test_torch_tensorrt_refuses_what_its_torchscript_frontend_cannot_honour(change, version, refused):
+    reason = torchscript_frontend_refuses(job(**change), version)
+    if refused is None:
+        assert reason is None
+    else:
+        assert refused in reason and "use --builder trtexec, tensorrt or container" in reason
+
+
+def test_torch_tensorrt_engine_names_are_its_own():
+    assert TorchTensorRTBuilder.ENGINE_IO == ("input_0", "output_0")  # core/conversion/conversion.cpp
+
+
+def test_a_builder_asked_for_that_cannot_honour_the_job_is_an_error(standin_trtexec):
+    from tritonize.convert.builders import TrtexecBuilder, pick_builders
+    from tritonize.errors import TritonizeError
+
+    class Limited(TrtexecBuilder):  # a builder that runs here but cannot honour INT8
+        def refuses(self, job):
+            return "cannot honour INT8" if job.precision == "int8" else None
+
+    builders = {"trtexec": Limited(str(standin_trtexec))}
+    with pytest.raises(TritonizeError, match="--builder trtexec: cannot honour INT8"):
+        pick_builders("trtexec", builders, job(precision="int8"))
+    assert pick_builders("auto", builders, job(precision="int8")) == ([], "trtexec: cannot honour INT8")
+    assert pick_builders("auto", builders, job())[0] == [builders["trtexec"]]

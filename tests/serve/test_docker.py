@@ -1,0 +1,80 @@
+"""The docker engine's release choice and `docker run` command, run through the docker STAND-IN
+(tests/standins/docker.py), whose tritonserver accepts only the options its release has."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.repository_builder.helpers import add_trt_model, copy_repo
+from tritonize.errors import TritonizeError
+from tritonize.serve.docker import choose_release, docker_command
+
+
+@pytest.fixture(scope="module")
+def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    repo = tmp_path_factory.mktemp("docker") / "models"
+    # No ensembles: the docker stand-in runs only `tritonserver` in the image, not the `sh -c` that installs
+    # the preprocess model's requirements first (tests/serve/test_cli.py runs that part).
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False,
+                                                        ensembles=False))
+    return repo
+
+
+def plan_repo(onnx_repo, artifacts, tmp_path, **plan) -> Path:
+    repo = copy_repo(onnx_repo, tmp_path / "models")
+    add_trt_model(repo, artifacts, **plan)
+    return repo
+
+
+def test_plan_for_a_release_whose_tensorrt_the_table_does_not_know(onnx_repo, artifacts_copy, tmp_path):
+    """The container builder built it in 25.03's image; the table knows no TensorRT for 25.03."""
+    repo = plan_repo(onnx_repo, artifacts_copy, tmp_path, tensorrt_version="10.9.0.34", triton_release="25.03")
+    choice = choose_release(None, repo)
+    assert choice.release == "25.03" and "warning" in choice.why and "10.9.0.34" in choice.why
+
+
+def test_plan_for_a_known_release_with_another_tensorrt_is_refused(onnx_repo, artifacts_copy, tmp_path):
+    repo = plan_repo(onnx_repo, artifacts_copy, tmp_path, tensorrt_version="10.9.0.34", triton_release="24.10")
+    with pytest.raises(TritonizeError, match="no known Triton release runs TensorRT 10.9.0.34"):
+        choose_release(None, repo)
+
+
+def test_version_compatible_plan(onnx_repo, artifacts_copy, tmp_path, standins):
+    repo = plan_repo(onnx_repo, artifacts_copy, tmp_path, tensorrt_version="10.3.0.26", triton_release="24.08",
+                     version_compatible=True)
+    assert choose_release(None, repo).release == "24.08"
+    assert choose_release("25.01", repo).release == "25.01"  # a later runtime loads it
+    command = docker_command(repo, "25.01")
+    assert "--backend-config=tensorrt,version-compatible=true" in command
+    assert subprocess.run(command, capture_output=True, timeout=60).returncode == 0
+
+
+def test_plain_plan_gets_no_host_code_trust(onnx_repo, artifacts_copy, tmp_path):
+    repo = plan_repo(onnx_repo, artifacts_copy, tmp_path, tensorrt_version="10.5.0.18", triton_release="24.10")
+    assert not any(a.startswith("--backend-config") for a in docker_command(repo, "24.10"))
+    with pytest.raises(TritonizeError, match="will not load there"):
+        choose_release("25.01", repo)
+
+
+@pytest.mark.parametrize("release,config_name", [("24.04", None), ("24.05", "gpu"), ("26.03", "gpu"), ("26.04", "gpu"),
+                                                 ("26.08", None)])
+def test_every_release_accepts_its_command(onnx_repo, standins, release, config_name):
+    command = docker_command(onnx_repo, release, model_config_name=config_name)
+    assert "--ipc=host" in command  # client shared memory lives in the host's /dev/shm
+    assert ("--allow-client-shm=true" in command) == (release >= "26.04")  # off by default from 26.04
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def test_model_config_name_before_24_05_is_refused(onnx_repo):
+    with pytest.raises(TritonizeError, match="Triton 24.04 has no --model-config-name"):
+        docker_command(onnx_repo, "24.04", model_config_name="gpu")
+
+
+def test_shared_memory_only_for_a_loopback_server(onnx_repo):
+    assert "--allow-client-shm=true" not in docker_command(onnx_repo, "26.08", host="0.0.0.0")
