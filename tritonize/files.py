@@ -13,6 +13,26 @@ from tritonize.errors import TritonizeError
 
 
 @contextlib.contextmanager
+def staged_path(final: Path) -> Iterator[Path]:
+    """Yield a temporary path next to `final` for the caller to fill and publish (rename) itself.
+
+    Whatever is left at the temporary path when the block ends, normally or not, is removed. So are
+    the temporaries of `final` that killed processes left behind (their pid is in the name).
+    """
+    final = Path(final)
+    for stale in [*final.parent.glob(f".{final.name}.tmp-*"), *final.parent.glob(f".{final.name}.old-*")]:
+        pid = stale.name.rpartition("-")[2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            _remove(stale)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    _remove(tmp)
+    try:
+        yield tmp
+    finally:
+        _remove(tmp)
+
+
+@contextlib.contextmanager
 def atomic_path(final: Path) -> Iterator[Path]:
     """Yield a temporary path next to `final`; rename it over `final` only if the block succeeds.
 
@@ -21,9 +41,7 @@ def atomic_path(final: Path) -> Iterator[Path]:
     Works for files and for directories.
     """
     final = Path(final)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    _remove(tmp)
-    try:
+    with staged_path(final) as tmp:
         yield tmp
         if final.is_dir() and not final.is_symlink():
             # Directories cannot be renamed over a non-empty directory: swap in two renames.
@@ -33,9 +51,17 @@ def atomic_path(final: Path) -> Iterator[Path]:
             _remove(old)
         else:
             os.replace(tmp, final)
-    except BaseException:
-        _remove(tmp)
-        raise
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (it may belong to another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _remove(path: Path) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +199,45 @@ def test_docker_installs_what_the_preprocessing_models_need(small_repo, tmp_path
     ran = subprocess.run(shell, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, capture_output=True, text=True)
     assert (ran.returncode, ran.stdout) == (
         0, "pillow>=10\ntritonserver --model-repository=/models --model-control-mode=explicit --load-model=*\n"), ran.stderr
+
+
+# ------------------------------------------------------------------ killed processes
+
+
+def test_killed_serve_leaves_no_server_behind_and_the_next_start_removes_its_files(onnx_repo, tmp_path):
+    """kill -9 of `tritonize serve`: its tritonserver ends within seconds (not the default 30 s exit
+    timeout), and the next start removes the temporary directory it could not remove, but neither
+    the directory of a server whose owner lives nor one that names no owner."""
+    from tests.serve.helpers import Serve, group_alive
+    from tritonize.serve.embedded import embedded_server
+    from tritonize.serve.process import WORKDIR_PREFIX, make_workdir
+    from tritonize.serve.supervisor import stub_processes
+
+    ownerless = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))  # e.g. an older tritonize's
+    live = make_workdir()  # owned by this process, which lives
+    try:
+        with Serve(onnx_repo) as serve:
+            os.kill(stub_processes(serve.server_pid)["onnx_model_0_0"], signal.SIGKILL)  # its model unloads slowly
+            serve.process.kill()
+            killed = time.monotonic()
+            serve.process.wait()
+            while group_alive(serve.server_pid) and time.monotonic() - killed < 40:
+                time.sleep(0.1)
+            assert time.monotonic() - killed < 15, "tritonserver outlived tritonize serve"
+            assert serve.workdir.is_dir()  # a killed process cannot clean up after itself
+            with embedded_server(onnx_repo):
+                assert not serve.workdir.exists()
+        assert live.is_dir() and ownerless.is_dir()
+    finally:
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.rmtree(ownerless, ignore_errors=True)
+
+
+def test_killed_server_makes_serve_exit_non_zero_with_the_reason(onnx_repo):
+    from tests.serve.helpers import Serve
+
+    with Serve(onnx_repo) as serve:
+        os.kill(serve.server_pid, signal.SIGKILL)
+        assert serve.process.wait(60) == 1
+        assert serve.expect("error: ") == "error: tritonserver was killed by SIGKILL while serving"
+        assert not serve.workdir.exists()

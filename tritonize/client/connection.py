@@ -141,6 +141,17 @@ class Connection:
         host = self.url.rsplit(":", 1)[0].strip("[]")
         return host in ("localhost", "127.0.0.1", "::1")
 
+    def failure(self, error: Exception, model: str, during: str = "") -> TritonizeError:
+        """What a failed call about `model` means: the server is down, or it is up and the model failed."""
+        try:
+            live = self.client.is_server_live(client_timeout=min(self.timeout, 5.0))
+        except self._error:
+            live = False
+        if not live:
+            return server_gone(self.url, error, during)
+        where = f" during {during}" if during else ""
+        return TritonizeError(f"model {model!r} failed on the server at {self.url}{where}: {short_reason(error)}")
+
     def models(self) -> dict[str, str]:
         """name -> "READY" or "UNAVAILABLE: reason" for every model in the repository."""
         try:
@@ -150,7 +161,7 @@ class Connection:
         states = {}
         for entry in index.get("models", []):
             state = entry.get("state") or "UNKNOWN"
-            reason = entry.get("reason", "")
+            reason = entry.get("reason", "").split("\n\nAt:")[0].strip()  # without the Python traceback a backend may add
             states[entry["name"]] = state if state == "READY" or not reason else f"{state}: {reason}"
         return states
 
@@ -172,7 +183,7 @@ class Connection:
         """The model's description; an unknown or unready model is an error listing the others."""
         states = self.models()
         if states.get(name) != "READY":
-            listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items())) or "none"
+            listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items()) if n != name) or "none"
             what = "is not in the repository" if name not in states else f"is {states[name]}"
             raise TritonizeError(f"model {name!r} {what} at {self.url}; models there: {listing}")
         return ModelInfo.from_config(self._config(name))
@@ -209,7 +220,7 @@ class Connection:
         try:
             return self.client.get_model_config(name, as_json=True, client_timeout=self.timeout)["config"]
         except self._error as e:
-            raise server_gone(self.url, e) from None
+            raise self.failure(e, name) from None
 
     def labels(self, model: ModelInfo) -> list[str]:
         """The model's class labels, from the server's classification extension.
@@ -230,7 +241,7 @@ class Connection:
         try:
             result = self.client.infer(model.name, [inp], outputs=[out], client_timeout=self.timeout)
         except self._error as e:
-            raise server_gone(self.url, e) from None
+            raise self.failure(e, model.name) from None
         labels = [f"class {i}" for i in range(model.num_classes)]
         for entry in result.as_numpy(model.output_name).reshape(-1):
             parts = (entry.decode() if isinstance(entry, bytes) else str(entry)).split(":", 2)
@@ -255,7 +266,7 @@ class Connection:
             refused = re.search(rf"{re.escape(model.input_name)}\[(\d+)\]: (.+)", short_reason(e))
             if refused and model.form != "tensor":
                 raise RejectedImage(int(refused[1]), refused[2]) from None
-            raise server_gone(self.url, e) from None
+            raise self.failure(e, model.name) from None
         return result.as_numpy(model.output_name).reshape(len(batch), -1)
 
     def infer_all(self, model: ModelInfo, arrays: Sequence[np.ndarray], on_batch=None,
@@ -292,7 +303,7 @@ class Connection:
         try:
             stats = self.client.get_inference_statistics(name, as_json=True, client_timeout=self.timeout)
         except self._error as e:
-            raise server_gone(self.url, e) from None
+            raise self.failure(e, name) from None
         totals: dict[str, list[int]] = {}
         for entry in stats.get("model_stats", []):
             for key, value in entry.get("inference_stats", {}).items():

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tritonize.client.connection import ModelInfo, Connection, server_gone, short_reason
+from tritonize.client.connection import ModelInfo, Connection, short_reason
 from tritonize.client.stats import latency_summary
 from tritonize.console import table
 from tritonize.errors import TritonizeError
@@ -306,9 +306,7 @@ def measure_level(connection: Connection, info: ModelInfo, transport: _Transport
                                               options.level_time_limit, options.timeout))
         after = connection.statistics(info.name)
     except InferenceServerException as e:
-        if "UNAVAILABLE" in str(e.status()):
-            raise server_gone(connection.url, e, f"{info.name} at concurrency {concurrency}") from None
-        raise TritonizeError(f"{info.name} at concurrency {concurrency}: the server refused a request ({short_reason(e)})") from None
+        raise connection.failure(e, info.name, f"{info.name} at concurrency {concurrency}") from None
     per_request, server_batches, _ = _server_delta(before, after)
     mean = lambda xs: sum(xs) / len(xs) * 1e6 if xs else 0.0
     return LevelResult(

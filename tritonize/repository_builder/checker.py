@@ -12,7 +12,8 @@ Rules (each finding names the model, what is wrong and how to fix it):
   torchscript the module's forward() takes as many inputs as the config declares, names follow
               Triton's `<name>__<index>` rule, and a batch-1 forward gives the configured output dims
   plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names
-  hashes      (manifest) model files have the sha256 the manifest recorded
+  hashes      (manifest) model files have the sha256 the manifest recorded, and so have the artifacts themselves
+              (an export killed mid-publish leaves a `pending` entry or another file)
   provenance  contract parameters present (and trt_model's plan provenance); (manifest) source.manifest_sha256
               is this manifest's hash
   ensemble    steps name models of the repository; each step maps every input of its model and only its
@@ -81,9 +82,24 @@ def check_repository(repo: Path, artifacts: Path | None = None, triton_release: 
         "release": release_info(triton_release) if triton_release else None,
         "configs": {d.name: _parsed_or_none(d / CONFIG_NAME) for d in model_dirs},  # what ensemble steps name
     }
-    findings: list[Finding] = []
+    findings = _check_artifacts(manifest) if manifest else []
     for model_dir in model_dirs:
         findings += _ModelCheck(model_dir, context).run()
+    return findings
+
+
+def _check_artifacts(manifest: Manifest) -> list[Finding]:
+    """Each artifact the manifest describes is the file on disk."""
+    findings = []
+    for key, entry in manifest.artifacts.items():
+        if getattr(entry, "file", None) is None:  # a plan waiting for a GPU has no file yet
+            continue
+        problem = manifest.file_problem(entry)
+        if problem:
+            findings.append(Finding(
+                "artifacts", "error", f"{problem}: the manifest's {key!r} entry does not describe {manifest.path(entry)}",
+                f"re-run the stage that writes it (`tritonize export --force` for model.pt / model.onnx), then {REBUILD}",
+            ))
     return findings
 
 

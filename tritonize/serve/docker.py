@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
 from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_loads
-from tritonize.serve.process import RunningServer, ServerHandle, choose_ports
+from tritonize.serve.process import RunningServer, ServerHandle, choose_ports, make_workdir
 from tritonize.serve.repository import model_control_flags, python_requirements, tensorrt_models, validate_repository
 
 
@@ -169,7 +168,7 @@ class DockerServer(ServerHandle):
             raise TritonizeError(f"the docker engine cannot run here: {problem}; use --engine embedded, "
                                  "or --print-command to get the command for a GPU machine")
         ports = choose_ports(self.host, *self.requested_ports)
-        self.workdir = Path(tempfile.mkdtemp(prefix="tritonize-serve-"))
+        self.workdir = make_workdir()
         try:
             command = docker_command(self.repository, self.release, host=self.host, http_port=ports.http,
                                      grpc_port=ports.grpc, metrics_port=ports.metrics,

@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -16,9 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
+from tritonize.progress import say
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 STOP_GRACE_S = 20.0  # Triton finishes in-flight requests and unloads models on SIGTERM
+WORKDIR_PREFIX = "tritonize-serve-"
+OWNER_FILE = "owner"  # in each workdir: "<pid> <start time>" of the process that made it
 
 
 @dataclass(frozen=True)
@@ -243,6 +247,37 @@ def _signal_group(pgid: int, sig: int) -> bool:
         return False
     except PermissionError:  # only zombies left, owned by init until reaped
         return False
+
+
+def make_workdir() -> Path:
+    """A new temporary directory for one server, owned by this process.
+
+    First removes the directories whose owner is gone: a killed `tritonize serve` cannot clean up
+    after itself. Several people may run servers on one machine, so a directory whose owner lives,
+    or that names no owner, is left alone.
+    """
+    for stale in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            pid, started = (stale / OWNER_FILE).read_text().split()
+        except (OSError, ValueError):
+            continue
+        if _start_time(int(pid)) != started:
+            shutil.rmtree(stale, ignore_errors=True)
+            if not stale.exists():
+                say(f"removed {stale}: left by a server whose process ({pid}) is gone")
+    workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    (workdir / OWNER_FILE).write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+    return workdir
+
+
+def _start_time(pid: int) -> str | None:
+    """When the process started (clock ticks after boot), None once it is dead (a zombie too): with
+    the pid, it tells the process from a later one that got the same pid."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
 
 
 class ServerHandle:

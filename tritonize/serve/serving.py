@@ -118,7 +118,8 @@ def wait_for_stop(server: RunningServer) -> None:
         while not stop.wait(0.5):
             code = server.exit_code()
             if code is not None:
-                raise TritonizeError(f"tritonserver stopped by itself (exit code {code})\n{log_tail(server.log_path)}")
+                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                raise TritonizeError(f"tritonserver {how} while serving\n{log_tail(server.log_path)}")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
