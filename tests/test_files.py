@@ -52,3 +52,17 @@ def test_sha256_of_a_known_content(tmp_path):
     path = tmp_path / "x"
     path.write_bytes(b"abc")
     assert sha256_file(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_temporaries_of_killed_processes_are_removed_others_kept(tmp_path):
+    import os
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    final = tmp_path / "model.onnx"
+    for pid in (dead.pid, os.getppid()):  # a process that is gone, and one that lives (it may be writing)
+        (tmp_path / f".model.onnx.tmp-{pid}").write_text("left behind")
+    with atomic_path(final) as tmp:
+        tmp.write_text("new")
+    assert _names(tmp_path) == [f".model.onnx.tmp-{os.getppid()}", "model.onnx"]

@@ -322,3 +322,26 @@ def test_perf_along_server_and_uint8_paths_counts_their_bytes(small_server, tmp_
                                                                                              level["tensor_bytes_on_wire"])
     # Two images per request: the file with its 4-byte length each, or 224x224x3 UINT8 each, then 2 x 1000 logits.
     assert sizes == {"onnx_classifier": 2 * (PHOTO.stat().st_size + 4) + 8000, "onnx_classifier_uint8": 2 * 150_528 + 8000}
+
+
+def test_trt_model_waiting_for_a_gpu_says_why_and_what_to_run(artifacts_copy, tmp_path):
+    """On a machine without TensorRT the plan waits for a GPU box: `repo build` leaves a note, the
+    embedded server lists trt_model UNAVAILABLE with it, and the client repeats it."""
+    from tests.conftest import plan_entry, record
+    from tritonize.serve.embedded import embedded_server
+
+    record(artifacts_copy, "tensorrt", plan_entry("waiting_for_gpu"))
+    repo = tmp_path / "models"
+    built = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", repo, "--models", "onnx_model,trt_model",
+                    "--no-warmup")
+    assert built.exit_code == 0, built.output
+    with embedded_server(repo) as info:
+        state, reason = info.models["trt_model"]
+        assert state == "UNAVAILABLE" and "trt_model was not built: its TensorRT plan is waiting for a GPU" in reason
+        result = run_cli("client", "classify", PHOTO, "--model", "trt_model", "--url", info.grpc_url)
+        assert result.exit_code == 1
+        [line] = result.output.strip().splitlines()
+        assert line.startswith("error: model 'trt_model' is UNAVAILABLE: ") and "waiting for a GPU" in line
+        assert "On a GPU box run `tritonize convert trt`" in line and "then `tritonize repo build` again" in line
+        assert "onnx_model (READY)" in line
+        assert run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--url", info.grpc_url).exit_code == 0

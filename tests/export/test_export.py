@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from tests.conftest import SMALL_ARCH, run_cli
+from tests.export.interrupt import killed_after_rename
 from tritonize.errors import TritonizeError
 from tritonize.export import ExportOptions, export_artifacts
 from tritonize.files import sha256_file
@@ -130,6 +131,34 @@ def test_interrupted_export_leaves_previous_artifacts_untouched(artifacts_copy):
     proc.wait(timeout=120)
     assert proc.returncode != 0
     assert sha256_file(artifacts_copy / "model.onnx") == before
+    assert _leftovers(artifacts_copy) == []
+
+
+def test_export_killed_between_publish_steps_never_disagrees_with_its_manifest(artifacts_copy, tmp_path):
+    """kill -9 of the real `tritonize export` right after each publish step (entry recorded as pending,
+    file renamed into place, entry recorded as verified): the manifest never vouches for a file it
+    does not describe, `repo check` says so while the entry is pending, and the next export redoes it."""
+    from tritonize.manifest import Manifest, Status
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    repo = tmp_path / "models"
+    build_repository(artifacts_copy, repo, RepoOptions(kind="cpu", models=("torch_model",), warmup=False))
+    export = ["export", "--format", "torchscript", "--arch", SMALL_ARCH, "--weights", "none", "--max-batch", "2",
+              "--artifacts", artifacts_copy]
+    before = sha256_file(artifacts_copy / "model.pt")
+    for renames in (1, 2, 3):  # each export starts from what the killed one before it left
+        assert killed_after_rename(artifacts_copy, renames, *export, *(["--force"] if renames == 1 else []))
+        entry = Manifest.load(artifacts_copy).torchscript
+        on_disk = sha256_file(artifacts_copy / "model.pt")
+        check = run_cli("repo", "check", repo, "--artifacts", artifacts_copy)
+        flagged = [line for line in check.output.splitlines() if line.startswith("error: artifacts: model.pt")]
+        if renames < 3:
+            assert entry.status is Status.pending and len(flagged) == 1, check.output
+            assert on_disk == (before if renames == 1 else entry.sha256)
+        else:
+            assert entry.status is Status.verified and entry.sha256 == on_disk != before and not flagged
+    result = run_cli(*export)
+    assert result.exit_code == 0 and "model.pt is up to date" in result.output
     assert _leftovers(artifacts_copy) == []
 
 
