@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -208,6 +209,10 @@ def test_killed_serve_leaves_no_server_behind_and_the_next_start_removes_its_fil
     """kill -9 of `tritonize serve`: its tritonserver ends within seconds (not the default 30 s exit
     timeout), and the next start removes the temporary directory it could not remove, but neither
     the directory of a server whose owner lives nor one that names no owner."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
     from tests.serve.helpers import Serve, group_alive
     from tritonize.serve.embedded import embedded_server
     from tritonize.serve.process import WORKDIR_PREFIX, make_workdir
@@ -217,7 +222,12 @@ def test_killed_serve_leaves_no_server_behind_and_the_next_start_removes_its_fil
     live = make_workdir()  # owned by this process, which lives
     try:
         with Serve(onnx_repo) as serve:
-            os.kill(stub_processes(serve.server_pid)["onnx_model_0_0"], signal.SIGKILL)  # its model unloads slowly
+            # A stub killed under traffic: its model instance then takes ~20 s to unload.
+            os.kill(stub_processes(serve.server_pid)["onnx_model_0_0"], signal.SIGKILL)
+            with contextlib.suppress(InferenceServerException), grpcclient.InferenceServerClient(serve.grpc_url) as client:
+                x = grpcclient.InferInput("input", [1, 3, 224, 224], "FP32")
+                x.set_data_from_numpy(np.zeros((1, 3, 224, 224), np.float32))
+                client.infer("onnx_model", [x])
             serve.process.kill()
             killed = time.monotonic()
             serve.process.wait()

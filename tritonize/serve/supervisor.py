@@ -2,13 +2,14 @@
 
 A model whose stub died (the kernel's OOM killer, a crash) stays READY in Triton but fails every
 request with "Stub process '<instance>' is not healthy." until it is unloaded and loaded again (a
-plain `load` of an unchanged model does nothing). Every POLL_S the supervisor looks for two signs:
-a stub of a READY model is gone, or the model's failed-request counter (Triton's metrics) went up.
-One batch-1 request of zeros confirms it: only "is not healthy" leads to a reload (unload + load
-through the model repository API), so a model reloaded on purpose or a client's bad request
-changes nothing. The other models keep serving throughout. A model that keeps crashing is reloaded
-after the delays in RELOAD_DELAYS_S, then given up: UNAVAILABLE with the reason, in Triton's
-repository index where clients and `tritonize serve` read it.
+plain `load` of an unchanged model does nothing). Every POLL_S the supervisor looks at each READY
+model: a stub that is gone with none in its place is a crash; a stub replaced by another process, or
+a rise in the model's failed-request counter (Triton's metrics), is confirmed with one batch-1
+request of zeros, and only "is not healthy" counts, so a model reloaded on purpose or a client's bad
+request changes nothing. A crashed model is reloaded (unload + load through the model repository
+API) while the others keep serving. One that keeps crashing is reloaded after the delays in
+RELOAD_DELAYS_S, then given up: UNAVAILABLE with the reason, in Triton's repository index where
+clients and `tritonize serve` read it.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Supervisor:
         self._thread = threading.Thread(target=self._run, name="tritonize-supervisor", daemon=True)
 
     def start(self) -> None:
-        self.check()  # what the models look like now, before anyone is told the server is ready
+        self._check()  # what the models look like now, before anyone is told the server is ready
         self._thread.start()
 
     def stop(self) -> None:
@@ -68,10 +69,13 @@ class Supervisor:
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_S):
-            try:
-                self.check()
-            except (OSError, ValueError):  # the server is stopping or died: the serve loop reports that
-                continue
+            self._check()
+
+    def _check(self) -> None:
+        try:
+            self.check()
+        except (OSError, ValueError):  # the server is starting, stopping or dead: the serve loop reports a dead one
+            pass
 
     def check(self) -> None:
         """One round: every READY model's stubs and failure count, and the reloads that are due."""
@@ -87,11 +91,14 @@ class Supervisor:
                 if time.monotonic() >= model.reload_at:
                     self._reload(name, model)
                 continue
-            gone = sorted(i for i, pid in model.stubs.items() if mine.get(i) != pid)
-            if gone or failures.get(name, 0.0) > model.failures:
+            gone = sorted(i for i in model.stubs if i not in mine)
+            if gone:  # a stub died and none took its place
+                self._crashed(name, model, f"stub {', '.join(f'{i} (pid {model.stubs[i]})' for i in gone)} died")
+                continue
+            if mine != model.stubs or failures.get(name, 0.0) > model.failures:  # reloaded by someone, or failing
                 problem = self._probe(name)
                 if problem:
-                    self._crashed(name, model, problem, gone)
+                    self._crashed(name, model, problem.rstrip("."))
                     continue
             model.stubs, model.failures = mine, failures.get(name, 0.0)
 
@@ -117,10 +124,10 @@ class Supervisor:
             return message if UNHEALTHY in message else None
         return None
 
-    def _crashed(self, name: str, model: _Model, problem: str, gone: list[str]) -> None:
+    def _crashed(self, name: str, model: _Model, what: str) -> None:
         now = time.monotonic()
         model.crashes = [t for t in model.crashes if now - t < CRASH_WINDOW_S] + [now]
-        model.what = f"stub {', '.join(f'{i} (pid {model.stubs[i]})' for i in gone)} died" if gone else problem.rstrip(".")
+        model.what = what
         if len(model.crashes) > len(RELOAD_DELAYS_S):
             self._give_up(name, model)
             return
