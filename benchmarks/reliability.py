@@ -178,15 +178,14 @@ def load_run(repo: Path, inputs, expected, args) -> tuple[dict, list]:
         seconds = time.monotonic() - start
         sampler.stop()
     errors = [r for r in load.records if r[2]]
-    warm = start + seconds / 3
     slopes = {}
     for name in sorted({n for _, rss in sampler.samples for n in rss}):
-        points = [(t, rss[name]) for t, rss in sampler.samples if name in rss and t >= warm]
-        if len(points) >= 3:
-            slope = np.polyfit([t for t, _ in points], [m for _, m in points], 1)[0] * 60
-            first = next(rss[name] for _, rss in sampler.samples if name in rss)
-            slopes[name] = {"first_mb": round(first, 1), "after_warmup_mb": round(points[0][1], 1),
-                            "last_mb": round(points[-1][1], 1), "slope_mb_per_min": round(float(slope), 2)}
+        points = [(t - start, rss[name]) for t, rss in sampler.samples if name in rss]
+        after = [(t, m) for t, m in points if t >= seconds / 3]  # warm-up: the first third of the run
+        if len(after) >= 6:
+            slopes[name] = {"first_mb": round(points[0][1], 1), "after_warmup_mb": round(after[0][1], 1),
+                            "last_mb": round(points[-1][1], 1), "slope_mb_per_min": _slope(after),
+                            "slope_last_third_mb_per_min": _slope([(t, m) for t, m in after if t >= seconds * 2 / 3])}
     figures = {
         "requests": len(load.records), "errors": len(errors), "wrong_answers": sum(r[3] for r in load.records),
         "error_messages": sorted({r[2] for r in errors}), "seconds": round(seconds, 1),
@@ -196,6 +195,11 @@ def load_run(repo: Path, inputs, expected, args) -> tuple[dict, list]:
     }
     print(figures, flush=True)
     return figures, [(t - start, rss) for t, rss in sampler.samples]
+
+
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MB) points, in MB per minute."""
+    return round(float(np.polyfit([t for t, _ in points], [m for _, m in points], 1)[0] * 60), 2)
 
 
 def _lost(records, fault: float) -> dict:
@@ -321,8 +325,9 @@ def print_tables(results: dict) -> None:
         [[load["requests"], load["errors"], load["wrong_answers"], load["seconds"], load["throughput_per_s"],
           round(load["latency"]["p50_ms"], 1), round(load["latency"]["p99_ms"], 1)]]))
     print("\n" + markdown_table(
-        ["process", "first MB", "after warm-up MB", "last MB", "slope after warm-up MB/min"],
-        [[name, r["first_mb"], r["after_warmup_mb"], r["last_mb"], r["slope_mb_per_min"]] for name, r in load["rss"].items()]))
+        ["process", "first MB", "after warm-up MB", "last MB", "slope after warm-up MB/min", "slope, last third"],
+        [[name, r["first_mb"], r["after_warmup_mb"], r["last_mb"], r["slope_mb_per_min"], r["slope_last_third_mb_per_min"]]
+         for name, r in load["rss"].items()]))
     stub, server = results["stub_killed"], results["server_killed"]
     print("\n" + markdown_table(
         ["fault", "failed in flight", "failed sent after", "wrong answers", "heal s"],
