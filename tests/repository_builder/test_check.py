@@ -131,6 +131,17 @@ def test_file_hash_against_manifest(repo, small_artifacts):
     _only(check_repository(repo, small_artifacts), "onnx_model", "1/model.onnx does not match the manifest's sha256")
 
 
+def test_artifact_that_differs_from_its_manifest_entry(repo, artifacts_copy):
+    """The artifact itself replaced after it was published (the repository still holds the verified one)."""
+    path = artifacts_copy / "model.onnx"
+    model = onnx.load(str(path))
+    model.doc_string = "replaced after export"
+    rewrite(path, model.SerializeToString())
+    f = _only(check_repository(repo, artifacts_copy), "artifacts", "model.onnx has sha256")
+    assert "the manifest's 'onnx' entry does not describe" in f.message and "tritonize export --force" in f.fix
+    assert _errors(check_repository(repo, artifacts_copy), "onnx_model") == []
+
+
 def test_contract_parameters_missing_is_a_warning(repo):
     edit_config(repo / "onnx_model", lambda c: c.parameters.pop("preprocess.mean"))
     findings = check_repository(repo)

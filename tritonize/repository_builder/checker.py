@@ -36,7 +36,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import Manifest, Plan
+from tritonize.manifest import Manifest, Plan, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, kind_name, parse_config
@@ -89,13 +89,14 @@ def check_repository(repo: Path, artifacts: Path | None = None, triton_release: 
 
 
 def _check_artifacts(manifest: Manifest) -> list[Finding]:
-    """Each artifact the manifest describes is the file on disk."""
+    """Each artifact file the manifest describes is the file on disk (a missing one is the concern of the
+    model that serves it, below)."""
     findings = []
     for key, entry in manifest.artifacts.items():
         if getattr(entry, "file", None) is None:  # a plan waiting for a GPU has no file yet
             continue
         problem = manifest.file_problem(entry)
-        if problem:
+        if problem and (entry.status is Status.pending or manifest.path(entry).is_file()):
             findings.append(Finding(
                 "artifacts", "error", f"{problem}: the manifest's {key!r} entry does not describe {manifest.path(entry)}",
                 f"re-run the stage that writes it (`tritonize export --force` for model.pt / model.onnx), then {REBUILD}",
