@@ -14,6 +14,7 @@ clients and `tritonize serve` read it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -98,6 +99,7 @@ class Supervisor:
             if mine != model.stubs or failures.get(name, 0.0) > model.failures:  # reloaded by someone, or failing
                 problem = self._probe(name)
                 if problem:
+                    _end_hung_stub(problem, mine)
                     self._crashed(name, model, problem.rstrip("."))
                     continue
             model.stubs, model.failures = mine, failures.get(name, 0.0)
@@ -136,7 +138,6 @@ class Supervisor:
             self._reload(name, model)
 
     def _reload(self, name: str, model: _Model) -> None:
-        self._end_stubs(model)
         start = time.monotonic()
         _post(f"{self.http_url}/v2/repository/models/{name}/unload")
         error = _post(f"{self.http_url}/v2/repository/models/{name}/load")
@@ -150,7 +151,6 @@ class Supervisor:
             f"{CRASH_WINDOW_S / 60:.0f} min; crash {len(RELOAD_DELAYS_S) + 1} makes it UNAVAILABLE)")
 
     def _give_up(self, name: str, model: _Model) -> None:
-        self._end_stubs(model)
         reason = (f"{model.what}; it crashed {len(model.crashes)} times within {CRASH_WINDOW_S / 60:.0f} min, "
                   "so tritonize serve stopped reloading it: find the cause (memory? see `dmesg`), then restart the server")
         _post(f"{self.http_url}/v2/repository/models/{name}/unload")
@@ -158,12 +158,14 @@ class Supervisor:
         self.models.pop(name, None)
         say(f"{name}: UNAVAILABLE: {reason}")
 
-    def _end_stubs(self, model: _Model) -> None:
-        """SIGKILL the model's stubs that still exist (hung ones): Triton's unload waits for them otherwise."""
-        alive = stub_processes(self.server_pid)
-        for instance, pid in model.stubs.items():
-            if alive.get(instance) == pid:
-                os.kill(pid, signal.SIGKILL)
+
+def _end_hung_stub(problem: str, stubs: dict[str, int]) -> None:
+    """SIGKILL the stub that `problem` names, alive but not answering: Triton's unload would wait for it,
+    and one that resumed after a reload crashed tritonserver 2.51 (seen once, SIGSTOP then SIGCONT)."""
+    hung = re.search(r"Stub process '([^']+)'", problem)
+    if hung and hung[1] in stubs:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stubs[hung[1]], signal.SIGKILL)
 
 
 def stub_processes(server_pid: int) -> dict[str, int]:
