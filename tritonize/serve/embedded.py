@@ -229,7 +229,8 @@ class EmbeddedServer(ServerHandle):
 
     def _not_built_repository(self) -> Path | None:
         """A repository of the models `repo build` left out with a note, each refusing to load with it."""
-        notes = {name: note for name, note in not_built_notes(self.repository).items() if not (self.repository / name).exists()}
+        notes = {name: note for name, note in not_built_notes(self.repository).items()
+                 if not (self.repository / name).exists() and (not self.models or name in self.models)}
         if not notes:
             return None
         repository = self.workdir / "not-built"

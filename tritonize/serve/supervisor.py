@@ -98,8 +98,13 @@ class Supervisor:
                 continue
             if mine != model.stubs or failures.get(name, 0.0) > model.failures:  # reloaded by someone, or failing
                 problem = self._probe(name)
-                if problem:
-                    _end_hung_stub(problem, mine)
+                hung = re.search(r"Stub process '([^']+)'", problem or "")
+                # The error names the stub; an ensemble failing in a step names the step's, whose own check acts.
+                if hung and hung[1] in mine:
+                    # Alive but not answering: the unload would wait for it, and one that resumed after a
+                    # reload crashed tritonserver 2.51 (seen once: SIGSTOP, reload, SIGCONT).
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(mine[hung[1]], signal.SIGKILL)
                     self._crashed(name, model, problem.rstrip("."))
                     continue
             model.stubs, model.failures = mine, failures.get(name, 0.0)
@@ -115,10 +120,11 @@ class Supervisor:
                 batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
                 inputs = []
                 for spec in config.get("input", []):
-                    dtype = spec.get("data_type", "TYPE_FP32").removeprefix("TYPE_")
+                    dtype = spec.get("data_type", "TYPE_FP32").removeprefix("TYPE_").replace("STRING", "BYTES")
                     shape = batch + [max(1, int(d)) for d in spec.get("dims", [])]
+                    zeros = np.full(shape, b"", object) if dtype == "BYTES" else np.zeros(shape, triton_to_np_dtype(dtype))
                     tensor = grpcclient.InferInput(spec["name"], shape, dtype)
-                    tensor.set_data_from_numpy(np.zeros(shape, triton_to_np_dtype(dtype)))
+                    tensor.set_data_from_numpy(zeros)
                     inputs.append(tensor)
                 client.infer(name, inputs, client_timeout=REQUEST_TIMEOUT_S)
         except InferenceServerException as e:
@@ -157,15 +163,6 @@ class Supervisor:
         _post(f"{self.http_url}/v2/repository/models/{name}/load", unavailable.load_request(name, reason))  # fails, by design
         self.models.pop(name, None)
         say(f"{name}: UNAVAILABLE: {reason}")
-
-
-def _end_hung_stub(problem: str, stubs: dict[str, int]) -> None:
-    """SIGKILL the stub that `problem` names, alive but not answering: Triton's unload would wait for it,
-    and one that resumed after a reload crashed tritonserver 2.51 (seen once, SIGSTOP then SIGCONT)."""
-    hung = re.search(r"Stub process '([^']+)'", problem)
-    if hung and hung[1] in stubs:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(stubs[hung[1]], signal.SIGKILL)
 
 
 def stub_processes(server_pid: int) -> dict[str, int]:
