@@ -144,7 +144,7 @@ def main() -> None:
     if not (artifacts / "manifest.json").is_file():
         subprocess.run([sys.executable, "-m", "tritonize.cli", "export", "--arch", "resnet18", "--weights", "none",
                         "--artifacts", str(artifacts)], check=True)
-    build_repository(artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), force=True))
+    build_repository(artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), ensembles=False, force=True))
     inputs, expected = _references(artifacts)
     results = {"uptime_before": uptime(), "requests": args.requests, "concurrency": args.concurrency}
     print(results["uptime_before"], flush=True)
@@ -273,7 +273,7 @@ def export_killed(artifacts: Path, work: Path) -> list[dict]:
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(artifacts, copy)
         repo = work / "export-killed-models"
-        build_repository(copy, repo, RepoOptions(kind="cpu", warmup=False, force=True))
+        build_repository(copy, repo, RepoOptions(kind="cpu", warmup=False, ensembles=False, force=True))
         start = time.monotonic()
         killed = killed_after_rename(copy, renames, "export", "--arch", "resnet18", "--weights", "none",
                                      "--artifacts", copy, "--force")

@@ -333,7 +333,7 @@ def test_trt_model_waiting_for_a_gpu_says_why_and_what_to_run(artifacts_copy, tm
     record(artifacts_copy, "tensorrt", plan_entry("waiting_for_gpu"))
     repo = tmp_path / "models"
     built = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", repo, "--models", "onnx_model,trt_model",
-                    "--no-warmup")
+                    "--no-ensembles", "--no-warmup")
     assert built.exit_code == 0, built.output
     with embedded_server(repo) as info:
         state, reason = info.models["trt_model"]

@@ -142,7 +142,7 @@ def test_export_killed_between_publish_steps_never_disagrees_with_its_manifest(a
     from tritonize.repository_builder import RepoOptions, build_repository
 
     repo = tmp_path / "models"
-    build_repository(artifacts_copy, repo, RepoOptions(kind="cpu", models=("torch_model",), warmup=False))
+    build_repository(artifacts_copy, repo, RepoOptions(kind="cpu", models=("torch_model",), warmup=False, ensembles=False))
     export = ["export", "--format", "torchscript", "--arch", SMALL_ARCH, "--weights", "none", "--max-batch", "2",
               "--artifacts", artifacts_copy]
     before = sha256_file(artifacts_copy / "model.pt")

@@ -29,7 +29,7 @@ def serve(small_artifacts, tmp_path_factory):
     from tritonize.repository_builder import RepoOptions, build_repository
 
     repo = tmp_path_factory.mktemp("supervised") / "models"
-    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
     for name in ("onnx_hung", "onnx_crashy"):
         shutil.copytree(repo / "onnx_model", repo / name)
         for config in [repo / name / "config.pbtxt", *(repo / name / "configs").glob("*.pbtxt")]:
