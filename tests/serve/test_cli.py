@@ -222,7 +222,7 @@ def test_killed_serve_leaves_no_server_behind_and_the_next_start_removes_its_fil
     live = make_workdir()  # owned by this process, which lives
     try:
         with Serve(onnx_repo) as serve:
-            # A stub killed under traffic: its model instance then takes ~20 s to unload.
+            # A stub killed under traffic: its model instance then never finishes unloading.
             os.kill(stub_processes(serve.server_pid)["onnx_model_0_0"], signal.SIGKILL)
             with contextlib.suppress(InferenceServerException), grpcclient.InferenceServerClient(serve.grpc_url) as client:
                 x = grpcclient.InferInput("input", [1, 3, 224, 224], "FP32")

@@ -47,7 +47,8 @@ from tritonize.serve.supervisor import Supervisor
 
 PACKAGE_ROOT = Path(tritonize.__file__).resolve().parent.parent
 # At SIGTERM (a stop, or the death of the process that started it) tritonserver waits up to this long
-# for models to unload, by default 30 s; a model whose stub died takes about 20 s to unload.
+# for models to unload, by default 30 s: an instance whose stub died under traffic never finishes, so
+# every stop took the whole 30 s.
 EXIT_TIMEOUT_S = 5
 
 
@@ -171,6 +172,7 @@ class EmbeddedServer(ServerHandle):
         ready_timeout: float = 120.0,
         log_path: Path | None = None,
         models: tuple[str, ...] = (),
+        supervise: bool = True,
     ):
         self.repository = Path(repository).resolve()
         self.host = host
@@ -179,6 +181,7 @@ class EmbeddedServer(ServerHandle):
         self.ready_timeout = ready_timeout
         self.log_path = Path(log_path).resolve() if log_path else None
         self.models = models  # loaded at start; empty: all
+        self.supervise = supervise  # reload a model whose backend stub died (off: to do it by hand)
 
     def command(self, binary: Path, backend_dir: Path, ports: Ports, config_name: str | None,
                 not_built: Path | None = None) -> list[str]:
@@ -220,8 +223,9 @@ class EmbeddedServer(ServerHandle):
                 ready_timeout=self.ready_timeout, env=env, cwd=self.workdir, model_config_name=config_name,
             )
             info = self.server.start()
-            self.supervisor = Supervisor(info.pid, info.http_url, info.grpc_url, info.metrics_url)
-            self.supervisor.start()
+            if self.supervise:
+                self.supervisor = Supervisor(info.pid, info.http_url, info.grpc_url, info.metrics_url)
+                self.supervisor.start()
             return info
         except BaseException:
             self.stop()
