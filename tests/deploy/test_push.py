@@ -181,11 +181,12 @@ def test_deploy_pins_the_release_that_current_names(s3, push_repo, repo_copy, tm
     endpoint, bucket, client = s3
     summary = _push(push_repo, bucket, endpoint)
     deploy = ["deploy", "k8s", "--storage", f"s3://{bucket}/{PREFIX}", "--endpoint", endpoint, "--load-seconds", "5"]
-    result = run_cli(*deploy, push_repo, "--bundle", tmp_path / "k8s")
+    # CURRENT is read here (the test server); the pods reach the store under its in-cluster name
+    result = run_cli(*deploy, push_repo, "--bundle", tmp_path / "k8s", "--cluster-endpoint", "http://minio.minio:9000")
     assert result.exit_code == 0, result.output
     container = yaml.safe_load((tmp_path / "k8s" / "triton" / "deployment.yaml").read_text())[
         "spec"]["template"]["spec"]["containers"][0]
-    assert f"--model-repository={summary['model_repository']}" in container["args"]
+    assert f"--model-repository=s3://minio.minio:9000/{bucket}/{PREFIX}/{summary['release']}" in container["args"]
     isvc = list(yaml.safe_load_all((tmp_path / "k8s" / "kserve" / "inferenceservice.yaml").read_text()))[-1]
     assert isvc["spec"]["predictor"]["model"]["storageUri"] == summary["uri"]
 

@@ -17,6 +17,9 @@ def k8s_command(
     storage: Annotated[str, typer.Option("--storage", help="Where `tritonize repo push` put the repository: s3://BUCKET/PREFIX.")],
     repository: RepositoryArgument = DEFAULT_REPOSITORY,
     endpoint: Endpoint = None,
+    cluster_endpoint: Annotated[Optional[str], typer.Option(
+        "--cluster-endpoint", help="The store's URL as the pods reach it, when it differs from --endpoint "
+                                   "(e.g. http://minio.minio.svc:9000 while --endpoint is a port-forward).")] = None,
     region: Region = None,
     bundle: Annotated[Path, typer.Option("--bundle", help="Directory for the manifests (replaced as a whole).")] = Path("k8s"),
     name: Annotated[str, typer.Option("--name", help="Name of the Deployment, Services and the rest.")] = "tritonize",
@@ -45,10 +48,10 @@ def k8s_command(
     from tritonize.progress import say
 
     options = DeployOptions(
-        storage=storage, endpoint=endpoint, region=region, name=name, namespace=namespace, replicas=replicas,
-        max_replicas=max_replicas, gpus=gpus, triton_release=triton_release, model_config_name=model_config_name,
-        load_seconds=load_seconds, offline=offline, monitor_label=monitor_label, prometheus_url=prometheus_url,
-        scale_model=scale_model,
+        storage=storage, endpoint=endpoint, cluster_endpoint=cluster_endpoint, region=region, name=name,
+        namespace=namespace, replicas=replicas, max_replicas=max_replicas, gpus=gpus, triton_release=triton_release,
+        model_config_name=model_config_name, load_seconds=load_seconds, offline=offline, monitor_label=monitor_label,
+        prometheus_url=prometheus_url, scale_model=scale_model,
     )
     written = write_k8s_bundle(repository, bundle, options)
     say(f"wrote {bundle}/: " + ", ".join(str(p.relative_to(bundle)) for p in written))

@@ -59,7 +59,8 @@ _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 @dataclass(frozen=True)
 class DeployOptions:
     storage: str  # s3://bucket/prefix that `repo push` wrote
-    endpoint: str | None = None
+    endpoint: str | None = None  # where this machine reaches the store (CURRENT is read there)
+    cluster_endpoint: str | None = None  # where the pods reach it; None: the same
     region: str | None = None
     name: str = "tritonize"
     namespace: str = "default"
@@ -127,7 +128,7 @@ def write_k8s_bundle(repository: Path, bundle: Path, options: DeployOptions) -> 
 
 def make_plan(repository: Path, options: DeployOptions) -> Plan:
     names = validate_repository(repository)
-    store = Store.parse(options.storage, options.endpoint, options.region)
+    store = Store.parse(options.storage, options.cluster_endpoint or options.endpoint, options.region)
     if options.model_config_name and not has_config_variant(repository, options.model_config_name):
         raise TritonizeError(f"no model in {repository} has configs/{options.model_config_name}.pbtxt "
                              "(--model-config-name)")
@@ -137,7 +138,7 @@ def make_plan(repository: Path, options: DeployOptions) -> Plan:
                              f"it has {', '.join(names)}")
     release = snapshot(repository)
     if not options.offline:
-        current = current_release(store)
+        current = current_release(Store.parse(options.storage, options.endpoint, options.region))
         if current != release.key:
             raise TritonizeError(
                 f"{store.uri('CURRENT')} names {current or 'no release'}, but {repository} is {release.key}: "
