@@ -275,8 +275,10 @@ def test_probes_on_tritons_health_endpoints_and_a_startup_budget_from_the_load_t
     assert "load 12 s given with --load-seconds" in _doc(bundle, "Deployment")["metadata"]["annotations"]["tritonize.io/startup-budget"]
 
 
-def test_measures_the_load_time_when_not_given(push_repo, tmp_path):
-    result = run_cli("deploy", "k8s", push_repo, "--storage", STORAGE, "--offline", "--bundle", tmp_path / "k8s")
+def test_measures_the_load_time_when_not_given(trt_repo, tmp_path):
+    """Without --load-seconds the embedded engine starts on the repository (here onnx_model loads; the
+    plan-less trt_model cannot) and the time to ready sizes the startup probe."""
+    result = run_cli("deploy", "k8s", trt_repo, "--storage", STORAGE, "--offline", "--bundle", tmp_path / "k8s")
     assert result.exit_code == 0, result.output
     seconds = float(re.search(r"model load: ([\d.]+) s, measured here with the embedded engine", result.output).group(1))
     container = _doc(tmp_path / "k8s", "Deployment")["spec"]["template"]["spec"]["containers"][0]

@@ -8,8 +8,10 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +22,10 @@ from tests.conftest import run_cli
 from tests.repository_builder.helpers import rewrite
 from tritonize.deploy.push import repository_files, snapshot
 from tritonize.files import sha256_file
+from tritonize.serve.embedded import (
+    BundledTriton, EmbeddedServer, assemble_backend_dir, check_stub_environment, stub_environment,
+)
+from tritonize.serve.process import RunningServer, choose_ports
 
 PREFIX = "resnet"
 
@@ -150,13 +156,6 @@ class _triton_on_store:
         self.flag, self.credential_file = model_repository_flag, credential_file
 
     def __enter__(self):
-        import tempfile
-
-        from tritonize.serve.embedded import (
-            BundledTriton, EmbeddedServer, assemble_backend_dir, check_stub_environment, stub_environment,
-        )
-        from tritonize.serve.process import RunningServer, choose_ports
-
         triton = BundledTriton.find()
         env = {k: v for k, v in stub_environment(triton).items() if not k.startswith("AWS_")}
         env["TRITON_CLOUD_CREDENTIAL_PATH"] = str(self.credential_file)
@@ -171,8 +170,6 @@ class _triton_on_store:
         return self.server.start()
 
     def __exit__(self, *exc):
-        import shutil
-
         self.server.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
 

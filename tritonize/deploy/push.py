@@ -33,8 +33,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tritonize.errors import TritonizeError
+from minio import Minio
+from minio.deleteobjects import DeleteObject
+from minio.error import S3Error
+
 from tritonize.deploy.s3 import Store, store_errors
+from tritonize.errors import TritonizeError
 from tritonize.progress import say, step
 from tritonize.repository_builder import check_repository
 
@@ -156,10 +160,8 @@ def push(repository: Path, store: Store) -> PushResult:
     return PushResult(store, release, uploaded, kept, previous)
 
 
-def _verified(client, store: Store, key: str, f: RepoFile) -> bool:
+def _verified(client: Minio, store: Store, key: str, f: RepoFile) -> bool:
     """True when the object at `key` holds exactly the file `f` (False when it is missing)."""
-    from minio.error import S3Error
-
     try:
         stat = client.stat_object(store.bucket, key)
     except S3Error as e:
@@ -182,11 +184,9 @@ def _verified(client, store: Store, key: str, f: RepoFile) -> bool:
     return sha.hexdigest() == f.sha256
 
 
-def _remove_strays(client, store: Store, release: Release) -> None:
+def _remove_strays(client: Minio, store: Store, release: Release) -> None:
     """Objects under the release prefix that are not the repository's (put there by hand): Triton would
     read them as part of the repository."""
-    from minio.deleteobjects import DeleteObject
-
     expected = {store.key(release.key, f.path) for f in release.files}
     strays = [o.object_name for o in client.list_objects(store.bucket, prefix=store.key(release.key) + "/",
                                                          recursive=True) if o.object_name not in expected]
@@ -196,7 +196,7 @@ def _remove_strays(client, store: Store, release: Release) -> None:
         say(f"  removed {len(strays)} object(s) that are not in the repository: {', '.join(strays[:3])}")
 
 
-def _put_json(client, store: Store, key: str, document: dict) -> None:
+def _put_json(client: Minio, store: Store, key: str, document: dict) -> None:
     data = (json.dumps(document, indent=1) + "\n").encode()
     client.put_object(store.bucket, store.key(key), io.BytesIO(data), len(data), content_type="application/json")
     sent = RepoFile(key, len(data), hashlib.sha256(data).hexdigest(), hashlib.md5(data).hexdigest())
@@ -204,10 +204,8 @@ def _put_json(client, store: Store, key: str, document: dict) -> None:
         raise TritonizeError(f"{store.uri(key)} differs from what was sent; run the push again")
 
 
-def current_release(store: Store, client=None) -> str | None:
+def current_release(store: Store, client: Minio | None = None) -> str | None:
     """The release CURRENT names ("releases/<id>"), None before the first push."""
-    from minio.error import S3Error
-
     client = client or store.client()
     with store_errors(store, "reading the pointer of"):
         try:

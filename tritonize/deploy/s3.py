@@ -23,6 +23,12 @@ from dataclasses import dataclass
 from typing import Iterator
 from urllib.parse import urlsplit
 
+import certifi
+import urllib3
+from minio import Minio
+from minio.credentials.providers import AWSConfigProvider, ChainedProvider, EnvAWSProvider
+from minio.error import S3Error
+
 from tritonize.errors import TritonizeError
 
 AWS_ENDPOINT = "s3.amazonaws.com"
@@ -94,14 +100,9 @@ class Store:
             "session_token": "", "profile": "",
         }}}
 
-    def client(self):
+    def client(self) -> Minio:
         """A MinIO client for the store, with credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
         (/ AWS_SESSION_TOKEN) or the AWS shared credentials file (AWS_PROFILE)."""
-        import certifi
-        import urllib3
-        from minio import Minio
-        from minio.credentials.providers import AWSConfigProvider, ChainedProvider, EnvAWSProvider
-
         provider = ChainedProvider([EnvAWSProvider(), AWSConfigProvider()])
         try:
             provider.retrieve()
@@ -124,9 +125,6 @@ class Store:
 @contextlib.contextmanager
 def store_errors(store: Store, doing: str) -> Iterator[None]:
     """The client's failures as one line that says what to do."""
-    from minio.error import S3Error
-    from urllib3.exceptions import HTTPError
-
     try:
         yield
     except S3Error as e:
@@ -135,6 +133,6 @@ def store_errors(store: Store, doing: str) -> Iterator[None]:
                 "InvalidAccessKeyId": "check AWS_ACCESS_KEY_ID",
                 "SignatureDoesNotMatch": "check AWS_SECRET_ACCESS_KEY"}.get(e.code, "see the store's message")
         raise TritonizeError(f"{doing} {store}: {e.code}: {e.message} ({hint})") from None
-    except HTTPError as e:
+    except urllib3.exceptions.HTTPError as e:
         raise TritonizeError(f"{doing} {store}: cannot reach the store ({type(e).__name__}: {e}); "
                              "check --endpoint and the network, then run the command again") from None
