@@ -292,17 +292,14 @@ def prometheus_rule(plan: Plan) -> dict:
             "spec": rules(BundleOptions().queue_alert_ms, plan.job)}
 
 
-def _scale_target(plan: Plan) -> dict:
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "name": plan.options.name}
-
-
 def hpa(plan: Plan) -> dict:
     """Pods metric: prometheus-adapter serves a recorded series that has `namespace` and `pod` labels
     under its own name (NVIDIA's autoscaling tutorial relies on the chart's default rules for this);
     the selector picks the model whose queue/compute ratio decides."""
     o = plan.options
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": _meta(plan),
-            "spec": {"scaleTargetRef": _scale_target(plan), "minReplicas": o.replicas, "maxReplicas": o.max_replicas,
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": o.name},
+                     "minReplicas": o.replicas, "maxReplicas": o.max_replicas,
                      "metrics": [{"type": "Pods", "pods": {
                          "metric": {"name": promql.QUEUE_COMPUTE_RATIO,
                                     "selector": {"matchLabels": {"model": plan.scale_model}}},
