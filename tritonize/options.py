@@ -37,6 +37,12 @@ Url = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT 
 Timeout = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each server call.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 
+Endpoint = Annotated[Optional[str], typer.Option(
+    "--endpoint", help="URL of an S3-compatible store (MinIO, Ceph, ...): http://HOST:PORT or https://HOST[:PORT]; "
+                       "default: AWS S3.")]
+Region = Annotated[Optional[str], typer.Option(
+    "--region", help="The store's region (default: AWS_REGION or AWS_DEFAULT_REGION, else us-east-1).")]
+
 T = TypeVar("T")
 
 
