@@ -13,6 +13,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# moto's S3 server for the `repo push` tests, in an environment of its own: moto needs boto3, whose
+# botocore would downgrade python-dateutil in .venv. The tests start it as a server process and skip
+# (saying why) where it could not be installed. Never fails the build.
+MOTO_STAMP := $(VENV)/moto/.installed
+$(MOTO_STAMP): | $(STAMP)
+	@(python3 -m venv $(VENV)/moto && $(VENV)/moto/bin/pip install -q 'moto[s3]==5.2.5' 'flask>=3' 'flask-cors>=6' \
+	  && touch $@) || echo "moto: install failed; the S3 tests will skip"
+
 demo: $(STAMP)
 	$(PY) -m tritonize.pipeline.demo
 
@@ -40,14 +48,6 @@ shellcheck:
 ifeq ($(SHELLCHECK),)
 	@$(call apt,shellcheck,the smoke.sh lint)
 endif
-
-# moto's S3 server for the `repo push` tests, in an environment of its own: moto needs boto3, whose
-# botocore would downgrade python-dateutil in .venv. The tests start it as a server process and skip
-# (saying why) where it could not be installed. Never fails the build.
-MOTO_STAMP := $(VENV)/moto/.installed
-$(MOTO_STAMP): | $(STAMP)
-	@(python3 -m venv $(VENV)/moto && $(VENV)/moto/bin/pip install -q 'moto[s3]==5.2.5' 'flask>=3' 'flask-cors>=6' \
-	  && touch $@) || echo "moto: install failed; the S3 tests will skip"
 
 clean:
 	rm -rf build models/*_model .pytest_cache
