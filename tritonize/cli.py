@@ -32,6 +32,7 @@ def _mount() -> None:
     from tritonize.pipeline.cli import build_command
     from tritonize.client.cli import app as client_app
     from tritonize.control.cli import app as models_app
+    from tritonize.deploy.cli import app as deploy_app
     from tritonize.convert.cli import app as convert_app
     from tritonize.export.cli import export_command
     from tritonize.monitor.cli import monitor_command
@@ -46,6 +47,7 @@ def _mount() -> None:
     app.command("build")(build_command)
     app.command("monitor")(monitor_command)
     app.add_typer(models_app, name="models", help="List, load, unload and reload the models of a running server.")
+    app.add_typer(deploy_app, name="deploy", help="Kubernetes / KServe bundle for a repository pushed with `repo push`.")
 
 
 _mount()

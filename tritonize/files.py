@@ -7,7 +7,7 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from tritonize.errors import TritonizeError
 
@@ -62,6 +62,29 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def replace_tree(directory: Path, contents: dict[str, str], known: Iterable[str], what: str, option: str,
+                 executables: Iterable[str] = ()) -> list[Path]:
+    """Write `contents` (relative path -> text) as `directory`, replacing a previous one as a whole
+    (atomic_path: never half-written). A directory holding files outside `known` is someone else's:
+    refused, naming `option` to choose another. Returns the files written."""
+    directory, known = Path(directory), set(known)
+    if directory.exists():
+        foreign = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()) \
+            if directory.is_dir() else []
+        foreign = [f for f in foreign if f not in known]
+        if foreign or not directory.is_dir():
+            raise TritonizeError(f"{directory} exists and holds files that are not {what} "
+                                 f"({', '.join(foreign[:3]) or 'not a directory'}); choose another {option} or remove it")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(directory) as tmp:
+        for name, text in contents.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(text)
+        for name in executables:
+            (tmp / name).chmod(0o755)
+    return [directory / name for name in contents]
 
 
 def _remove(path: Path) -> None:

@@ -44,6 +44,12 @@ TlsCa = Annotated[Optional[Path], typer.Option(
     "--tls-ca", help="CA certificate (PEM) that signed the server's gRPC certificate: connect over TLS and verify "
                      "the server with it.", show_default=False)]
 
+Endpoint = Annotated[Optional[str], typer.Option(
+    "--endpoint", help="URL of an S3-compatible store (MinIO, Ceph, ...): http://HOST:PORT or https://HOST[:PORT]; "
+                       "default: AWS S3.")]
+Region = Annotated[Optional[str], typer.Option(
+    "--region", help="The store's region (default: AWS_REGION or AWS_DEFAULT_REGION, else us-east-1).")]
+
 T = TypeVar("T")
 
 

@@ -107,30 +107,20 @@ def docker_command(
 
 
 def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", model_config_name: str | None = None,
-                      models: tuple[str, ...] = (), restricted: bool = False, tls: bool = False) -> list[str]:
-    """What the NGC container of `release` runs: tritonserver on the repository mounted at /models, in
-    explicit model control, loading `models` (all when empty).
+                      models: tuple[str, ...] = (), model_repository: str = "/models",
+                      requirements_dir: str = "/models", restricted: bool = False, tls: bool = False) -> list[str]:
+    """What the NGC container of `release` runs: tritonserver on `model_repository` (docker: the
+    repository mounted at /models; Kubernetes: its s3:// release), in explicit model control, loading
+    `models` (all when empty).
 
-    tritonserver exits on options it does not know, so release-dependent ones go only to releases
-    that have them (command_line_parser.cc). When models need pip packages the container lacks (the
-    preprocess model needs Pillow), the command installs their requirements.txt first, then starts
+    When models need pip packages the container lacks (the preprocess model needs Pillow), the command
+    installs their requirements.txt (found under `requirements_dir`, by model) first, then starts
     tritonserver with the same arguments. `restricted`: the container's shell adds the options that
-    restrict the control APIs to the key in $TRITONIZE_CONTROL_KEY (and refuses to start without it).
+    restrict the control APIs to the key in $TRITONIZE_CONTROL_KEY, and refuses to start without it.
     `tls`: gRPC over TLS with the certificate and key mounted at TLS_CERT and TLS_KEY.
     """
-    command = ["tritonserver", "--model-repository=/models", *model_control_flags(models)]
-    if any(p.version_compatible for p in tensorrt_models(repository)):
-        # Version-compatible plans embed host code that the tensorrt backend runs only when trusted.
-        command.append("--backend-config=tensorrt,version-compatible=true")
-    if model_config_name:
-        if release < MODEL_CONFIG_NAME_FROM:
-            raise TritonizeError(f"Triton {release} has no --model-config-name (from {MODEL_CONFIG_NAME_FROM} on): "
-                                 f"serve config.pbtxt there, or use release {MODEL_CONFIG_NAME_FROM} or newer")
-        command.append(f"--model-config-name={model_config_name}")
-    if release >= CLIENT_SHM_FLAG_FROM and host in ("127.0.0.1", "localhost", "::1"):
-        # Off by default from 26.04; `client perf --shared-memory` needs it. Shared memory serves only
-        # clients on this host, so it is allowed only for a server that listens on loopback.
-        command.append("--allow-client-shm=true")
+    command = ["tritonserver", f"--model-repository={model_repository}",
+               *tritonserver_flags(repository, release, host=host, model_config_name=model_config_name, models=models)]
     if tls:
         command += ServerTLS(Path(TLS_CERT), Path(TLS_KEY)).flags()
     steps, start = [], 'exec "$@"'
@@ -142,10 +132,33 @@ def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", 
         start += "".join(f' "{flag}"' for flag in restriction_flags(f"${KEY_ENV}"))
     requirements = python_requirements(repository)
     if requirements:
-        steps.append("pip install --no-cache-dir --quiet " + " ".join(f"-r /models/{r}" for r in requirements))
+        steps.append("pip install --no-cache-dir --quiet " + " ".join(f"-r {requirements_dir}/{r}" for r in requirements))
     if steps:
         command = ["sh", "-c", " && ".join([*steps, start]), "sh", *command]
     return command
+
+
+def tritonserver_flags(repository: Path, release: str, *, host: str = "0.0.0.0", model_config_name: str | None = None,
+                       models: tuple[str, ...] = ()) -> list[str]:
+    """tritonserver's options for `repository` in `release`, after --model-repository.
+
+    tritonserver exits on options it does not know, so release-dependent ones go only to releases
+    that have them (command_line_parser.cc).
+    """
+    flags = model_control_flags(models)
+    if any(p.version_compatible for p in tensorrt_models(repository)):
+        # Version-compatible plans embed host code that the tensorrt backend runs only when trusted.
+        flags.append("--backend-config=tensorrt,version-compatible=true")
+    if model_config_name:
+        if release < MODEL_CONFIG_NAME_FROM:
+            raise TritonizeError(f"Triton {release} has no --model-config-name (from {MODEL_CONFIG_NAME_FROM} on): "
+                                 f"serve config.pbtxt there, or use release {MODEL_CONFIG_NAME_FROM} or newer")
+        flags.append(f"--model-config-name={model_config_name}")
+    if release >= CLIENT_SHM_FLAG_FROM and host in ("127.0.0.1", "localhost", "::1"):
+        # Off by default from 26.04; `client perf --shared-memory` needs it. Shared memory serves only
+        # clients on this host, so it is allowed only for a server that listens on loopback.
+        flags.append("--allow-client-shm=true")
+    return flags
 
 
 def docker_gpu_problem() -> str | None:
