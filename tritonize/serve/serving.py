@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from tritonize.access import KEY_ENV, RESTRICTED_APIS, ServerTLS, is_loopback, server_key, server_tls
+from tritonize.access import KEY_ENV, RESTRICTED_APIS, ControlKey, ServerTLS, is_loopback, server_key, server_tls
 from tritonize.errors import TritonizeError
 from tritonize.progress import say
 from tritonize.serve.docker import DockerServer, choose_release, docker_command, docker_gpu_problem
@@ -53,18 +53,19 @@ def docker_command_line(repository: Path, options: ServeOptions) -> str:
     """The `docker run` command line serving `repository` with the matching NGC container."""
     choice = choose_release(options.triton_release, repository)
     say(f"Triton {choice.release}: {choice.why}")
-    restricted = _restricted(options) is not None
-    if restricted:
+    key = _restricted(options)
+    if key:
+        example = f'export {KEY_ENV}="$(cat {key.file})"' if key.file else f"export {KEY_ENV}=<16+ characters>"
         say(f"the container restricts {', '.join(RESTRICTED_APIS)} to the key in ${KEY_ENV}: set it before running "
-            f"the command (it refuses to start without), and give clients the same key")
+            f"the command ({example}; the container refuses to start without it), and give clients the same key")
     return shlex.join(docker_command(
         repository, choice.release, host=options.host, http_port=options.http_port, grpc_port=options.grpc_port,
         metrics_port=options.metrics_port, model_config_name=_docker_config_name(options.config_name),
-        models=options.models, restricted=restricted, tls=_tls(options),
+        models=options.models, restricted=key is not None, tls=_tls(options),
     ))
 
 
-def _restricted(options: ServeOptions):
+def _restricted(options: ServeOptions) -> ControlKey | None:
     """The control key for the server (None: the control APIs stay open, with a warning off loopback)."""
     key = server_key(options.host, options.control_key_file, options.open_control_apis)
     if key is None and not is_loopback(options.host):
