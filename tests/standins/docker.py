@@ -16,7 +16,8 @@ would misbehave, not only where it would refuse:
   (tests/data/tritonserver_options.json), in the forms tritonserver parses (restricted APIs:
   `<apis>:<header>=<value>`, known API names), needs the TLS files it is given to exist in the
   container (tritonserver reads a missing one as empty), and serves nothing; `sh -c SCRIPT sh ARGS`
-  runs in a real shell whose PATH has these `tritonserver` and a `pip` that reads its -r files.
+  runs in a real shell whose PATH has these `tritonserver` and a `pip` that reads its -r files
+  (both call back into this script as `docker image-tool TOOL ...`, which no real docker has).
 - The container runs outside the client's process group: killing the client leaves it running;
   SIGTERM to the client reaches it only through --init; `docker kill NAME` ends it. Running
   containers are files in STANDIN_DOCKER_STATE (name -> pid).
