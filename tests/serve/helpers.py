@@ -17,15 +17,17 @@ from tritonize.serve.process import choose_ports
 
 
 class Serve:
-    """`tritonize serve REPOSITORY` (embedded engine, free ports) in a child process, ready once
-    constructed. Its stderr lines are collected as they come; `expect` waits for the next ones."""
+    """`tritonize serve REPOSITORY [OPTIONS]` (embedded engine, free ports on `host`) in a child process,
+    ready once constructed; clients reach it on 127.0.0.1. Its stderr lines are collected as they come;
+    `expect` waits for the next ones."""
 
-    def __init__(self, repository: Path):
-        ports = choose_ports("127.0.0.1", None, None, None)
-        self.grpc_url = f"127.0.0.1:{ports.grpc}"
+    def __init__(self, repository: Path, *options: str, host: str = "127.0.0.1"):
+        ports = choose_ports(host, None, None, None)
+        self.grpc_url, self.http_url = f"127.0.0.1:{ports.grpc}", f"http://127.0.0.1:{ports.http}"
         self.process = subprocess.Popen(
             [str(Path(sys.executable).parent / "tritonize"), "serve", str(repository), "--engine", "embedded",
-             "--http-port", str(ports.http), "--grpc-port", str(ports.grpc), "--metrics-port", str(ports.metrics)],
+             "--host", host, "--http-port", str(ports.http), "--grpc-port", str(ports.grpc),
+             "--metrics-port", str(ports.metrics), *options],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         self.stderr: list[str] = []
@@ -95,3 +97,48 @@ def group_alive(pgid: int) -> bool:
         if entry.name.isdigit() and int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+def make_certificates(directory: Path) -> Path:
+    """A test CA (ca.pem), a server certificate it signed for localhost and 127.0.0.1 (server.pem,
+    server.key), and an unrelated CA (other_ca.pem), made here with the `cryptography` package."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def certificate(subject: str, key, issuer: str, issuer_key, *extensions):
+        builder = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1)))
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical=critical)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    def write(name: str, data: bytes) -> None:
+        (directory / name).write_bytes(data)
+
+    def authority(name: str):
+        key = ec.generate_private_key(ec.SECP256R1())
+        write(f"{name}.pem", certificate(f"tritonize test {name}", key, f"tritonize test {name}", key,
+                                         (x509.BasicConstraints(ca=True, path_length=None), True))
+              .public_bytes(serialization.Encoding.PEM))
+        return key
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = authority("ca")
+    authority("other_ca")
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    names = x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    server = certificate("localhost", server_key, "tritonize test ca", ca_key, (names, False),
+                         (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False))
+    write("server.pem", server.public_bytes(serialization.Encoding.PEM))
+    write("server.key", server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+    return directory

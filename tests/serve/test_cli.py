@@ -202,6 +202,26 @@ def test_docker_installs_what_the_preprocessing_models_need(small_repo, tmp_path
         0, "pillow>=10\ntritonserver --model-repository=/models --model-control-mode=explicit --load-model=*\n"), ran.stderr
 
 
+def test_print_command_off_loopback_restricts_the_control_apis_to_the_key_in_the_environment(small_repo, standins,
+                                                                                            monkeypatch):
+    result = run_cli("serve", small_repo, "--print-command", "--host", "0.0.0.0", "--triton-release", "24.10")
+    assert result.exit_code == 0, result.output
+    assert ("the container restricts model-repository, statistics, trace, logging, shared-memory to the key in "
+            "$TRITONIZE_CONTROL_KEY") in result.stderr
+    command = shlex.split(result.stdout)
+    assert command[command.index("-e") + 1] == "TRITONIZE_CONTROL_KEY"
+    # Through the docker stand-in: the container's shell checks the key, pip reads the requirements through the
+    # mount, and tritonserver gets the restriction options in the form it parses.
+    monkeypatch.setenv("TRITONIZE_CONTROL_KEY", "a-key-set-by-the-user")
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "stand-in pip: would install from /models/preprocess/requirements.txt" in ran.stdout
+
+    opened = run_cli("serve", small_repo, "--print-command", "--host", "0.0.0.0", "--open-control-apis")
+    assert opened.exit_code == 0 and "-e TRITONIZE_CONTROL_KEY" not in opened.stdout
+    assert "warning: --open-control-apis: anyone who reaches 0.0.0.0 can unload and load models" in opened.stderr
+
+
 # ------------------------------------------------------------------ killed processes
 
 

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tritonize.client.connection import ModelInfo, Connection, short_reason
+from tritonize.client.connection import ModelInfo, Connection, refused, short_reason
 from tritonize.client.stats import latency_summary
 from tritonize.console import table
 from tritonize.errors import TritonizeError
@@ -197,12 +197,15 @@ class _Transport:
             for name, size in specs:
                 handle = shm.create_shared_memory_region(name, f"/{name}", size)
                 self.regions.append((name, handle))
-                self.connection.client.register_system_shared_memory(name, f"/{name}", size)
+                self.connection.client.register_system_shared_memory(name, f"/{name}", size,
+                                                                     headers=self.connection.control_headers)
             shm.set_shared_memory_region(self.regions[0][1], [self.payload])
         except Exception as e:
             self.close()
-            raise TritonizeError(f"cannot set up system shared memory with the server at {self.connection.url} ({short_reason(e)}); "
-                                 "it needs a server on this machine sharing /dev/shm, or run without --shared-memory") from None
+            problem = refused(self.connection.url, e, "shared-memory registration", self.connection.key is not None)
+            raise problem or TritonizeError(
+                f"cannot set up system shared memory with the server at {self.connection.url} ({short_reason(e)}); "
+                "it needs a server on this machine sharing /dev/shm, or run without --shared-memory") from None
 
     def request(self, slot: int):
         inp = self.grpc.InferInput(self.info.input_name, list(self.batch.shape), self.info.input_dtype)
@@ -234,7 +237,8 @@ class _Transport:
         deadline = time.monotonic() + patience
         while True:
             try:
-                self.connection.client.unregister_system_shared_memory(name, client_timeout=self.connection.timeout)
+                self.connection.client.unregister_system_shared_memory(name, client_timeout=self.connection.timeout,
+                                                                       headers=self.connection.control_headers)
                 return
             except Exception as e:
                 gone = "UNAVAILABLE" in str(getattr(e, "status", lambda: "")())
@@ -253,7 +257,7 @@ class _Samples:
     wait: list[float] = field(default_factory=list)
 
 
-async def _drive(url: str, info: ModelInfo, transport: _Transport, concurrency: int, count: int | None,
+async def _drive(connection: Connection, info: ModelInfo, transport: _Transport, concurrency: int, count: int | None,
                  seconds: float | None, limit: float, timeout: float) -> tuple[_Samples, float]:
     """Keep `concurrency` requests in flight until `count` requests or `seconds` (and never past `limit`)."""
     import tritonclient.grpc.aio as aiogrpc
@@ -278,7 +282,7 @@ async def _drive(url: str, info: ModelInfo, transport: _Transport, concurrency: 
             samples.wait.append(t2 - t1)
             samples.recv.append(t3 - t2)
 
-    client = aiogrpc.InferenceServerClient(url)
+    client = aiogrpc.InferenceServerClient(connection.url, **connection.channel)  # TLS as the connection
     try:
         await asyncio.gather(*(worker(i) for i in range(concurrency)))
     finally:
@@ -299,9 +303,9 @@ def measure_level(connection: Connection, info: ModelInfo, transport: _Transport
 
     try:
         warmup = min(options.warmup * concurrency, max(options.warmup, concurrency))
-        asyncio.run(_drive(connection.url, info, transport, concurrency, warmup, None, options.level_time_limit, options.timeout))
+        asyncio.run(_drive(connection, info, transport, concurrency, warmup, None, options.level_time_limit, options.timeout))
         before = connection.statistics(info.name)
-        samples, seconds = asyncio.run(_drive(connection.url, info, transport, concurrency, options.requests,
+        samples, seconds = asyncio.run(_drive(connection, info, transport, concurrency, options.requests,
                                               options.duration if options.requests is None else None,
                                               options.level_time_limit, options.timeout))
         after = connection.statistics(info.name)

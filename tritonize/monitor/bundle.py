@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from tritonize.access import KEY_ENV
 from tritonize.errors import TritonizeError
 from tritonize.files import replace_tree
 from tritonize.monitor import promql
@@ -47,6 +48,8 @@ _COMPOSE_USAGE = (
     f"# On a GPU box with Docker and the NVIDIA Container Toolkit: docker compose -f {COMPOSE} up\n"
     f"# Grafana http://localhost:{GRAFANA_PORT} (anonymous viewer; admin/admin to edit), Prometheus "
     f"http://localhost:{PROMETHEUS_PORT}, Triton on 8000-8002. Prometheus scrapes the targets in {PROMETHEUS_CONFIG}.\n"
+    f"# Triton listens on every interface: export {KEY_ENV}=<a key of 16+ characters> first; its model repository,\n"
+    f"# statistics, trace, logging and shared-memory APIs take only requests carrying that key (README: Serving other machines).\n"
 )
 
 
@@ -128,7 +131,9 @@ def compose(repository: Path, bundle: Path, options: BundleOptions) -> dict:
     return {"services": {
         "triton": {
             "image": release_info(release).image,
-            "command": container_command(repository, release),
+            # Restricted with the key in TRITONIZE_CONTROL_KEY: `$$` leaves `$` to the container's shell.
+            "command": [arg.replace("$", "$$") for arg in container_command(repository, release, restricted=True)],
+            "environment": [KEY_ENV],  # from the shell that runs `docker compose up`
             "network_mode": "host",  # ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics) on every interface
             "ipc": "host",  # as `serve --engine docker`: clients' shared-memory regions in the host's /dev/shm
             "volumes": [f"{models}:/models:ro"],

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterator
 
 import tritonize
+from tritonize.access import ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
 from tritonize.progress import say
 from tritonize.repository_builder.config import not_built_notes
@@ -173,6 +174,8 @@ class EmbeddedServer(ServerHandle):
         log_path: Path | None = None,
         models: tuple[str, ...] = (),
         supervise: bool = True,
+        control_key: ControlKey | None = None,
+        tls: ServerTLS | None = None,
     ):
         self.repository = Path(repository).resolve()
         self.host = host
@@ -182,9 +185,12 @@ class EmbeddedServer(ServerHandle):
         self.log_path = Path(log_path).resolve() if log_path else None
         self.models = models  # loaded at start; empty: all
         self.supervise = supervise  # reload a model whose backend stub died (off: to do it by hand)
+        self.control_key = control_key  # restrict the control APIs to it (access.py); None: open
+        self.tls = tls  # serve gRPC over TLS with this certificate
 
     def command(self, binary: Path, backend_dir: Path, ports: Ports, config_name: str | None,
                 not_built: Path | None = None) -> list[str]:
+        """tritonserver's command line. With a control key it holds the key: 2.51 takes it nowhere else."""
         host = self.host
         command = [
             str(binary),
@@ -203,6 +209,10 @@ class EmbeddedServer(ServerHandle):
         ]
         if config_name:
             command.append(f"--model-config-name={config_name}")
+        if self.control_key:
+            command += restriction_flags(self.control_key.value)
+        if self.tls:
+            command += self.tls.flags()
         return command
 
     def start(self) -> ServerInfo:
@@ -214,6 +224,7 @@ class EmbeddedServer(ServerHandle):
         self.workdir = make_workdir()
         atexit.register(self.stop)
         try:
+            self.control_key = self.key_with_file()
             backend_dir = assemble_backend_dir(triton, self.workdir / "backends")
             check_stub_environment(triton, backend_dir / "python" / triton.stub.name, env)
             not_built = self._not_built_repository()
@@ -221,10 +232,11 @@ class EmbeddedServer(ServerHandle):
                 self.command(triton.binary, backend_dir, ports, config_name, not_built),
                 host=self.host, ports=ports, log_path=self.log_path or self.workdir / "tritonserver.log",
                 ready_timeout=self.ready_timeout, env=env, cwd=self.workdir, model_config_name=config_name,
+                control_key=self.control_key, tls=self.tls is not None,
             )
             info = self.server.start()
             if self.supervise:
-                self.supervisor = Supervisor(info.pid, info.http_url, info.grpc_url, info.metrics_url)
+                self.supervisor = Supervisor(info.pid, info.http_url, info.metrics_url, self.control_key)
                 self.supervisor.start()
             return info
         except BaseException:

@@ -16,6 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonize.access import ControlKey
 from tritonize.errors import TritonizeError
 from tritonize.progress import say
 
@@ -36,6 +37,8 @@ class ServerInfo:
     log_path: Path
     models: dict[str, tuple[str, str]]  # name -> (state, reason) from the repository index
     model_config_name: str | None = None  # the --model-config-name the server runs with
+    control_key: ControlKey | None = None  # what the control APIs are restricted to; None: open
+    tls: bool = False  # gRPC over TLS
 
     @property
     def ready_models(self) -> list[str]:
@@ -118,9 +121,11 @@ class RunningServer:
     launches it and returns its ServerInfo once ready; `stop()` ends the whole group."""
 
     def __init__(self, command: list[str], *, host: str, ports: Ports, log_path: Path, ready_timeout: float,
-                 env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None):
+                 env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None,
+                 control_key: ControlKey | None = None, tls: bool = False):
         self.command, self.host, self.ports, self.log_path = command, host, ports, Path(log_path)
         self.ready_timeout, self.env, self.cwd, self.model_config_name = ready_timeout, env, cwd, model_config_name
+        self.control_key, self.tls = control_key, tls
         self.process: subprocess.Popen | None = None
 
     def start(self) -> ServerInfo:
@@ -134,12 +139,13 @@ class RunningServer:
         grpc_url, http_url, metrics_url = endpoints(self.host, self.ports)
         try:
             wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path)
-            models = model_states(http_url)
+            models = model_states(http_url, self.control_key)
         except BaseException:
             self.stop()
             raise
         return ServerInfo(grpc_url=grpc_url, http_url=http_url, metrics_url=metrics_url, pid=self.process.pid,
-                          log_path=self.log_path, models=models, model_config_name=self.model_config_name)
+                          log_path=self.log_path, models=models, model_config_name=self.model_config_name,
+                          control_key=self.control_key, tls=self.tls)
 
     def exit_code(self) -> int | None:
         """None while the server runs."""
@@ -169,9 +175,10 @@ def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, ti
         time.sleep(0.1)
 
 
-def model_states(http_url: str) -> dict[str, tuple[str, str]]:
+def model_states(http_url: str, key: ControlKey | None = None) -> dict[str, tuple[str, str]]:
     """name -> (state, reason) from the repository index (Triton's model repository extension)."""
-    request = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST")
+    request = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST",
+                                     headers=key.http_headers if key else {})
     with urllib.request.urlopen(request, timeout=10) as response:
         index = json.loads(response.read())
     return {m["name"]: index_state(m) for m in sorted(index, key=lambda m: m["name"])}
@@ -287,6 +294,13 @@ class ServerHandle:
 
     server: RunningServer | None = None
     workdir: Path | None = None
+    control_key: ControlKey | None = None  # restricts the control APIs; None: open
+
+    def key_with_file(self) -> ControlKey | None:
+        """The control key with a file to point clients to: the user's, else one in the workdir (only
+        the user can read it; it goes with the workdir when the server stops)."""
+        key = self.control_key
+        return key.written_to(self.workdir) if key and key.file is None else key
 
     def start(self) -> ServerInfo:
         raise NotImplementedError

@@ -10,12 +10,16 @@ request changes nothing. A crashed model is reloaded (unload + load through the 
 API) while the others keep serving. One that keeps crashing is reloaded after the delays in
 RELOAD_DELAYS_S, then given up: UNAVAILABLE with the reason, in Triton's repository index where
 clients and `tritonize serve` read it.
+
+It talks to the server over HTTP only, sending the control key when the server restricts its model
+repository API: gRPC may be TLS with a certificate for another host name than the loopback address.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -26,8 +30,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
+from tritonize.access import ControlKey
 from tritonize.progress import say
 from tritonize.serve import unavailable
 from tritonize.serve.process import clean_reason, model_states
@@ -53,8 +56,8 @@ class _Model:
 class Supervisor:
     """Watches the models of one tritonserver from a daemon thread: `start()`, `stop()`."""
 
-    def __init__(self, server_pid: int, http_url: str, grpc_url: str, metrics_url: str):
-        self.server_pid, self.http_url, self.grpc_url, self.metrics_url = server_pid, http_url, grpc_url, metrics_url
+    def __init__(self, server_pid: int, http_url: str, metrics_url: str, key: ControlKey | None = None):
+        self.server_pid, self.http_url, self.metrics_url, self.key = server_pid, http_url, metrics_url, key
         self.models: dict[str, _Model] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tritonize-supervisor", daemon=True)
@@ -82,7 +85,7 @@ class Supervisor:
         """One round: every READY model's stubs and failure count, and the reloads that are due."""
         stubs = stub_processes(self.server_pid)
         failures = failure_counts(self.metrics_url)
-        for name, (state, _) in model_states(self.http_url).items():
+        for name, (state, _) in model_states(self.http_url, self.key).items():
             if state != "READY":  # unloaded on purpose, or given up
                 self.models.pop(name, None)
                 continue
@@ -110,27 +113,22 @@ class Supervisor:
             model.stubs, model.failures = mine, failures.get(name, 0.0)
 
     def _probe(self, name: str) -> str | None:
-        """The error of one batch-1 request of zeros if it says a stub is not healthy, else None."""
-        import tritonclient.grpc as grpcclient
-        from tritonclient.utils import InferenceServerException, triton_to_np_dtype
-
+        """The error of one batch-1 request of zeros if it says a stub is not healthy, else None. (JSON
+        carries the dtypes `repo build` serves, FP32, UINT8 and BYTES; Triton refuses FP16 in JSON.)"""
         try:
-            with grpcclient.InferenceServerClient(self.grpc_url) as client:
-                config = client.get_model_config(name, as_json=True, client_timeout=REQUEST_TIMEOUT_S)["config"]
-                batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
-                inputs = []
-                for spec in config.get("input", []):
-                    dtype = spec.get("data_type", "TYPE_FP32").removeprefix("TYPE_").replace("STRING", "BYTES")
-                    shape = batch + [max(1, int(d)) for d in spec.get("dims", [])]
-                    zeros = np.full(shape, b"", object) if dtype == "BYTES" else np.zeros(shape, triton_to_np_dtype(dtype))
-                    tensor = grpcclient.InferInput(spec["name"], shape, dtype)
-                    tensor.set_data_from_numpy(zeros)
-                    inputs.append(tensor)
-                client.infer(name, inputs, client_timeout=REQUEST_TIMEOUT_S)
-        except InferenceServerException as e:
-            message = e.message() or str(e)
-            return message if UNHEALTHY in message else None
-        return None
+            with urllib.request.urlopen(f"{self.http_url}/v2/models/{name}/config", timeout=REQUEST_TIMEOUT_S) as response:
+                config = json.loads(response.read())
+        except urllib.error.HTTPError:  # unloaded meanwhile
+            return None
+        batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
+        inputs = []
+        for spec in config.get("input", []):
+            dtype = spec.get("data_type", "TYPE_FP32").removeprefix("TYPE_").replace("STRING", "BYTES")
+            shape = batch + [max(1, int(d)) for d in spec.get("dims", [])]
+            zero = {"BYTES": "", "BOOL": False}.get(dtype, 0)
+            inputs.append({"name": spec["name"], "shape": shape, "datatype": dtype, "data": [zero] * math.prod(shape)})
+        problem = self._post(f"/v2/models/{name}/infer", json.dumps({"inputs": inputs}).encode())
+        return problem if problem and UNHEALTHY in problem else None
 
     def _crashed(self, name: str, model: _Model, what: str) -> None:
         now = time.monotonic()
@@ -145,8 +143,8 @@ class Supervisor:
 
     def _reload(self, name: str, model: _Model) -> None:
         start = time.monotonic()
-        _post(f"{self.http_url}/v2/repository/models/{name}/unload")
-        error = _post(f"{self.http_url}/v2/repository/models/{name}/load")
+        self._post(f"/v2/repository/models/{name}/unload")
+        error = self._post(f"/v2/repository/models/{name}/load")
         model.reload_at = None
         if error:
             say(f"{name}: {model.what}; the reload failed, it is UNAVAILABLE: {error}")
@@ -159,10 +157,20 @@ class Supervisor:
     def _give_up(self, name: str, model: _Model) -> None:
         reason = (f"{model.what}; it crashed {len(model.crashes)} times within {CRASH_WINDOW_S / 60:.0f} min, "
                   "so tritonize serve stopped reloading it: find the cause (memory? see `dmesg`), then restart the server")
-        _post(f"{self.http_url}/v2/repository/models/{name}/unload")
-        _post(f"{self.http_url}/v2/repository/models/{name}/load", unavailable.load_request(name, reason))  # fails, by design
+        self._post(f"/v2/repository/models/{name}/unload")
+        self._post(f"/v2/repository/models/{name}/load", unavailable.load_request(name, reason))  # fails, by design
         self.models.pop(name, None)
         say(f"{name}: UNAVAILABLE: {reason}")
+
+    def _post(self, path: str, body: bytes = b"{}") -> str | None:
+        """POST to the server's HTTP API (the control key with it); its error message, or None on success."""
+        request = urllib.request.Request(f"{self.http_url}{path}", data=body, method="POST",
+                                         headers=self.key.http_headers if self.key else {})
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S):
+                return None
+        except urllib.error.HTTPError as e:
+            return clean_reason(json.loads(e.read() or b"{}").get("error", str(e)))
 
 
 def stub_processes(server_pid: int) -> dict[str, int]:
@@ -199,13 +207,3 @@ def failure_counts(metrics_url: str) -> dict[str, float]:
 
 def _model_of(instance: str) -> str:
     return INSTANCE.fullmatch(instance)["model"]  # type: ignore[index]
-
-
-def _post(url: str, body: bytes = b"{}") -> str | None:
-    """POST to the model repository API; the server's error message, or None on success."""
-    request = urllib.request.Request(url, data=body, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S):
-            return None
-    except urllib.error.HTTPError as e:
-        return clean_reason(json.loads(e.read() or b"{}").get("error", str(e)))
