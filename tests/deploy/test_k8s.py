@@ -111,7 +111,7 @@ def test_every_object_passes_its_schema(bundle):
             kinds.append(doc["kind"])
     assert sorted(kinds) == sorted(["Deployment", "Service", "Service", "ConfigMap", "PodMonitor", "PrometheusRule",
                                     "HorizontalPodAutoscaler", "ScaledObject", "ServiceAccount", "InferenceService",
-                                    "Secret"])
+                                    "Secret", "Secret"])
     assert sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()) == sorted(FILES)
 
 
@@ -250,7 +250,7 @@ def test_deployment_runs_the_same_container_command_as_docker_reading_the_store(
     uri = next(a for a in container["args"] if a.startswith("--model-repository="))
     assert re.fullmatch(r"--model-repository=s3://minio\.minio\.svc:9000/models/prod/resnet/releases/[0-9a-f]{16}", uri)
     assert container["args"] == container_command(small_repo, release, model_repository=uri.split("=", 1)[1],
-                                                  requirements_dir="/etc/tritonize/requirements")
+                                                  requirements_dir="/etc/tritonize/requirements", restricted=True)
     assert container["image"] == f"nvcr.io/nvidia/tritonserver:{release}-py3"
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
     # the preprocess model's requirements.txt reaches the pip step through the ConfigMap
@@ -260,9 +260,25 @@ def test_deployment_runs_the_same_container_command_as_docker_reading_the_store(
     assert configmap["data"]["preprocess.requirements.txt"] == (small_repo / "preprocess" / "requirements.txt").read_text()
     assert "-r /etc/tritonize/requirements/preprocess/requirements.txt" in container["args"][2]
     assert container["envFrom"] == [{"secretRef": {"name": "tritonize-s3"}}]
-    secret = _doc(bundle, "Secret")
+    secret = _doc(bundle, "Secret", "tritonize-s3")
     assert set(secret["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     assert secret["metadata"]["annotations"]["serving.kserve.io/s3-endpoint"] == "minio.minio.svc:9000"
+
+
+def test_every_pod_restricts_the_control_apis_to_the_key_in_its_secret(bundle):
+    """Everything in the cluster reaches Triton's ports, as with `serve --host 0.0.0.0`: the Deployment and
+    the InferenceService take the key from the control-key Secret, and the smoke test's load sends it."""
+    from tritonize.access import GRPC_KEY_HEADER, KEY_ENV, restriction_flags
+
+    from_secret = {"name": KEY_ENV, "valueFrom": {"secretKeyRef": {"name": "tritonize-control-key", "key": "key"}}}
+    container = _doc(bundle, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert from_secret in container["env"]
+    assert all(f'"{flag}"' in container["args"][2] for flag in restriction_flags(f"${KEY_ENV}"))
+    model = _doc(bundle, "InferenceService")["spec"]["predictor"]["model"]
+    assert model["env"] == [from_secret] and set(restriction_flags(f"$({KEY_ENV})")) <= set(model["args"])
+    assert _doc(bundle, "Secret", "tritonize-control-key")["stringData"] == {"key": "<a long random value>"}
+    smoke = (bundle / "smoke.sh").read_text()
+    assert f'KEY_HEADER="${{KEY_HEADER:-{GRPC_KEY_HEADER}}}"' in smoke and "-H '$KEY_HEADER:$key'" in smoke
 
 
 def test_probes_on_tritons_health_endpoints_and_a_startup_budget_from_the_load_time(bundle, small_repo):
@@ -298,7 +314,7 @@ def test_the_image_and_runtime_are_the_release_whose_tensorrt_runs_the_plan(trt_
     deployment, isvc, hpa = _doc(bundle, "Deployment"), _doc(bundle, "InferenceService"), _doc(bundle, "HorizontalPodAutoscaler")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "nvcr.io/nvidia/tritonserver:24.10-py3"  # runs TensorRT 10.5.0.18
-    assert container["args"][0] == "tritonserver"  # no Python model needs packages: no pip step
+    assert container["args"][:2] == ["sh", "-c"] and "pip" not in container["args"][2]  # no Python model needs packages
     assert {"--model-config-name=gpu", "--backend-config=tensorrt,version-compatible=true"} <= set(container["args"])
     assert container["resources"]["limits"] == {"nvidia.com/gpu": 2} and deployment["spec"]["replicas"] == 2
     model = isvc["spec"]["predictor"]["model"]

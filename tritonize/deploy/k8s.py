@@ -10,6 +10,7 @@
     keda/scaledobject.yaml        the alternative to hpa/: KEDA reads the same ratio from Prometheus
     kserve/inferenceservice.yaml  the second way in: KServe runs Triton on the same release
     s3-secret.template.yaml       the store's credentials, to fill in and apply once
+    control-key-secret.template.yaml  the key the control APIs want (every pod reaches Triton's ports)
     smoke.sh                      for a user with a cluster: apply, wait, classify through the Service, scale
 
 The release pinned is the one the store's CURRENT pointer names, which must be this repository (the
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import yaml
 
+from tritonize.access import GRPC_KEY_HEADER, KEY_ENV, restriction_flags
 from tritonize.deploy.push import current_release, snapshot
 from tritonize.deploy.s3 import Store
 from tritonize.errors import TritonizeError
@@ -43,7 +45,7 @@ from tritonize.serve.repository import (
 
 FILES = ("triton/deployment.yaml", "triton/services.yaml", "triton/requirements.yaml", "triton/podmonitor.yaml",
          "triton/prometheusrule.yaml", "hpa/hpa.yaml", "keda/scaledobject.yaml", "kserve/inferenceservice.yaml",
-         "s3-secret.template.yaml", "smoke.sh")
+         "s3-secret.template.yaml", "control-key-secret.template.yaml", "smoke.sh")
 PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}  # tritonserver's defaults
 REQUIREMENTS_DIR = "/etc/tritonize/requirements"
 # Startup probe budget: SAFETY x (measured load + downloading the release) (+ the pip step), at least
@@ -178,6 +180,7 @@ def render(plan: Plan) -> dict[str, str]:
         "keda/scaledobject.yaml": scaled_object(plan),
         "kserve/inferenceservice.yaml": [kserve_service_account(plan), inference_service(plan)],
         "s3-secret.template.yaml": s3_secret(plan),
+        "control-key-secret.template.yaml": control_key_secret(plan),
     }
     out = {name: header + _yaml(docs) for name, docs in files.items() if docs}
     out["smoke.sh"] = smoke_script(plan)
@@ -205,8 +208,10 @@ def _monitor_labels(plan: Plan) -> dict:
 def deployment(plan: Plan) -> dict:
     o = plan.options
     requirements = python_requirements(plan.repository)
+    # Every pod of the cluster reaches the ports: the control APIs want the key (from its Secret).
     args = container_command(plan.repository, plan.triton_release, model_config_name=o.model_config_name,
-                             model_repository=plan.store.triton_uri(plan.release_key), requirements_dir=REQUIREMENTS_DIR)
+                             model_repository=plan.store.triton_uri(plan.release_key), requirements_dir=REQUIREMENTS_DIR,
+                             restricted=True)
     health = {"ready": {"httpGet": {"path": "/v2/health/ready", "port": "http"}},
               "live": {"httpGet": {"path": "/v2/health/live", "port": "http"}}}
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
@@ -222,7 +227,7 @@ def deployment(plan: Plan) -> dict:
         "args": args,  # the image's entrypoint (NVIDIA's) runs them, as with `docker run`
         "ports": [{"name": name, "containerPort": port} for name, port in PORTS.items()],
         "envFrom": [{"secretRef": {"name": f"{o.name}-s3"}}],  # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY
-        "env": [{"name": "AWS_DEFAULT_REGION", "value": plan.store.region}],
+        "env": [{"name": "AWS_DEFAULT_REGION", "value": plan.store.region}, _control_key_env(plan)],
         "resources": {"limits": {"nvidia.com/gpu": o.gpus}},
         # Triton opens its ports only once every model has loaded: the startup probe waits that long.
         "startupProbe": {**health["ready"], "periodSeconds": PROBE_PERIOD_S,
@@ -332,13 +337,13 @@ def inference_service(plan: Plan) -> dict:
     o = plan.options
     models = tuple(models_without_python_requirements(plan.repository))
     args = tritonserver_flags(plan.repository, plan.triton_release, model_config_name=o.model_config_name,
-                              models=models)
+                              models=models) + restriction_flags(f"$({KEY_ENV})")  # Kubernetes expands $(VAR)
     return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": _meta(plan),
             "spec": {"predictor": {
                 "minReplicas": o.replicas, "maxReplicas": o.max_replicas, "serviceAccountName": f"{o.name}-s3",
                 "model": {"modelFormat": {"name": "triton"}, "protocolVersion": "v2",
                           "runtimeVersion": f"{plan.triton_release}-py3",  # pinned: the runtime's default tag is old
-                          "storageUri": plan.store.uri(plan.release_key), "args": args,
+                          "storageUri": plan.store.uri(plan.release_key), "args": args, "env": [_control_key_env(plan)],
                           "resources": {"limits": {"nvidia.com/gpu": o.gpus}}}}}}
 
 
@@ -355,6 +360,18 @@ def s3_secret(plan: Plan) -> dict:
             "stringData": {"AWS_ACCESS_KEY_ID": "<access key id>", "AWS_SECRET_ACCESS_KEY": "<secret access key>"}}
 
 
+def _control_key_env(plan: Plan) -> dict:
+    """$TRITONIZE_CONTROL_KEY from the control-key Secret (a pod without that Secret does not start)."""
+    return {"name": KEY_ENV, "valueFrom": {"secretKeyRef": {"name": f"{plan.options.name}-control-key", "key": "key"}}}
+
+
+def control_key_secret(plan: Plan) -> dict:
+    """The key Triton's control APIs (model repository, statistics, ...) want, as `tritonize serve` off
+    loopback: put a long random value in (e.g. `openssl rand -hex 16`)."""
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": _meta(plan, f"{plan.options.name}-control-key"),
+            "type": "Opaque", "stringData": {"key": "<a long random value>"}}
+
+
 def smoke_script(plan: Plan) -> str:
     o = plan.options
     classifier = plan.scale_model.removesuffix("_model") + "_classifier"
@@ -363,6 +380,7 @@ def smoke_script(plan: Plan) -> str:
         "METRIC": promql.QUEUE_COMPUTE_RATIO,
         "CLASSIFIER": classifier if (plan.repository / classifier).is_dir() else "",
         "SDK_IMAGE": release_info(plan.triton_release).image.replace("-py3", "-py3-sdk"),
+        "KEY_HEADER": GRPC_KEY_HEADER,
         "ROLLOUT_TIMEOUT_S": str(plan.startup_seconds + 600),  # + pulling the image (~15 GB) on a new node
     }
     body = resources.files("tritonize.deploy").joinpath("smoke.sh").read_text()

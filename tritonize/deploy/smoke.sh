@@ -7,7 +7,8 @@
 #
 # Needs: kubectl (context on the target cluster), curl, jq, base64; in the cluster: GPU nodes with the
 # NVIDIA device plugin, the Prometheus Operator (kube-prometheus-stack), prometheus-adapter serving
-# custom.metrics.k8s.io, and the Secret from s3-secret.template.yaml. Exit 0 only when every step passed.
+# custom.metrics.k8s.io, and the Secrets from s3-secret.template.yaml and control-key-secret.template.yaml.
+# Exit 0 only when every step passed.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -28,6 +29,8 @@ done
 kubectl get apiservice v1beta1.custom.metrics.k8s.io >/dev/null \
   || fail "no custom metrics API: install prometheus-adapter (the HPA reads the queue/compute ratio through it)"
 k get secret "$NAME-s3" >/dev/null || fail "Secret $NAME-s3 missing: fill in s3-secret.template.yaml and kubectl apply -f it"
+key=$(k get secret "$NAME-control-key" -o jsonpath='{.data.key}' | base64 -d) \
+  || fail "Secret $NAME-control-key missing: fill in control-key-secret.template.yaml and kubectl apply -f it"
 
 echo "== 2. apply"
 kubectl apply -f triton/ -f hpa/
@@ -60,7 +63,7 @@ echo "== 5. scale under load (perf_analyzer in the cluster, gRPC through the hea
 load_pod="$NAME-smoke-load"
 k delete pod "$load_pod" --ignore-not-found >/dev/null
 k run "$load_pod" --image="$SDK_IMAGE" --restart=Never --command -- sh -c \
-  "while true; do perf_analyzer -m $MODEL -i grpc -u $NAME-grpc:8001 --concurrency-range $LOAD_CONCURRENCY --measurement-interval 20000 || sleep 5; done"
+  "while true; do perf_analyzer -m $MODEL -i grpc -u $NAME-grpc:8001 -H '$KEY_HEADER:$key' --concurrency-range $LOAD_CONCURRENCY --measurement-interval 20000 || sleep 5; done"
 deadline=$((SECONDS + SCALE_TIMEOUT_S))
 while :; do
   replicas=$(k get hpa "$NAME" -o jsonpath='{.status.desiredReplicas}')

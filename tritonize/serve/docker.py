@@ -128,7 +128,7 @@ def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", 
         if release < HTTP_RESTRICTION_FROM:
             raise TritonizeError(f"Triton {release} cannot restrict its HTTP API (--http-restricted-api from "
                                  f"{HTTP_RESTRICTION_FROM} on): serve on 127.0.0.1, or use release {HTTP_RESTRICTION_FROM} or newer")
-        steps.append(f': "${{{KEY_ENV}:?must hold the control key (docker run -e {KEY_ENV})}}"')
+        steps.append(f': "${{{KEY_ENV}:?must hold the control key}}"')
         start += "".join(f' "{flag}"' for flag in restriction_flags(f"${KEY_ENV}"))
     requirements = python_requirements(repository)
     if requirements:
