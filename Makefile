@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv clean prometheus shellcheck
+.PHONY: demo test venv clean prometheus shellcheck mutation
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -49,5 +49,16 @@ ifeq ($(SHELLCHECK),)
 	@$(call apt,shellcheck,the smoke.sh lint)
 endif
 
+# Mutation testing, not part of `make test`: mutmut mutates the core modules ([tool.mutmut] in pyproject.toml)
+# and runs their fast tests against each mutant, then lists the mutants no test killed (`.venv/bin/mutmut
+# show NAME` shows one). The small artifacts the tests share are exported once for every mutant's tests;
+# torch runs one thread per test process (mutmut runs one process per core: more threads only wait on each other).
+MUTATION_ARTIFACTS := build/mutation-artifacts
+mutation: $(STAMP)
+	$(PY) -m pip install -q -e ".[mutation]"
+	$(VENV)/bin/tritonize export --arch resnet18 --weights none --artifacts $(MUTATION_ARTIFACTS) > /dev/null
+	OMP_NUM_THREADS=1 TRITONIZE_TEST_ARTIFACTS=$(abspath $(MUTATION_ARTIFACTS)) $(VENV)/bin/mutmut run
+	$(VENV)/bin/mutmut results
+
 clean:
-	rm -rf build models/*_model .pytest_cache
+	rm -rf build models/*_model .pytest_cache mutants

@@ -35,7 +35,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(ROOT)]
 from common import RESULTS, markdown_table, save  # noqa: E402
 
 from tests.client.conftest import PHOTO  # noqa: E402
-from tests.export.interrupt import killed_after_rename  # noqa: E402
+from tests.interrupt import killed_after_rename  # noqa: E402
 from tests.serve.helpers import Serve  # noqa: E402
 from tritonize.client.stats import latency_summary  # noqa: E402
 from tritonize.files import sha256_file  # noqa: E402

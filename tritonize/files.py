@@ -17,13 +17,18 @@ def staged_path(final: Path) -> Iterator[Path]:
     """Yield a temporary path next to `final` for the caller to fill and publish (rename) itself.
 
     Whatever is left at the temporary path when the block ends, normally or not, is removed. So are
-    the temporaries of `final` that killed processes left behind (their pid is in the name).
+    the temporaries of `final` that killed processes left behind (their pid is in the name), except a
+    previous directory that a process killed between the two renames of a swap moved aside: it goes
+    back in place.
     """
     final = Path(final)
     for stale in [*final.parent.glob(f".{final.name}.tmp-*"), *final.parent.glob(f".{final.name}.old-*")]:
         pid = stale.name.rpartition("-")[2]
         if pid.isdigit() and not pid_alive(int(pid)):
-            _remove(stale)
+            if ".old-" in stale.name and not final.exists():
+                os.replace(stale, final)
+            else:
+                _remove(stale)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     _remove(tmp)
     try:
@@ -46,9 +51,14 @@ def atomic_path(final: Path) -> Iterator[Path]:
         if final.is_dir() and not final.is_symlink():
             # Directories cannot be renamed over a non-empty directory: swap in two renames.
             old = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            _remove(old)
+            try:
+                os.replace(final, old)
+                os.replace(tmp, final)
+            finally:
+                if final.exists():
+                    _remove(old)
+                else:  # failed or interrupted between the renames: the previous one goes back
+                    os.replace(old, final)
         else:
             os.replace(tmp, final)
 

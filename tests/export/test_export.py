@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import SMALL_ARCH, run_cli
-from tests.export.interrupt import killed_after_rename
+from tests.interrupt import killed_after_rename, stop_at_rename
 from tritonize.errors import TritonizeError
 from tritonize.export import ExportOptions, export_artifacts
 from tritonize.files import sha256_file
@@ -118,19 +113,15 @@ def test_failed_verification_publishes_nothing_and_keeps_previous_artifacts(arti
     assert _leftovers(artifacts_copy) == []
 
 
-def test_interrupted_export_leaves_previous_artifacts_untouched(artifacts_copy):
-    before = sha256_file(artifacts_copy / "model.onnx")
-    cmd = [sys.executable, "-m", "tritonize.cli", "export", "--format", "onnx", "--arch", SMALL_ARCH,
-           "--weights", "none", "--artifacts", str(artifacts_copy), "--force"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:  # interrupt while the ONNX export is being written
-        if "ONNX export" in line:
-            break
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=120)
-    assert proc.returncode != 0
-    assert sha256_file(artifacts_copy / "model.onnx") == before
+def test_ctrl_c_before_publishing_leaves_the_previous_artifacts_and_no_temporary(artifacts_copy):
+    """Ctrl-C of the real `tritonize export` with the new model.pt written and verified under its temporary
+    name, right before the first publish step (its entry recorded as pending)."""
+
+    before = {name: sha256_file(artifacts_copy / name) for name in ("model.pt", "manifest.json")}
+    status = stop_at_rename(artifacts_copy, "before", 1, "ctrl-c", "export", "--format", "torchscript", "--arch",
+                            SMALL_ARCH, "--weights", "none", "--max-batch", "2", "--artifacts", artifacts_copy)
+    assert status not in (None, 0)
+    assert {name: sha256_file(artifacts_copy / name) for name in before} == before
     assert _leftovers(artifacts_copy) == []
 
 

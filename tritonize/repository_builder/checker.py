@@ -1,6 +1,8 @@
 """`repo check`: find what would make Triton refuse or misbehave, before any server starts.
 
-Rules (each finding names the model, what is wrong and how to fix it):
+Rules (each finding names the model, what is wrong and how to fix it). configs/*.pbtxt, which Triton serves
+with --model-config-name (the embedded engine's choice on a machine without a GPU), get every rule that
+config.pbtxt gets; a variant's finding says its file, and what config.pbtxt already says is not repeated.
   schema      every config.pbtxt / configs/*.pbtxt parses as Triton's ModelConfig; its name is the directory's
   platform    platform or backend is one Triton ships
   batching    max_batch_size >= 0; dynamic batching needs max_batch_size > 0; preferred and warmup
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +107,11 @@ def _check_artifacts(manifest: Manifest) -> list[Finding]:
 
 
 class _ModelCheck:
-    def __init__(self, model_dir: Path, context: dict[str, Any]):
+    def __init__(self, model_dir: Path, context: dict[str, Any], loaded: dict | None = None):
         self.dir = model_dir
         self.ctx = context
         self.findings: list[Finding] = []
+        self.loaded = {} if loaded is None else loaded  # what was read from the model files, shared by the variants
 
     def add(self, severity: str, message: str, fix: str) -> None:
         self.findings.append(Finding(self.dir.name, severity, message, fix))
@@ -119,7 +122,22 @@ class _ModelCheck:
             return self.findings
         for rel, cfg in configs.items():
             self._check_config(rel, cfg)
-        cfg = configs[CONFIG_NAME]
+        served = self._check_served(configs[CONFIG_NAME])
+        # A variant is what Triton serves with --model-config-name (the embedded engine's choice on a machine
+        # without a GPU): it gets the same checks, and says only what config.pbtxt does not already say.
+        said = {(f.severity, f.message) for f in served}
+        for rel, cfg in configs.items():
+            if rel != CONFIG_NAME:
+                variant = _ModelCheck(self.dir, self.ctx, self.loaded)._check_served(cfg)
+                self.findings += [replace(f, message=f"{rel}: {f.message}") for f in variant
+                                  if (f.severity, f.message) not in said]
+        if _backend_of(configs[CONFIG_NAME]) == "python":
+            self._check_python_code()
+        return self.findings
+
+    def _check_served(self, cfg) -> list[Finding]:
+        """The checks of the model Triton loads with this config; returns their findings (also in self.findings)."""
+        start = len(self.findings)
         backend = _backend_of(cfg)
         model_file = self._check_versions(cfg, backend)
         self._check_labels(cfg)
@@ -130,11 +148,16 @@ class _ModelCheck:
         self._check_parameters(cfg, backend)
         if backend == "ensemble":
             self._check_ensemble(cfg)
-        if backend == "python":
-            self._check_python_code()
         if self.ctx["manifest"] is not None:
             self._check_against_manifest(cfg, backend, model_file)
-        return self.findings
+        return self.findings[start:]
+
+    def _read(self, path: Path, what: str, read):
+        """`read(path)` once per model file and kind of reading, for all the configs of the model."""
+        key = (path, what)
+        if key not in self.loaded:
+            self.loaded[key] = read(path)
+        return self.loaded[key]
 
     # --- schema, platform, batching, instances ------------------------------------------------------
     def _parse_all(self) -> dict[str, Any]:
@@ -300,12 +323,9 @@ class _ModelCheck:
 
     # --- the real artifacts -------------------------------------------------------------------------
     def _check_onnx(self, cfg, path: Path) -> None:
-        import onnx
-
-        try:
-            graph = onnx.load(str(path), load_external_data=False).graph
-        except Exception as e:  # truncated or not an ONNX file
-            self.add("error", f"cannot read {path.name}: {str(e).splitlines()[0]}", REBUILD)
+        graph = self._read(path, "onnx", _onnx_graph)
+        if isinstance(graph, Exception):
+            self.add("error", f"cannot read {path.name}: {str(graph).splitlines()[0]}", REBUILD)
             return
         initializers = {t.name for t in graph.initializer}
         real = {
@@ -351,14 +371,9 @@ class _ModelCheck:
                      f"set dims to {shown} or {REBUILD}")
 
     def _check_torchscript(self, cfg, path: Path) -> None:
-        import torch
-
-        try:
-            with warnings.catch_warnings():  # torch.jit.* is deprecated, and still what Triton's libtorch loads
-                warnings.simplefilter("ignore")
-                module = torch.jit.load(str(path), map_location="cpu")
-        except Exception as e:  # not a TorchScript archive
-            self.add("error", f"cannot load {path.name} with torch.jit.load: {str(e).splitlines()[0]}", REBUILD)
+        module = self._read(path, "torchscript", _torchscript_module)
+        if isinstance(module, Exception):
+            self.add("error", f"cannot load {path.name} with torch.jit.load: {str(module).splitlines()[0]}", REBUILD)
             return
         args = [a.name for a in module.forward.schema.arguments if a.name != "self"]
         if len(cfg.input) != len(args):
@@ -377,11 +392,9 @@ class _ModelCheck:
         if any(d < 1 for shape in dims for d in shape):
             return  # variable dims: no single probe shape
         shapes = [[1] + shape if cfg.max_batch_size > 0 else shape for shape in dims]
-        try:
-            with torch.inference_mode():
-                result = module(*[torch.zeros(s) for s in shapes])
-        except Exception as e:  # the module rejects the configured input shape
-            first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        result = self._read(path, f"forward {shapes}", lambda _: _forward(module, shapes))
+        if isinstance(result, Exception):  # the module rejects the configured input shape
+            first = str(result).strip().splitlines()[-1] if str(result).strip() else type(result).__name__
             self.add("error", f"{path.name} fails on an input of the configured shape {shapes}: {first}",
                      f"set the input dims the model takes or {REBUILD}")
             return
@@ -413,7 +426,7 @@ class _ModelCheck:
                 self.add("warning", f"the manifest has no {key!r} artifact to check this model against",
                          "pass the artifacts directory the repository was built from (--artifacts)")
             return
-        if model_file is not None and entry.sha256 and sha256_file(model_file) != entry.sha256:
+        if model_file is not None and entry.sha256 and self._read(model_file, "sha256", sha256_file) != entry.sha256:
             self.add("error", f"{model_file.parent.name}/{model_file.name} does not match the manifest's sha256 for "
                               f"{entry.file or key} (changed or corrupted since export)",
                      f"{REBUILD} from the verified artifacts")
@@ -450,6 +463,39 @@ class _ModelCheck:
             self.add("error", f"plan built with TensorRT {built}; Triton {release.release} runs TensorRT "
                               f"{release.tensorrt} and will refuse to deserialize it",
                      f"{where}, or rebuild the plan with `tritonize convert trt --triton-release {release.release}`")
+
+
+def _onnx_graph(path: Path):
+    """The graph of an ONNX file, or the exception that says why it cannot be read (truncated, not ONNX)."""
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=False).graph
+    except Exception as e:
+        return e
+
+
+def _torchscript_module(path: Path):
+    """The TorchScript module, or the exception that says why torch.jit.load refuses the file."""
+    import torch
+
+    try:
+        with warnings.catch_warnings():  # torch.jit.* is deprecated, and still what Triton's libtorch loads
+            warnings.simplefilter("ignore")
+            return torch.jit.load(str(path), map_location="cpu")
+    except Exception as e:
+        return e
+
+
+def _forward(module, shapes: list[list[int]]):
+    """The module's outputs on zeros of these shapes, or the exception it raised."""
+    import torch
+
+    try:
+        with torch.inference_mode():
+            return module(*[torch.zeros(s) for s in shapes])
+    except Exception as e:
+        return e
 
 
 def _parsed_or_none(path: Path):
