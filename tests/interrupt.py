@@ -20,6 +20,8 @@ CHILD = """
 import os, signal, sys
 from pathlib import Path
 
+# Ctrl-C as a terminal delivers it, also where this runs as a background job (which inherits SIGINT ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 directory, when, point = Path(sys.argv[1]).resolve(), sys.argv[2], int(sys.argv[3])
 replace, renames = os.replace, 0
 
