@@ -128,6 +128,10 @@ def perf_command(
     options = PerfOptions(concurrency=levels, batch=batch, requests=requests, duration=None if requests else duration,
                           warmup=warmup, timeout=timeout, shared_memory=shared_memory.lower(), preprocess=preprocess,
                           image=str(image) if image else None, engine=engine, stability=stability)
+    if options.engine == "perf_analyzer":
+        from tritonize.tools.perf_analyzer import require
+
+        require()  # before any connection: a missing tool is the first thing to say
     error = None
     with Connection(url, timeout) as connection:
         try:

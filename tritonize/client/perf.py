@@ -44,6 +44,7 @@ CSV_COLUMNS = (
 )
 SERVER_PARTS = ("queue", "compute_input", "compute_infer", "compute_output")
 ENGINES = ("auto", "perf_analyzer", "builtin")
+UNJUDGED = 1000.0  # a perf_analyzer stability percentage that any three windows meet
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class PerfOptions:
     image: str | None = None  # the image every request carries; None: matplotlib's sample photo
     engine: str = "auto"  # auto | perf_analyzer | builtin
     # perf_analyzer's -s: how far its last three windows may differ. Its default (10 %) is rarely met on a
-    # machine shared with other work, and then it reports nothing; 100 takes three windows as they come.
+    # machine shared with other work, and then it reports nothing. UNJUDGED takes three windows as they come,
+    # for callers that judge the noise themselves (tune's back-to-back checks, the speed gate's rounds).
     stability: float = 100.0
 
     def __post_init__(self):
@@ -78,7 +80,7 @@ class PerfOptions:
             raise TritonizeError(f"--shared-memory must be none or system, got {self.shared_memory!r}")
         if self.engine not in ENGINES:
             raise TritonizeError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
-        if not 0 < self.stability <= 1000:
+        if not 0 < self.stability <= UNJUDGED:
             raise TritonizeError(f"--stability must be a percentage between 0 and 1000, got {self.stability}")
 
 
@@ -341,8 +343,7 @@ class PerfAnalyzerEngine:
 
         info, batch = self.workload.info, len(self.workload.batch)
         during = f"during {info.name} at concurrency {concurrency}"
-        for _ in range(options.warmup):  # perf_analyzer 2.51 has no warm-up of its own
-            self.connection.infer(info, self.workload.batch)
+        self._warm_up(options.warmup, f"{info.name} at concurrency {concurrency}")
         csv_file = self.runs.next_csv()
         command = pa.argv(self.tool, info.name, self.connection.url, self.runs.data_file, csv_file,
                           concurrency=concurrency, batch=batch, batching=info.max_batch_size > 0,
@@ -360,6 +361,19 @@ class PerfAnalyzerEngine:
         return LevelResult(model=info.name, concurrency=concurrency, batch=batch, transport=self.workload.transport,
                            tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire, engine=self.name, csv=row,
                            **pa.level_figures(row, figures, batch))
+
+    def _warm_up(self, requests: int, during: str) -> None:
+        """perf_analyzer 2.51 has no warm-up of its own: send a few requests first."""
+        from tritonclient.utils import InferenceServerException
+
+        inputs, outputs = self.connection.request(self.workload.info, self.workload.batch)
+        try:
+            for _ in range(requests):
+                self.connection.client.infer(self.workload.info.name, inputs, outputs=outputs, client_timeout=self.connection.timeout)
+        except InferenceServerException as e:
+            if "UNAVAILABLE" in str(e.status()):
+                raise server_gone(self.connection.url, e, during) from None
+            raise TritonizeError(f"{during}: the server refused a request ({short_reason(e)})") from None
 
     def close(self) -> None:
         self.runs.close()

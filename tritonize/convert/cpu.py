@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tritonize.client.connection import Connection
-from tritonize.client.perf import ENGINES, PerfOptions, run_perf
+from tritonize.client.perf import ENGINES, UNJUDGED, PerfOptions, run_perf
 from tritonize.convert import precision as prec
 from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
@@ -164,7 +164,7 @@ def speed_figures_of(manifest: Manifest, variant: PrecisionVariant, spec, option
     say(f"  speed gate through the embedded Triton server, measured by {described}: batch {options.batch}, concurrency "
         f"{options.concurrency}, 1 instance x {threads} threads, {options.rounds} rounds x 2 x {options.duration:g} s")
     perf = PerfOptions(concurrency=(options.concurrency,), batch=options.batch, duration=options.duration, warmup=2,
-                       engine=engine, preprocess="client", level_time_limit=max(120.0, 4 * options.duration))
+                       engine=engine, preprocess="client", stability=UNJUDGED, level_time_limit=max(120.0, 4 * options.duration))
     rates: dict[str, list[float]] = {"fp32": [], "variant": []}
     with tempfile.TemporaryDirectory(prefix=".gate-", dir=manifest.directory) as tmp:
         repo = Path(tmp) / "models"

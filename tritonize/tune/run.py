@@ -50,14 +50,18 @@ def tune(repository: Path, options: TuneOptions, url: str | None = None) -> tupl
     started = time.monotonic()
     repository = Path(repository)
     validate_repository(repository, (options.model,))
+    target = repository / options.model / "configs" / f"{options.config_name}.pbtxt"
+    _may_write(target, options.force)
+    reserve = 2 * CONFIRM_ROUNDS * (options.duration + OVERHEAD_S + RELOAD_S)
+    if options.budget_minutes * 60 < reserve + options.duration + OVERHEAD_S:
+        raise TritonizeError(f"--budget-minutes {options.budget_minutes:g} leaves no time to search: the final back-to-back "
+                             f"comparison alone takes about {reserve:.0f} s with --duration {options.duration:g}")
     config_name = resolve_config_name(repository, None) if url is None else None
     base_file = _base_file(repository, options.model, config_name)
     base = parse_config(base_file)
     if base.platform == "ensemble" or base.backend == "python" or base.max_batch_size < 1:
         raise TritonizeError(f"{options.model} is not a batching classifier model (ensemble, Python model or "
                              "max_batch_size 0): tune the model its ensemble runs, e.g. onnx_model")
-    target = repository / options.model / "configs" / f"{options.config_name}.pbtxt"
-    _may_write(target, options.force)
     cores = len(os.sched_getaffinity(0))
     space = options.space or default_space(cores)
     tool = None if options.engine == "builtin" else perf_analyzer.find()
@@ -75,23 +79,32 @@ def tune(repository: Path, options: TuneOptions, url: str | None = None) -> tupl
         measured.append(trial)
         say(f"    c{trial.concurrency}: {trial.throughput:.1f} infer/s, p99 {trial.p99_ms:.1f} ms")
 
-    try:
-        with _server(repository, options.model, config_name, url) as grpc_url, Connection(grpc_url, timeout=600) as connection:
-            default = baseline(base, cores)
-            search = Search(options, base, default, space, Measurer(connection, options, base, engine, on_trial),
-                            deadline=started + options.budget_minutes * 60,
-                            reserve=2 * CONFIRM_ROUNDS * (options.duration + OVERHEAD_S + RELOAD_S))
-            search.cached = {(t.phase, t.config, t.concurrency, t.round): t for t in trials_file.earlier}
-            winner = search.run()
-            confirm = {name: median_trial(trials) for name, trials in search.confirm(winner).items() if trials}
-            if url is not None:  # give the running server its own config back
-                ModelControl(connection).load(options.model)
-    finally:
-        trials_file.close()
+    with contextlib.ExitStack() as stack:
+        stack.callback(trials_file.close)
+        connections: list[Connection] = []
+
+        def connect() -> Connection:
+            """The server, started (or reached) when the first measurement needs it: a search replayed from
+            trials.csv needs none."""
+            if not connections:
+                grpc_url = stack.enter_context(_server(repository, options.model, config_name, url))
+                connections.append(stack.enter_context(Connection(grpc_url, timeout=600)))
+                if url is not None:  # give the running server its own config back at the end
+                    stack.callback(ModelControl(connections[0]).load, options.model)
+            return connections[0]
+
+        default = baseline(base, cores)
+        search = Search(options, base, default, space, Measurer(connect, options, base, engine, on_trial),
+                        deadline=started + options.budget_minutes * 60, reserve=reserve)
+        search.cached = {(t.phase, t.config, t.concurrency, t.round): t for t in trials_file.earlier}
+        winner = search.run()
+        confirm = {name: median_trial(trials) for name, trials in search.confirm(winner).items() if trials}
     result = TuneResult(options.model, options, str(tool) if tool else "builtin", base_file, default, winner,
                         dict(search.scores), confirm, search.stopped, measured_now=len(measured))
     if search.scores.get(winner.key, (0, 0))[1]:
         result.written = write_winner(target, base, winner, result)
+    elif winner.key not in search.scores:
+        say("tune: the budget ended before the first config was measured; nothing written (raise --budget-minutes)")
     else:
         say(f"tune: no config measured kept p99 within {options.p99_ms:g} ms; nothing written (raise --p99-ms)")
     result.seconds = time.monotonic() - started

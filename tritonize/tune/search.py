@@ -34,7 +34,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.client.connection import Connection
-from tritonize.client.perf import ENGINES, PerfOptions, run_perf
+from tritonize.client.perf import ENGINES, UNJUDGED, PerfOptions, run_perf
 from tritonize.control.models import ModelControl
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
@@ -322,21 +322,22 @@ def median_trial(trials: list[Trial]) -> dict:
 class Measurer:
     """Loads a candidate config into the server (once per config in a row) and measures one level."""
 
-    def __init__(self, connection: Connection, options: TuneOptions, base: pb.ModelConfig, engine: str, on_trial):
-        self.connection, self.options, self.base, self.engine = connection, options, base, engine
-        self.control = ModelControl(connection)
+    def __init__(self, connect: Callable[[], Connection], options: TuneOptions, base: pb.ModelConfig, engine: str,
+                 on_trial: Callable[[Trial], None]):
+        self.connect, self.options, self.base, self.engine = connect, options, base, engine
         self.loaded: str | None = None
         self.on_trial = on_trial
 
     def __call__(self, candidate: Candidate, concurrency: int, round_: int, phase: str) -> Trial:
+        connection = self.connect()
         if self.loaded != candidate.key:
             config = json_format.MessageToJson(candidate.apply(self.base), preserving_proto_field_name=True)
-            self.control.load_config(self.options.model, config)
+            ModelControl(connection).load_config(self.options.model, config)
             self.loaded = candidate.key
         perf = PerfOptions(concurrency=(concurrency,), batch=self.options.batch, duration=self.options.duration,
-                           warmup=2, engine=self.engine, preprocess="client",
+                           warmup=2, engine=self.engine, preprocess="client", stability=UNJUDGED,
                            level_time_limit=max(60.0, 4 * self.options.duration))
-        report = run_perf(self.connection, [self.options.model], perf)
+        report = run_perf(connection, [self.options.model], perf)
         (level,) = report.levels
         trial = Trial(phase=phase, config=candidate.key, instances=candidate.instances, threads=candidate.threads,
                       queue_delay_us=candidate.queue_delay_us, preferred="-".join(map(str, candidate.preferred)) or "none",
