@@ -9,10 +9,10 @@ the loop must do nothing per request that the measurement does not need, or it m
 Like perf_analyzer --sync, each of the `concurrency` workers is a thread with one request in flight.
 
 A level runs in three phases, driven by the parent over stdin/stdout (one JSON object per line):
-warm-up (every worker completes `warmup` requests), then the parent reads the server's statistics and
-says `measure`; the window lasts `seconds` (or until `count` requests completed, never past `limit`)
-and counts the requests that completed inside it, as perf_analyzer's windows do. Workers then finish
-their request in flight and stop; the parent reads the statistics again.
+warm-up (every worker completes `warmup` requests and waits), the parent reads the server's statistics
+with nothing in flight and says `measure`; then the window: `seconds` long, counting the requests that
+completed inside it as perf_analyzer's time windows do, or exactly `count` requests; never past `limit`.
+Workers then finish their request in flight and stop; the parent reads the statistics again.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 EXITED = "EXITED"  # LoadError code: the load process itself stopped
@@ -124,9 +125,9 @@ class _Level:
 
     def __init__(self, call, payloads: list[bytes], timeout: float, concurrency: int, warmup: int):
         self.call, self.payloads, self.timeout = call, payloads, timeout
-        self.warmup, self.stop = warmup, threading.Event()
+        self.warmup, self.stop, self.go = warmup, threading.Event(), threading.Event()
         self.warmed = threading.Barrier(concurrency + 1)
-        self.window_open = float("inf")  # completions at or after this time are recorded
+        self.tickets: Iterator[int] | None = None  # count mode: requests left to send (next() is atomic)
         self.completions: list[tuple[float, float]] = []  # list.append is atomic: no lock per request
         self.error: tuple[str, str] | None = None
         self.threads = [threading.Thread(target=self._work, args=(slot,), daemon=True) for slot in range(concurrency)]
@@ -140,21 +141,16 @@ class _Level:
         try:
             for _ in range(self.warmup):
                 call(payload, timeout=timeout)
-        except grpc.RpcError as e:
-            self._fail(e)
-        try:
             self.warmed.wait()
-        except threading.BrokenBarrierError:
-            return
-        try:
-            while not self.stop.is_set():
+            self.go.wait()  # the parent reads the server's statistics with nothing in flight
+            while not self.stop.is_set() and (self.tickets is None or next(self.tickets, None) is not None):
                 sent = time.perf_counter()
                 call(payload, timeout=timeout)
-                done = time.perf_counter()
-                if done >= self.window_open:
-                    record((sent, done))
+                record((sent, time.perf_counter()))
         except grpc.RpcError as e:
             self._fail(e)
+        except threading.BrokenBarrierError:
+            pass
 
     def _fail(self, error) -> None:
         if self.error is None:
@@ -163,22 +159,24 @@ class _Level:
         self.warmed.abort()
 
     def measure(self, seconds: float | None, count: int | None, limit: float) -> Window:
-        start = self.window_open = time.perf_counter()
+        """Time mode: the requests completed within `seconds`. Count mode: exactly `count` requests, the window
+        ending with the last. The load stops then; what is in flight completes before the statistics are read."""
+        if count is not None:
+            self.tickets = iter(range(count))
+        start = time.perf_counter()
         deadline = start + min(seconds if seconds is not None else limit, limit)
-        end = deadline
-        while not self.stop.is_set() and time.perf_counter() < deadline:
-            if count is not None and len(self.completions) >= count:
-                end = sorted(done for _, done in self.completions)[count - 1]
-                break
+        self.go.set()
+        while not self.stop.is_set() and time.perf_counter() < deadline and any(t.is_alive() for t in self.threads):
             time.sleep(0.002)
-        else:
-            end = min(time.perf_counter(), deadline)
+        end = min(time.perf_counter(), deadline)
         self.finish()
-        inside = sorted((r for r in self.completions if r[1] <= end), key=lambda r: r[1])[:count]
-        return Window(inside, end - start)
+        if count is not None and len(self.completions) == count:
+            end = max(done for _, done in self.completions)
+        return Window(sorted((r for r in self.completions if r[1] <= end), key=lambda r: r[1]), end - start)
 
     def finish(self) -> None:
         self.stop.set()
+        self.go.set()
         for thread in self.threads:
             thread.join()
 

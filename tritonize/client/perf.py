@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tritonize.client import perf_analyzer as pa
 from tritonize.client.connection import ModelInfo, Connection, server_gone, short_reason
 from tritonize.client.load import EXITED, LoadError, LoadProcess
 from tritonize.client.stats import latency_summary
@@ -160,9 +161,11 @@ class PerfReport:
                       "queue ms", "in ms", "infer ms", "out ms", "srv batch"), rows)]
         for model, s in self.shared_memory_savings.items():
             g, m = s["grpc"], s["system_shared_memory"]
+            # The built-in engine sends requests serialized once: its client work is inside the gRPC call.
+            client = f"client send+recv {g['client_us']:.0f} -> {m['client_us']:.0f} us, " if g["client_us"] else ""
             out.append(
                 f"  {model}: system shared memory keeps {s['bytes_saved_per_request']:,} tensor bytes per request off gRPC; "
-                f"client send+recv {g['client_us']:.0f} -> {m['client_us']:.0f} us, p50 {g['p50_ms']:.2f} -> {m['p50_ms']:.2f} ms "
+                f"{client}p50 {g['p50_ms']:.2f} -> {m['p50_ms']:.2f} ms, avg {g['avg_ms']:.2f} -> {m['avg_ms']:.2f} ms "
                 f"(concurrency 1, {s['requests']} requests each)"
             )
         return "\n".join(out)
@@ -287,7 +290,7 @@ class BuiltinEngine:
     name = "builtin"
 
     def __init__(self, connection: Connection, workload: Workload, slots: int, timeout: float):
-        self.connection, self.workload = connection, workload
+        self.connection, self.workload, self.load = connection, workload, None
         self.regions = _Regions(connection, workload, slots) if workload.shared_memory else None
         try:
             requests = [workload.serialized(self.regions, slot) for slot in range(slots)]
@@ -322,7 +325,7 @@ class BuiltinEngine:
         )
 
     def close(self) -> None:
-        if getattr(self, "load", None) is not None:
+        if self.load is not None:
             self.load.close()
         if self.regions is not None:
             self.regions.close()
@@ -332,15 +335,11 @@ class PerfAnalyzerEngine:
     """Each level one run of the real perf_analyzer (tritonize.client.perf_analyzer), read from its own CSV."""
 
     def __init__(self, connection: Connection, workload: Workload, tool: PerfAnalyzer):
-        from tritonize.client.perf_analyzer import PerfAnalyzerRuns
-
         self.connection, self.workload, self.tool = connection, workload, tool
         self.name = f"perf_analyzer {tool.version}"
-        self.runs = PerfAnalyzerRuns(tool, workload.info.input_name, workload.batch[0])
+        self.runs = pa.PerfAnalyzerRuns(tool, workload.info.input_name, workload.batch[0])
 
     def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
-        from tritonize.client import perf_analyzer as pa
-
         info, batch = self.workload.info, len(self.workload.batch)
         during = f"during {info.name} at concurrency {concurrency}"
         self._warm_up(options.warmup, f"{info.name} at concurrency {concurrency}")
