@@ -67,33 +67,49 @@ def main() -> None:
                     run = {"round": round_, "concurrency": level, "engine": engine, "infer_s": round(result.throughput, 2),
                            "p50_ms": round(result.latency["p50_ms"], 2), "p99_ms": round(result.latency["p99_ms"], 2),
                            "compute_infer_ms": round(result.server_us["compute_infer"] / 1e3, 2),
-                           "server_batch": round(result.server_batches, 2), "requests": result.requests,
-                           "quiet_before": quiet, "load_average_1m": load, "server_cores": cpu["tree_cores"],
-                           "client_cores": cpu["own_cores"], "foreign_cores": cpu["foreign_cores"]}
+                           "transport_us": round(result.network_us), "server_batch": round(result.server_batches, 2),
+                           "requests": result.requests, "quiet_before": quiet, "load_average_1m": load,
+                           "server_cores": cpu["tree_cores"], "client_cores": cpu["own_cores"],
+                           # the client's CPU per measured request (warm-up, start and the window included)
+                           "client_cpu_ms_per_request": round(cpu["own_cores"] * cpu["seconds"] * 1e3 / max(1, result.requests), 3),
+                           "foreign_cores": cpu["foreign_cores"]}
                     runs.append(run)
                     print(run, flush=True)
     load_after = os.getloadavg()
 
     table, summary = [], {}
+    clean_ratios, all_ratios = [], []
     for level in levels(args.levels):
         pairs = [(next(r for r in runs if r["round"] == k and r["concurrency"] == level and r["engine"] == "perf_analyzer"),
                   next(r for r in runs if r["round"] == k and r["concurrency"] == level and r["engine"] == "builtin"))
                  for k in range(args.rounds)]
         ratios = [b["infer_s"] / p["infer_s"] for p, b in pairs]
-        summary[level] = {"ratio_median": round(statistics.median(ratios), 3), "ratios": [round(r, 3) for r in ratios]}
-        table.append([level, f"{statistics.median(p['infer_s'] for p, _ in pairs):.1f}",
-                      f"{statistics.median(b['infer_s'] for _, b in pairs):.1f}", f"{statistics.median(ratios):.2f}",
-                      " / ".join(f"{r:.2f}" for r in ratios),
-                      f"{statistics.median(p['p50_ms'] for p, _ in pairs):.1f} / {statistics.median(b['p50_ms'] for _, b in pairs):.1f}",
-                      f"{statistics.median(p['client_cores'] for p, _ in pairs):.2f} / {statistics.median(b['client_cores'] for _, b in pairs):.2f}",
-                      " / ".join(f"{p['foreign_cores']:.2f}+{b['foreign_cores']:.2f}" for p, b in pairs)])
+        clean = [b["infer_s"] / p["infer_s"] for p, b in pairs if max(p["foreign_cores"], b["foreign_cores"]) <= args.quiet]
+        all_ratios += ratios
+        clean_ratios += clean
+        med = lambda key, engine: statistics.median(r[key] for pair in pairs for r in pair if r["engine"] == engine)  # noqa: E731
+        summary[level] = {"ratio_median": round(statistics.median(ratios), 3), "ratios": [round(r, 3) for r in ratios],
+                          "clean_ratios": [round(r, 3) for r in clean]}
+        table.append([level, f"{med('infer_s', 'perf_analyzer'):.1f}", f"{med('infer_s', 'builtin'):.1f}",
+                      f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}-{max(ratios):.2f}",
+                      " ".join(f"{r:.2f}" for r in clean) or "-",
+                      f"{med('transport_us', 'perf_analyzer'):.0f} / {med('transport_us', 'builtin'):.0f}",
+                      f"{med('client_cpu_ms_per_request', 'perf_analyzer'):.2f} / {med('client_cpu_ms_per_request', 'builtin'):.2f}",
+                      f"{med('foreign_cores', 'perf_analyzer'):.2f} / {med('foreign_cores', 'builtin'):.2f}"])
+    summary["all"] = {"ratio_median": round(statistics.median(all_ratios), 3), "pairs": len(all_ratios),
+                      "clean_ratio_median": round(statistics.median(clean_ratios), 3) if clean_ratios else None,
+                      "clean_pairs": len(clean_ratios)}
     path = save(f"perf_engines_{args.arch}", {"arch": args.arch, "duration": args.duration, "rounds": args.rounds,
                                                "perf_analyzer": str(tool), "load_average": {"before": load_before, "after": load_after},
                                                "summary": summary, "runs": runs}, _figure(runs, levels(args.levels)))
     print(f"\nperf_analyzer vs built-in, {args.arch} onnx_model batch 1, {args.duration:g} s per run, {args.rounds} rounds; "
           f"load average {load_before[0]:.2f} before, {load_after[0]:.2f} after\n")
-    print(markdown_table(["concurrency", "perf_analyzer infer/s", "built-in infer/s", "ratio (median)", "ratio per round",
-                          "p50 ms PA / built-in", "client cores PA / built-in", "foreign cores per round (PA+built-in)"], table))
+    print(markdown_table(["concurrency", "perf_analyzer infer/s (median)", "built-in infer/s (median)",
+                          "built-in / PA (median of pairs)", "range", f"pairs with <= {args.quiet:g} foreign cores",
+                          "transport us PA / built-in", "client CPU ms/request PA / built-in", "foreign cores PA / built-in"], table))
+    print(f"\nall {len(all_ratios)} pairs: median ratio {statistics.median(all_ratios):.3f}; "
+          f"{len(clean_ratios)} pairs with both runs at <= {args.quiet:g} foreign cores: "
+          + (f"median {statistics.median(clean_ratios):.3f}" if clean_ratios else "none"))
     print(f"\n{path}")
 
 

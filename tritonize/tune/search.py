@@ -287,6 +287,8 @@ class Search:
     def beats(self, candidate: Candidate, current: Candidate) -> bool:
         """Measure both again back to back, each at its best concurrency: on a shared machine throughput drifts
         between sweeps minutes apart, so a lead in the sweeps alone does not make a winner."""
+        if not self.scores[current.key][1]:
+            return True  # the current config has no level within the budget: nothing to hold
         self.checks += 1
         challenger = self.trial(candidate, self.scores[candidate.key][1], "check", self.checks)
         holder = self.trial(current, self.scores[current.key][1], "check", self.checks)
