@@ -27,7 +27,6 @@ from common import RESULTS, artifacts, markdown_table, save  # noqa: E402
 
 from tritonize.convert import ConvertOptions, Profile, convert_trt  # noqa: E402
 from tritonize.convert.cpu import CpuOptions, convert_cpu, speed_figures_of  # noqa: E402
-from tritonize.convert.precision import ort_session  # noqa: E402
 from tritonize.manifest import Manifest  # noqa: E402
 from tritonize.tools import perf_analyzer  # noqa: E402
 

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.errors import TritonizeError
-from tritonize.options import DEFAULT_REPOSITORY, AsJson, Force, RepositoryArgument
+from tritonize.options import DEFAULT_REPOSITORY, AsJson, RepositoryArgument
 
 
 def _ints(text: str | None, option: str) -> tuple[int, ...] | None:
