@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv clean prometheus perf-analyzer
+.PHONY: demo test venv clean prometheus shellcheck perf-analyzer mutation
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -13,22 +13,40 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# moto's S3 server for the `repo push` tests, in an environment of its own: moto needs boto3, whose
+# botocore would downgrade python-dateutil in .venv. The tests start it as a server process and skip
+# (saying why) where it could not be installed. Never fails the build.
+MOTO_STAMP := $(VENV)/moto/.installed
+$(MOTO_STAMP): | $(STAMP)
+	@(python3 -m venv $(VENV)/moto && $(VENV)/moto/bin/pip install -q 'moto[s3]==5.2.5' 'flask>=3' 'flask-cors>=6' \
+	  && touch $@) || echo "moto: install failed; the S3 tests will skip"
+
 demo: $(STAMP)
 	$(PY) -m tritonize.pipeline.demo
 
-test: $(STAMP) prometheus perf-analyzer
+test: $(STAMP) prometheus shellcheck perf-analyzer $(MOTO_STAMP)
 	$(PY) -m pytest -ra
 
-# prometheus + promtool for the monitoring tests: installed where it can be (Debian/Ubuntu as root);
-# elsewhere those tests skip and say why. Never fails the build.
+# $(call apt,PACKAGE,TESTS): install a Debian/Ubuntu package where it can be (as root); elsewhere, or
+# when it fails, TESTS skip and say why. Never fails the build.
+apt = if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(1) >/dev/null \
+	   || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(1) >/dev/null)) \
+	  || echo "$(1): apt-get install failed; $(2) will skip"; \
+	else echo "$(1): not root or no apt-get; $(2) will skip"; fi
+
+# prometheus + promtool for the monitoring tests and the Kubernetes bundle's rules.
 PROMTOOL := $(shell command -v promtool 2>/dev/null)
 prometheus:
 ifeq ($(PROMTOOL),)
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	  (DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >/dev/null \
-	   || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >/dev/null)) \
-	  || echo "prometheus: apt-get install failed; the Prometheus tests will skip"; \
-	else echo "prometheus: not root or no apt-get; the Prometheus tests will skip"; fi
+	@$(call apt,prometheus,the Prometheus tests)
+endif
+
+# shellcheck for the Kubernetes bundle's smoke.sh.
+SHELLCHECK := $(shell command -v shellcheck 2>/dev/null)
+shellcheck:
+ifeq ($(SHELLCHECK),)
+	@$(call apt,shellcheck,the smoke.sh lint)
 endif
 
 # Triton's perf_analyzer for `client perf`, `tune`, `convert cpu` and their tests: the binary from the
@@ -36,12 +54,20 @@ endif
 # (installed as root where apt-get can; else a private copy from `apt-get download`). Where it cannot be
 # had, the perf_analyzer tests skip and say why. Never fails the build.
 perf-analyzer: $(STAMP)
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! /sbin/ldconfig -p | grep -q 'libb64.so.0d '; then \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libb64-0d >/dev/null 2>&1 \
-	  || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libb64-0d >/dev/null 2>&1) \
-	  || echo "perf-analyzer: apt-get install libb64-0d failed; trying a private copy"; fi
+	@/sbin/ldconfig -p | grep -q 'libb64.so.0d ' || $(call apt,libb64-0d,the perf_analyzer tests (unless a private copy works))
 	@$(VENV)/bin/tritonize tools get-perf-analyzer >/dev/null \
 	  || echo "perf-analyzer: could not be fetched; the perf_analyzer tests will skip"
 
+# Mutation testing, not part of `make test`: mutmut mutates the core modules ([tool.mutmut] in pyproject.toml)
+# and runs their fast tests against each mutant, then lists the mutants no test killed (`.venv/bin/mutmut
+# show NAME` shows one). The small artifacts the tests share are exported once for every mutant's tests;
+# torch runs one thread per test process (mutmut runs one process per core: more threads only wait on each other).
+MUTATION_ARTIFACTS := build/mutation-artifacts
+mutation: $(STAMP)
+	$(PY) -m pip install -q -e ".[mutation]"
+	$(VENV)/bin/tritonize export --arch resnet18 --weights none --artifacts $(MUTATION_ARTIFACTS) > /dev/null
+	OMP_NUM_THREADS=1 TRITONIZE_TEST_ARTIFACTS=$(abspath $(MUTATION_ARTIFACTS)) $(VENV)/bin/mutmut run
+	$(VENV)/bin/mutmut results
+
 clean:
-	rm -rf build models/*_model .pytest_cache
+	rm -rf build models/*_model .pytest_cache mutants

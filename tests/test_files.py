@@ -52,3 +52,90 @@ def test_sha256_of_a_known_content(tmp_path):
     path = tmp_path / "x"
     path.write_bytes(b"abc")
     assert sha256_file(path) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+
+def test_temporaries_of_killed_processes_are_removed_others_kept(tmp_path):
+    import os
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    final = tmp_path / "model.onnx"
+    for pid in (dead.pid, os.getppid()):  # a process that is gone, and one that lives (it may be writing)
+        (tmp_path / f".model.onnx.tmp-{pid}").write_text("left behind")
+    with atomic_path(final) as tmp:
+        tmp.write_text("new")
+    assert _names(tmp_path) == [f".model.onnx.tmp-{os.getppid()}", "model.onnx"]
+
+
+# ------------------------------------------------------------------ killed or interrupted at each step
+
+PUBLISH = """
+import sys
+from pathlib import Path
+from tritonize.files import atomic_path
+
+final, kind = Path(sys.argv[2]), sys.argv[3]
+with atomic_path(final) as tmp:
+    if kind == "dir":
+        tmp.mkdir()
+        (tmp / "content").write_text("new")
+    else:
+        tmp.write_text("new")
+"""
+
+
+def _content(final):
+    if not final.exists():
+        return None
+    return (final / "content").read_text() if final.is_dir() else final.read_text()
+
+
+# (kind, before|after, rename): what `final` holds right after the child ended, killed or interrupted. A
+# directory is swapped in with two renames (final -> .old-PID, then .tmp-PID -> final).
+STEPS = [
+    ("file", "before", 1, "old", "old"),  # written, not yet renamed
+    ("file", "after", 1, "new", "new"),  # renamed into place
+    ("dir", "before", 1, "old", "old"),
+    ("dir", "after", 1, None, "old"),  # the previous one moved aside: killed there, nothing is at final
+    ("dir", "after", 2, "new", "new"),  # the new one in place, the previous one not yet removed
+]
+
+
+@pytest.mark.parametrize("kind, when, rename, killed, interrupted", STEPS)
+@pytest.mark.parametrize("how", ["kill", "ctrl-c"])
+def test_killed_or_interrupted_at_each_step_of_a_publish(tmp_path, kind, when, rename, killed, interrupted, how):
+    """A real child process stopped at the step, then `kill -9` or Ctrl-C: an interrupt leaves the previous
+    or the new version and nothing else; a kill may leave its temporaries (its pid in their names), and the
+    next publish of the same path removes them, putting a previous directory moved aside back in place."""
+    from tests.interrupt import stop_at_rename
+
+    final = tmp_path / "published"
+    if kind == "dir":
+        final.mkdir()
+        (final / "content").write_text("old")
+    else:
+        final.write_text("old")
+    status = stop_at_rename(tmp_path, when, rename, how, "-c", PUBLISH, final, kind)
+    assert status == (-9 if how == "kill" else -2)  # -2: the KeyboardInterrupt ended it, as Ctrl-C does
+    if how == "ctrl-c":
+        assert _content(final) == interrupted and _names(tmp_path) == ["published"]
+        return
+    assert _content(final) == killed
+    assert all(name.startswith(".published.") for name in _names(tmp_path) if name != "published")
+    with pytest.raises(RuntimeError):  # the next publish fails: still, what the killed one left is cleared
+        with atomic_path(final) as tmp:
+            tmp.write_text("never published")
+            raise RuntimeError("boom")
+    assert _content(final) == interrupted and _names(tmp_path) == ["published"]
+
+
+def test_an_interrupted_directory_swap_puts_the_previous_one_back(tmp_path):
+    """The second rename of a swap fails (nothing at the temporary path): the previous directory goes back."""
+    final = tmp_path / "models"
+    final.mkdir()
+    (final / "old_model").mkdir()
+    with pytest.raises(FileNotFoundError):
+        with atomic_path(final) as tmp:
+            pass  # no directory at the temporary path: the second rename fails
+    assert _names(final) == ["old_model"] and _names(tmp_path) == ["models"]

@@ -58,6 +58,62 @@ def test_preprocessing_matches_the_weights_transforms_on_a_real_photo(arch, weig
     assert np.abs(wrong - reference).max() > 0.1
 
 
+def _presets() -> dict[str, tuple[str, str]]:
+    """One (arch, weights) per distinct preprocessing among the torchvision classification weights the tool
+    takes (every arch of torchvision.models; weights without categories are refused), named by its first."""
+    import torchvision
+
+    from tritonize.spec import classification_archs
+
+    found = {}
+    for arch in classification_archs():
+        for w in torchvision.models.get_model_weights(arch):
+            t = w.transforms()
+            key = (tuple(t.resize_size), tuple(t.crop_size), t.interpolation, tuple(t.mean), tuple(t.std), t.antialias)
+            if w.meta.get("categories") and key not in found:
+                found[key] = (arch, w.name)
+    return {f"{arch}.{weights}": (arch, weights) for arch, weights in found.values()}
+
+
+PRESETS = _presets()
+
+
+def _textured(width: int, height: int):
+    """Gradients under fine noise: any misplaced resize or crop changes the pixels."""
+    rng = np.random.default_rng(width * height)
+    yy, xx = np.mgrid[0:height, 0:width]
+    base = np.stack([xx * 255 // width, yy * 255 // height, (xx + yy) % 256], -1)
+    return Image.fromarray(np.clip(base + rng.integers(-40, 40, base.shape), 0, 255).astype(np.uint8), "RGB")
+
+
+# 613 and 409 are primes: no resize in the table (224..600) divides into 613/409 exactly, so the long side's
+# rounding down matters; the square image makes the crop's offset round (an odd resize - crop, e.g. 255 - 240).
+@pytest.mark.parametrize("size", [(613, 409), (409, 409)], ids=["wide", "square"])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_weights_preset_matches_torchvision_on_wide_and_square_images(preset, size):
+    import torchvision
+
+    from tritonize.spec import resolve_spec
+
+    arch, weights = PRESETS[preset]
+    pre = resolve_spec(arch, weights).preprocessing  # what the manifest and every config.pbtxt carry
+    image = _textured(*size)
+    reference = torchvision.models.get_model_weights(arch)[weights].transforms()(image).numpy()
+    ours = pre(image)
+    assert ours.shape == reference.shape == (3, pre.crop, pre.crop)
+    assert np.abs(ours - reference).max() <= 1e-6 * max(1.0, np.abs(reference).max())
+    assert pre.resized_size(*size)[0] == (int(pre.resize * 613 / 409) if size[0] == 613 else pre.resize)
+
+
+def test_the_presets_cover_the_contracts_that_differ():
+    """The table is torchvision's, not a hand-picked list: resizes, crops, both filters, other means and stds."""
+    from tritonize.spec import resolve_spec
+
+    contracts = [resolve_spec(*PRESETS[p]).preprocessing for p in PRESETS]
+    assert len(contracts) >= 20 and {c.interpolation for c in contracts} == {"bilinear", "bicubic"}
+    assert {c.resize for c in contracts} >= {224, 232, 256, 342, 518, 600} and any(c.mean != contracts[0].mean for c in contracts)
+
+
 def test_resize_232_and_256_give_different_inputs():
     base = dict(crop=224, mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
     image = load_rgb(PHOTO)

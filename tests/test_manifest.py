@@ -80,3 +80,23 @@ def test_missing_or_unreadable_manifest_names_the_command_to_run(tmp_path):
 def test_an_entry_goes_only_under_its_key(manifest):
     with pytest.raises(TypeError, match="takes a ExportedArtifact"):
         manifest.record("onnx", manifest.plan)
+
+
+def test_publish_and_file_problem(manifest, tmp_path):
+    """publish() puts file and entry in place together; file_problem() compares the file's sha256,
+    so a changed file of the same size, a missing one and a pending entry are all reported."""
+    from dataclasses import replace
+
+    from tritonize.files import sha256_file
+
+    staged = tmp_path / ".model.onnx.staged"
+    staged.write_bytes(b"0123456789")
+    entry = replace(manifest.onnx, sha256=sha256_file(staged))
+    assert manifest.publish("onnx", entry, staged) == tmp_path / "model.onnx" and not staged.exists()
+    loaded = Manifest.load(tmp_path)
+    assert loaded.onnx.status is Status.verified and loaded.file_problem(loaded.onnx) is None
+    (tmp_path / "model.onnx").write_bytes(b"9876543210")  # same size, other bytes
+    assert "model.onnx has sha256" in loaded.file_problem(loaded.onnx)
+    assert "was being published" in loaded.file_problem(replace(loaded.onnx, status=Status.pending))
+    (tmp_path / "model.onnx").unlink()
+    assert loaded.file_problem(loaded.onnx) == "model.onnx is missing"

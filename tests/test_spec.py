@@ -33,6 +33,7 @@ def test_round_trip_through_the_manifest_form():
     ("resnet_nonexistent", "none", "unknown arch 'resnet_nonexistent'"),
     ("resnet18", "IMAGENET9K", "unknown weights 'IMAGENET9K' for resnet18: choose one of IMAGENET1K_V1"),
     ("resnet18", "/nonexistent/ckpt.pth", "checkpoint /nonexistent/ckpt.pth does not exist"),
+    ("vgg16", "IMAGENET1K_FEATURES", "weights IMAGENET1K_FEATURES of vgg16 have no categories"),
 ])
 def test_bad_choices_say_what_to_do(arch, weights, message):
     with pytest.raises(TritonizeError, match=message.replace(".", r"\.")):

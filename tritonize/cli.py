@@ -32,6 +32,7 @@ def _mount() -> None:
     from tritonize.pipeline.cli import build_command
     from tritonize.client.cli import app as client_app
     from tritonize.control.cli import app as models_app
+    from tritonize.deploy.cli import app as deploy_app
     from tritonize.convert.cli import app as convert_app
     from tritonize.export.cli import export_command
     from tritonize.monitor.cli import monitor_command
@@ -50,6 +51,7 @@ def _mount() -> None:
     app.add_typer(models_app, name="models", help="List, load, unload and reload the models of a running server.")
     app.command("tune")(tune_command)
     app.add_typer(tools_app, name="tools", help="Get the external tools tritonize uses when present (perf_analyzer).")
+    app.add_typer(deploy_app, name="deploy", help="Kubernetes / KServe bundle for a repository pushed with `repo push`.")
 
 
 _mount()

@@ -7,9 +7,34 @@ import hashlib
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from tritonize.errors import TritonizeError
+
+
+@contextlib.contextmanager
+def staged_path(final: Path) -> Iterator[Path]:
+    """Yield a temporary path next to `final` for the caller to fill and publish (rename) itself.
+
+    Whatever is left at the temporary path when the block ends, normally or not, is removed. So are
+    the temporaries of `final` that killed processes left behind (their pid is in the name), except a
+    previous directory that a process killed between the two renames of a swap moved aside: it goes
+    back in place.
+    """
+    final = Path(final)
+    for stale in [*final.parent.glob(f".{final.name}.tmp-*"), *final.parent.glob(f".{final.name}.old-*")]:
+        pid = stale.name.rpartition("-")[2]
+        if pid.isdigit() and not pid_alive(int(pid)):
+            if ".old-" in stale.name and not final.exists():
+                os.replace(stale, final)
+            else:
+                _remove(stale)
+    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    _remove(tmp)
+    try:
+        yield tmp
+    finally:
+        _remove(tmp)
 
 
 @contextlib.contextmanager
@@ -21,21 +46,55 @@ def atomic_path(final: Path) -> Iterator[Path]:
     Works for files and for directories.
     """
     final = Path(final)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    _remove(tmp)
-    try:
+    with staged_path(final) as tmp:
         yield tmp
         if final.is_dir() and not final.is_symlink():
             # Directories cannot be renamed over a non-empty directory: swap in two renames.
             old = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            _remove(old)
+            try:
+                os.replace(final, old)
+                os.replace(tmp, final)
+            finally:
+                if final.exists():
+                    _remove(old)
+                else:  # failed or interrupted between the renames: the previous one goes back
+                    os.replace(old, final)
         else:
             os.replace(tmp, final)
-    except BaseException:
-        _remove(tmp)
-        raise
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (it may belong to another user)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def replace_tree(directory: Path, contents: dict[str, str], known: Iterable[str], what: str, option: str,
+                 executables: Iterable[str] = ()) -> list[Path]:
+    """Write `contents` (relative path -> text) as `directory`, replacing a previous one as a whole
+    (atomic_path: never half-written). A directory holding files outside `known` is someone else's:
+    refused, naming `option` to choose another. Returns the files written."""
+    directory, known = Path(directory), set(known)
+    if directory.exists():
+        foreign = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file()) \
+            if directory.is_dir() else []
+        foreign = [f for f in foreign if f not in known]
+        if foreign or not directory.is_dir():
+            raise TritonizeError(f"{directory} exists and holds files that are not {what} "
+                                 f"({', '.join(foreign[:3]) or 'not a directory'}); choose another {option} or remove it")
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(directory) as tmp:
+        for name, text in contents.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(text)
+        for name in executables:
+            (tmp / name).chmod(0o755)
+    return [directory / name for name in contents]
 
 
 def _remove(path: Path) -> None:

@@ -23,6 +23,7 @@ top level, so the file stays flat and readable.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from enum import Enum
@@ -47,6 +48,7 @@ class Status(str, Enum):
     waiting_for_gpu = "waiting_for_gpu"  # a plan that only a GPU box can build (reproducer written)
     built = "built"  # a TensorRT plan built and verified
     failed = "failed"  # a build that did not produce a usable artifact
+    pending = "pending"  # being published (see Manifest.publish): describes no file on disk yet
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,33 @@ class Manifest:
             raise TypeError(f"manifest key {key!r} takes a {ENTRY_TYPES[key].__name__}, not a {type(entry).__name__}")
         self.artifacts[key] = entry
         self.save()
+
+    def publish(self, key: str, entry: Entry, staged: Path) -> Path:
+        """Put the `staged` file in place as the entry's file, together with the entry.
+
+        Three steps, each atomic: the entry is recorded as `pending` (with the staged file's hash), the
+        file is renamed over the previous one, the entry is recorded with its own status. Killed at any
+        point, the manifest never vouches for a file it does not describe: the previous entry still goes
+        with the previous file, or the entry is `pending`, which `file_problem` (and so every
+        up-to-date check and `repo check`) reports until the stage runs again.
+        """
+        final = self.path(entry)
+        self.record(key, replace(entry, status=Status.pending))
+        os.replace(staged, final)
+        self.record(key, entry)
+        return final
+
+    def file_problem(self, entry: Entry) -> str | None:
+        """Why the entry's file on disk is not the file it describes (None when it is)."""
+        path = self.path(entry)
+        if entry.status is Status.pending:
+            return f"{path.name} was being published when its stage was interrupted"
+        if not path.is_file():
+            return f"{path.name} is missing"
+        found = sha256_file(path)
+        if found != entry.sha256:  # type: ignore[attr-defined]
+            return f"{path.name} has sha256 {found[:12]}, the manifest records {entry.sha256[:12]}"  # type: ignore[attr-defined]
+        return None
 
     def sha256(self) -> str:
         """The hash of the manifest file as saved (the repository records which manifest it came from)."""

@@ -36,6 +36,19 @@ TritonRelease = Annotated[Optional[str], typer.Option("--triton-release", help="
 Url = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT (`tritonize serve` listens on localhost:8001).")]
 Timeout = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each server call.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
+ControlKeyFile = Annotated[Optional[Path], typer.Option(
+    "--control-key-file", help="File holding the server's control-API key (the one `tritonize serve` printed), for "
+                               "the model repository, statistics and shared memory of a server that restricts them. "
+                               "Default: the key in $TRITONIZE_CONTROL_KEY, if set.", show_default=False)]
+TlsCa = Annotated[Optional[Path], typer.Option(
+    "--tls-ca", help="CA certificate (PEM) that signed the server's gRPC certificate: connect over TLS and verify "
+                     "the server with it.", show_default=False)]
+
+Endpoint = Annotated[Optional[str], typer.Option(
+    "--endpoint", help="URL of an S3-compatible store (MinIO, Ceph, ...): http://HOST:PORT or https://HOST[:PORT]; "
+                       "default: AWS S3.")]
+Region = Annotated[Optional[str], typer.Option(
+    "--region", help="The store's region (default: AWS_REGION or AWS_DEFAULT_REGION, else us-east-1).")]
 
 T = TypeVar("T")
 

@@ -101,6 +101,10 @@ def resolve_spec(arch: str = DEFAULT_ARCH, weights: str | None = None) -> ModelS
                 f"unknown weights {weights!r} for {arch}: choose one of {names}, `none` or a checkpoint path"
             ) from None
         kind, label = "torchvision", chosen.name
+        if not chosen.meta.get("categories"):
+            classifiers = ", ".join(w.name for w in enum if w.meta.get("categories"))
+            raise TritonizeError(f"weights {chosen.name} of {arch} have no categories (a feature extractor, not a "
+                                 f"classifier): choose one of {classifiers}, `none` or a checkpoint path")
 
     # Random-init and checkpoint models keep the DEFAULT weights' preprocessing and categories:
     # it is the contract the arch was designed for, and the manifest says where it came from.

@@ -18,15 +18,22 @@ from tests.conftest import run_cli
 from tritonize.errors import TritonizeError
 
 
-def reference_logits(artifacts, image_path) -> np.ndarray:
-    """Local onnxruntime on the input torchvision's own transforms make: what the server must return."""
+def reference_logits(artifacts, image) -> np.ndarray:
+    """Local onnxruntime on the input torchvision's own transforms make of `image` (a path or a PIL image):
+    what the server must return."""
     import onnxruntime as ort
     import torchvision
 
     transforms = torchvision.models.ResNet18_Weights.DEFAULT.transforms()
-    x = transforms(Image.open(image_path).convert("RGB")).numpy()[None]
+    picture = image if isinstance(image, Image.Image) else Image.open(image).convert("RGB")
+    x = transforms(picture).numpy()[None]
     session = ort.InferenceSession(str(artifacts / "model.onnx"), providers=["CPUExecutionProvider"])
     return session.run(None, {"input": x})[0]
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits.astype(np.float64) - logits.max())
+    return e / e.sum()
 
 
 def test_classify_table_matches_local_onnxruntime_and_torchvision_labels(small_server, small_artifacts):
@@ -34,14 +41,44 @@ def test_classify_table_matches_local_onnxruntime_and_torchvision_labels(small_s
 
     result = run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--url", small_server.grpc_url)
     assert result.exit_code == 0, result.output
-    logits = reference_logits(small_artifacts, PHOTO)[0]
-    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    probs = _softmax(reference_logits(small_artifacts, PHOTO)[0])
     categories = torchvision.models.ResNet18_Weights.DEFAULT.meta["categories"]
     lines = [line.split() for line in result.stdout.splitlines() if line.strip()[:2] in {f"{i}." for i in range(1, 6)}]
     assert len(lines) == 5
-    for rank, index in enumerate(np.argsort(-logits)[:5]):
+    for rank, index in enumerate(np.argsort(-probs)[:5]):
         row = result.stdout.splitlines()[rank + 2]
         assert categories[index] in row and f"{probs[index]:.4f}" in row, (row, categories[index])
+
+
+# Random-init weights rank the classes almost the same whatever the input (the top-5 indices of the photo,
+# the photo rotated, in BGR, or noise are equal): the probabilities tell the inputs apart. 1e-6 is far
+# below what each of these preprocessing mistakes moves them (checked below), far above float noise.
+PROBABILITY_TOLERANCE = 1e-6
+
+
+def test_classify_probabilities_match_torchvision_closely_enough_to_catch_preprocessing_mistakes(
+        small_server, small_artifacts, tmp_path):
+    wide = tmp_path / "wide.png"  # 512x347: 256 * 512 / 347 is not a whole number, so the resize rounds
+    Image.open(PHOTO).convert("RGB").crop((0, 100, 512, 447)).save(wide)
+    for path in (PHOTO, wide):
+        result = run_cli("client", "classify", path, "--model", "onnx_model", "--json", "--url", small_server.grpc_url)
+        assert result.exit_code == 0, result.output
+        (prediction,) = json.loads(result.stdout)["predictions"]
+        picture = Image.open(path).convert("RGB")
+        expected = _softmax(reference_logits(small_artifacts, picture)[0])
+        served = {t["index"]: t["probability"] for t in prediction["top_k"]}
+        assert list(served) == list(np.argsort(-expected)[:5])
+        assert max(abs(p - expected[i]) for i, p in served.items()) <= PROBABILITY_TOLERANCE
+        mistakes = {
+            "rotated": picture.rotate(90, expand=True),
+            "BGR": Image.fromarray(np.asarray(picture)[..., ::-1].copy()),
+            "resized as if tall": picture.resize((256, round(256 * picture.height / picture.width))).transpose(
+                Image.Transpose.TRANSPOSE).resize(picture.size),
+            "long side rounded up": picture.resize((picture.width + 1, picture.height)),
+        }
+        for mistake, wrong in mistakes.items():
+            moved = _softmax(reference_logits(small_artifacts, wrong)[0])
+            assert max(abs(p - moved[i]) for i, p in served.items()) > 100 * PROBABILITY_TOLERANCE, mistake
 
 
 def test_classify_json_every_mode_and_bad_files(small_server, tmp_path):
@@ -330,3 +367,26 @@ def test_perf_along_server_and_uint8_paths_counts_their_bytes(small_server, tmp_
                                                                                              level["tensor_bytes_on_wire"])
     # Two images per request: the file with its 4-byte length each, or 224x224x3 UINT8 each, then 2 x 1000 logits.
     assert sizes == {"onnx_classifier": 2 * (PHOTO.stat().st_size + 4) + 8000, "onnx_classifier_uint8": 2 * 150_528 + 8000}
+
+
+def test_trt_model_waiting_for_a_gpu_says_why_and_what_to_run(artifacts_copy, tmp_path):
+    """On a machine without TensorRT the plan waits for a GPU box: `repo build` leaves a note, the
+    embedded server lists trt_model UNAVAILABLE with it, and the client repeats it."""
+    from tests.conftest import plan_entry, record
+    from tritonize.serve.embedded import embedded_server
+
+    record(artifacts_copy, "tensorrt", plan_entry("waiting_for_gpu"))
+    repo = tmp_path / "models"
+    built = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", repo, "--models", "onnx_model,trt_model",
+                    "--no-ensembles", "--no-warmup")
+    assert built.exit_code == 0, built.output
+    with embedded_server(repo) as info:
+        state, reason = info.models["trt_model"]
+        assert state == "UNAVAILABLE" and "trt_model was not built: its TensorRT plan is waiting for a GPU" in reason
+        result = run_cli("client", "classify", PHOTO, "--model", "trt_model", "--url", info.grpc_url)
+        assert result.exit_code == 1
+        [line] = result.output.strip().splitlines()
+        assert line.startswith("error: model 'trt_model' is UNAVAILABLE: ") and "waiting for a GPU" in line
+        assert "On a GPU box run `tritonize convert trt`" in line and "then `tritonize repo build` again" in line
+        assert "onnx_model (READY)" in line
+        assert run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--url", info.grpc_url).exit_code == 0

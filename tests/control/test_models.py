@@ -35,10 +35,11 @@ def repo(small_repo, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo):
-    """Started as `tritonize serve --models onnx_model` starts it: only onnx_model loaded."""
+    """Started as `tritonize serve --models onnx_model` starts it: only onnx_model loaded. Not
+    supervised: a test here brings a model whose instance died back by hand."""
     from tritonize.serve.embedded import EmbeddedServer
 
-    with EmbeddedServer(repo, models=("onnx_model",)) as info:
+    with EmbeddedServer(repo, models=("onnx_model",), supervise=False) as info:
         yield info
 
 

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +13,7 @@ import pytest
 import torch
 
 from tests.conftest import SMALL_ARCH, run_cli
+from tests.interrupt import killed_after_rename, stop_at_rename
 from tritonize.errors import TritonizeError
 from tritonize.export import ExportOptions, export_artifacts
 from tritonize.files import sha256_file
@@ -117,19 +113,43 @@ def test_failed_verification_publishes_nothing_and_keeps_previous_artifacts(arti
     assert _leftovers(artifacts_copy) == []
 
 
-def test_interrupted_export_leaves_previous_artifacts_untouched(artifacts_copy):
-    before = sha256_file(artifacts_copy / "model.onnx")
-    cmd = [sys.executable, "-m", "tritonize.cli", "export", "--format", "onnx", "--arch", SMALL_ARCH,
-           "--weights", "none", "--artifacts", str(artifacts_copy), "--force"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    for line in proc.stderr:  # interrupt while the ONNX export is being written
-        if "ONNX export" in line:
-            break
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=120)
-    assert proc.returncode != 0
-    assert sha256_file(artifacts_copy / "model.onnx") == before
+def test_ctrl_c_before_publishing_leaves_the_previous_artifacts_and_no_temporary(artifacts_copy):
+    """Ctrl-C of the real `tritonize export` with the new model.pt written and verified under its temporary
+    name, right before the first publish step (its entry recorded as pending)."""
+
+    before = {name: sha256_file(artifacts_copy / name) for name in ("model.pt", "manifest.json")}
+    status = stop_at_rename(artifacts_copy, "before", 1, "ctrl-c", "export", "--format", "torchscript", "--arch",
+                            SMALL_ARCH, "--weights", "none", "--max-batch", "2", "--artifacts", artifacts_copy)
+    assert status not in (None, 0)
+    assert {name: sha256_file(artifacts_copy / name) for name in before} == before
+    assert _leftovers(artifacts_copy) == []
+
+
+def test_export_killed_between_publish_steps_never_disagrees_with_its_manifest(artifacts_copy, tmp_path):
+    """kill -9 of the real `tritonize export` right after each publish step (entry recorded as pending,
+    file renamed into place, entry recorded as verified): the manifest never vouches for a file it
+    does not describe, `repo check` says so while the entry is pending, and the next export redoes it."""
+    from tritonize.manifest import Manifest, Status
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    repo = tmp_path / "models"
+    build_repository(artifacts_copy, repo, RepoOptions(kind="cpu", models=("torch_model",), warmup=False, ensembles=False))
+    export = ["export", "--format", "torchscript", "--arch", SMALL_ARCH, "--weights", "none", "--max-batch", "2",
+              "--artifacts", artifacts_copy]
+    before = sha256_file(artifacts_copy / "model.pt")
+    for renames in (1, 2, 3):  # each export starts from what the killed one before it left
+        assert killed_after_rename(artifacts_copy, renames, *export, *(["--force"] if renames == 1 else []))
+        entry = Manifest.load(artifacts_copy).torchscript
+        on_disk = sha256_file(artifacts_copy / "model.pt")
+        check = run_cli("repo", "check", repo, "--artifacts", artifacts_copy)
+        flagged = [line for line in check.output.splitlines() if line.startswith("error: artifacts: model.pt")]
+        if renames < 3:
+            assert entry.status is Status.pending and len(flagged) == 1, check.output
+            assert on_disk == (before if renames == 1 else entry.sha256)
+        else:
+            assert entry.status is Status.verified and entry.sha256 == on_disk != before and not flagged
+    result = run_cli(*export)
+    assert result.exit_code == 0 and "model.pt is up to date" in result.output
     assert _leftovers(artifacts_copy) == []
 
 

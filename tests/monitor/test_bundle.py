@@ -105,14 +105,21 @@ def test_dashboard_has_a_datasource_variable_and_every_panel_uses_it(bundle):
 
 
 def test_compose_runs_the_repositorys_triton_prometheus_and_grafana(bundle, small_repo):
-    from tritonize.serve.docker import choose_release
+    from tritonize.serve.docker import choose_release, container_command
 
     compose = yaml.safe_load((bundle / COMPOSE).read_text())
     services = compose["services"]
     assert set(services) == {"triton", "prometheus", "grafana"}
     triton = services["triton"]
-    assert triton["image"] == f"nvcr.io/nvidia/tritonserver:{choose_release(None, small_repo).release}-py3"
+    release = choose_release(None, small_repo).release
+    assert triton["image"] == f"nvcr.io/nvidia/tritonserver:{release}-py3"
     assert "--model-control-mode=explicit" in triton["command"]
+    # Every interface (host network): restricted to the key in the environment of `docker compose up`, which
+    # compose passes on; `$$` keeps compose from expanding what the container's shell expands.
+    assert triton["environment"] == ["TRITONIZE_CONTROL_KEY"]
+    assert [a.replace("$$", "$") for a in triton["command"]] == container_command(small_repo, release, restricted=True)
+    assert any("$$TRITONIZE_CONTROL_KEY" in a for a in triton["command"])
+    assert all("$" not in a.replace("$$", "") for a in triton["command"])
     assert triton["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
     for service in services.values():  # every mounted file exists, relative to compose.yaml
         for volume in service.get("volumes", []):

@@ -1,13 +1,27 @@
-"""`tritonize build`: every stage for real on resnet18, then a re-run that skips them all."""
+"""`tritonize build`: every stage for real on resnet18, then re-runs that redo exactly the stages whose inputs changed."""
 
 from __future__ import annotations
 
 import json
+import re
 
 from tests.conftest import SMALL_ARCH, run_cli
 
+STAGES = ("export", "convert", "repo build", "repo check")
 
-def test_build_runs_every_stage_then_skips_finished_ones(tmp_path):
+
+def _statuses(output: str) -> dict[str, str]:
+    """stage -> status, from the Stages table at the end of the output."""
+    table = output[output.index("\nStages"):output.index("\nArtifacts")]
+    found = {}
+    for stage in STAGES:
+        match = re.search(rf"^\s+{stage}\s+(done|up to date|waiting for GPU)\s", table, re.MULTILINE)
+        assert match, table
+        found[stage] = match.group(1)
+    return found
+
+
+def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
     artifacts, repo = tmp_path / "build", tmp_path / "models"
     args = ["build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts, "--repository", repo]
     first = run_cli(*args)
@@ -19,17 +33,44 @@ def test_build_runs_every_stage_then_skips_finished_ones(tmp_path):
     assert sorted(p.name for p in repo.iterdir() if p.is_dir()) == [
         "onnx_classifier", "onnx_classifier_uint8", "onnx_model", "preprocess", "preprocess_uint8",
         "torch_classifier", "torch_classifier_uint8", "torch_model"]
-    stages = first.output[first.output.index("Stages"):]
-    assert "export      done" in stages and "waiting for GPU" in stages and "repo check  done" in stages
+    assert _statuses(first.output) == {"export": "done", "convert": "waiting for GPU", "repo build": "done",
+                                       "repo check": "done"}
     assert "rel err" in first.output and "model_fp16.onnx" in first.output
 
-    config_mtime = (repo / "onnx_model" / "config.pbtxt").stat().st_mtime_ns
+    config = repo / "onnx_model" / "config.pbtxt"
+    exported = {name: (artifacts / name).stat().st_mtime_ns for name in ("model.onnx", "model.pt", "model_fp16.onnx")}
     second = run_cli(*args)
     assert second.exit_code == 0, second.output
-    stages = second.output[second.output.index("Stages"):]
-    for stage in ("export", "convert", "repo build"):
-        assert f"{stage}" in stages and stages.split(stage, 1)[1].lstrip().startswith("up to date"), stages
-    assert (repo / "onnx_model" / "config.pbtxt").stat().st_mtime_ns == config_mtime
+    assert _statuses(second.output) == {"export": "up to date", "convert": "up to date", "repo build": "up to date",
+                                        "repo check": "done"}
+    config_mtime = config.stat().st_mtime_ns
+
+    # Another TensorRT profile (same max): a new plan entry and a repository naming the new manifest;
+    # the exports and the FP16 variant (checked up to the same max batch) stay.
+    third = run_cli(*args, "--opt", "8")
+    assert third.exit_code == 0, third.output
+    assert _statuses(third.output) == {"export": "up to date", "convert": "waiting for GPU", "repo build": "done",
+                                       "repo check": "done"}
+    assert json.loads((artifacts / "manifest.json").read_text())["artifacts"]["tensorrt"]["profile"]["opt"] == 8
+    assert "model_fp16.onnx is up to date" in third.output
+    assert {name: (artifacts / name).stat().st_mtime_ns for name in exported} == exported
+    assert config.stat().st_mtime_ns != config_mtime
+
+    # Another instance count: only the repository changes.
+    fourth = run_cli(*args, "--opt", "8", "--instances", "2")
+    assert fourth.exit_code == 0, fourth.output
+    assert _statuses(fourth.output) == {"export": "up to date", "convert": "up to date", "repo build": "done",
+                                        "repo check": "done"}
+    assert "count: 2" in config.read_text()
+
+    # A fault the repository's up-to-date check does not look at (an empty version directory): repo check
+    # stops the pipeline with its finding.
+    (repo / "onnx_model" / "2").mkdir()
+    fifth = run_cli(*args, "--opt", "8", "--instances", "2")
+    assert fifth.exit_code == 1
+    assert "= " + str(repo) + " is up to date" in fifth.output
+    assert "error: onnx_model: version 2/ has no model.onnx" in fifth.output
+    assert f"repo check found 1 error(s) in {repo} (listed above)" in fifth.output
 
 
 def test_bad_profile_is_refused_before_any_work(tmp_path):

@@ -41,9 +41,22 @@ def record_plan(artifacts: Path, **plan):
     return entry
 
 
+def restamp(repo: Path, artifacts: Path) -> None:
+    """Every config of `repo` names the manifest of `artifacts` as its source, as a rebuild would after a
+    change to the manifest (else each model warns that it was built from another manifest)."""
+    sha = Manifest.load(artifacts).sha256()
+    for path in repo.glob("*/**/*.pbtxt"):
+        cfg = parse_config(path)
+        if "source.manifest_sha256" in cfg.parameters:
+            cfg.parameters["source.manifest_sha256"].string_value = sha
+            rewrite(path, text_format.MessageToString(cfg))
+
+
 def add_trt_model(repo: Path, artifacts: Path, *, kind="gpu", max_batch=32, **plan) -> dict:
-    """Record a plan entry and write the trt_model directory the builder would write for it, minus the plan."""
+    """Record a plan entry and write the trt_model directory the builder would write for it, minus the plan;
+    the other models' configs name the changed manifest (restamp)."""
     entry = record_plan(artifacts, **plan)
+    restamp(repo, artifacts)
     manifest = Manifest.load(artifacts)
     cfg = model_config(BACKENDS["trt_model"], manifest.spec, entry, RepoOptions(max_batch=max_batch), kind,
                        manifest.sha256())

@@ -115,6 +115,13 @@ def test_trt_model_skipped_with_reason_when_plan_not_built(artifacts_copy, tmp_p
     assert "built onnx_model" in result.output and "built torch_model" in result.output
     assert "skipped trt_model: TensorRT plan status is 'waiting_for_gpu'" in result.output
     assert not (tmp_path / "models" / "trt_model").exists()
+    # A note Triton ignores (a file at the top of the repository) says why and what to run.
+    note = (tmp_path / "models" / "trt_model.not-built.txt").read_text()
+    assert "waiting for a GPU" in note and "`tritonize convert trt`" in note and f"{artifacts_copy / 'convert.sh'}" in note
+    again = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models")
+    assert "is up to date" in again.output
+    cpu = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models", "--kind", "cpu", "--force")
+    assert cpu.exit_code == 0 and not (tmp_path / "models" / "trt_model.not-built.txt").exists()  # left out on purpose
 
 
 def test_missing_artifact_is_skipped_and_others_built(artifacts_copy, tmp_path):

@@ -6,7 +6,7 @@ import onnx
 import pytest
 
 from tests.conftest import run_cli
-from tests.repository_builder.helpers import add_trt_model, copy_repo, edit_config, record_plan, rewrite
+from tests.repository_builder.helpers import add_trt_model, copy_repo, edit_config, record_plan, restamp, rewrite
 from tritonize.errors import TritonizeError
 from tritonize.repository_builder import check_repository
 
@@ -20,12 +20,25 @@ def _errors(findings, model=None):
     return [f.message for f in findings if f.severity == "error" and (model is None or f.model == model)]
 
 
-def _only(findings, model, fragment):
-    """The one error finding that contains `fragment`; every finding must carry a fix."""
+NO_PLAN_FILE = ("trt_model", "version 1/ has no model.plan")  # no plan can be built on this machine
+ANOTHER_MANIFEST = [(m, "built from another manifest", "warning") for m in (
+    "onnx_model", "torch_model", "preprocess", "preprocess_uint8", "onnx_classifier", "onnx_classifier_uint8",
+    "torch_classifier", "torch_classifier_uint8", "trt_model")]
+
+
+def _exactly(findings, *expected):
+    """The findings are exactly `expected`, each (model, fragment) for an error or (model, fragment, "warning"),
+    every one matched by one finding, and no other finding, error or warning; every finding carries a fix.
+    Returns the matched findings, in the order expected."""
     assert all(f.fix for f in findings)
-    hits = [f for f in findings if f.model == model and f.severity == "error" and fragment in f.message]
-    assert len(hits) == 1, [f.to_dict() for f in findings]
-    return hits[0]
+    left, matched = list(findings), []
+    for model, fragment, *severity in expected:
+        hits = [f for f in left if f.model == model and f.severity == (severity or ["error"])[0] and fragment in f.message]
+        assert len(hits) == 1, (model, fragment, [f.to_dict() for f in findings])
+        left.remove(hits[0])
+        matched.append(hits[0])
+    assert left == [], [f.to_dict() for f in left]
+    return matched
 
 
 def test_built_repository_passes(repo, small_artifacts):
@@ -38,7 +51,7 @@ def test_built_repository_passes(repo, small_artifacts):
 def test_schema_parse_error(repo):
     cfg = repo / "onnx_model" / "config.pbtxt"
     rewrite(cfg, cfg.read_text().replace("max_batch_size: 32", "max_batch_sise: 32"))
-    f = _only(check_repository(repo), "onnx_model", "does not parse against Triton's ModelConfig schema")
+    (f,) = _exactly(check_repository(repo), ("onnx_model", "does not parse against Triton's ModelConfig schema"))
     assert "max_batch_sise" in f.message
     result = run_cli("repo", "check", repo)
     assert result.exit_code == 1 and "error: onnx_model: config.pbtxt does not parse" in result.output
@@ -46,26 +59,30 @@ def test_schema_parse_error(repo):
 
 def test_name_must_match_directory(repo):
     edit_config(repo / "torch_model", lambda c: setattr(c, "name", "resnet"))
-    _only(check_repository(repo), "torch_model", "name 'resnet' differs from the directory name 'torch_model'")
+    _exactly(check_repository(repo), ("torch_model", "config.pbtxt: name 'resnet' differs from the directory name 'torch_model'"))
 
 
 def test_unknown_platform(repo):
     edit_config(repo / "onnx_model", lambda c: setattr(c, "platform", "onnxruntime_onnxx"))
-    _only(check_repository(repo), "onnx_model", "unknown platform 'onnxruntime_onnxx'")
+    _exactly(check_repository(repo), ("onnx_model", "unknown platform 'onnxruntime_onnxx'"))
 
 
 def test_preferred_and_warmup_batches_above_max_batch(repo):
     edit_config(repo / "onnx_model", lambda c: setattr(c, "max_batch_size", 8))
-    findings = check_repository(repo)
-    _only(findings, "onnx_model", "preferred_batch_size [16, 32] outside 1..max_batch_size 8")
-    _only(findings, "onnx_model", "warmup 'batch_32' uses batch 32 > max_batch_size 8")
+    _exactly(check_repository(repo), ("onnx_model", "preferred_batch_size [16, 32] outside 1..max_batch_size 8"),
+             ("onnx_model", "warmup 'batch_32' uses batch 32 > max_batch_size 8"),
+             *[(ensemble, "max_batch_size 32 but step 2's onnx_model takes at most 8")
+               for ensemble in ("onnx_classifier", "onnx_classifier_uint8")])
 
 
 def test_onnx_tensor_name_mismatch(repo):
     edit_config(repo / "onnx_model", lambda c: setattr(c.input[0], "name", "image"))
-    findings = check_repository(repo)
-    _only(findings, "onnx_model", "config input 'image' is not an input of model.onnx (graph inputs: input)")
-    _only(findings, "onnx_model", "model.onnx input 'input' is missing from the config")
+    _exactly(check_repository(repo), ("onnx_model", "config input 'image' is not an input of model.onnx (graph inputs: input)"),
+             ("onnx_model", "model.onnx input 'input' is missing from the config"),
+             *[(ensemble, "step 2: 'input' is not an input of onnx_model (its inputs: image)")
+               for ensemble in ("onnx_classifier", "onnx_classifier_uint8")],
+             *[(ensemble, "step 2: onnx_model's input(s) image are not mapped")
+               for ensemble in ("onnx_classifier", "onnx_classifier_uint8")])
 
 
 def test_onnx_dims_mismatch(repo):
@@ -73,7 +90,8 @@ def test_onnx_dims_mismatch(repo):
         del c.input[0].dims[:]
         c.input[0].dims.extend([3, 256, 256])
     edit_config(repo / "onnx_model", change)
-    _only(check_repository(repo), "onnx_model", "config dims [3, 256, 256] do not match the graph's [3, 224, 224]")
+    _exactly(check_repository(repo), ("onnx_model", "config dims [3, 256, 256] do not match the graph's [3, 224, 224]"),
+             *[(ensemble, "tensor 'PREPROCESSED'") for ensemble in ("onnx_classifier", "onnx_classifier_uint8")])
 
 
 def test_onnx_fixed_batch_axis(repo):
@@ -81,7 +99,7 @@ def test_onnx_fixed_batch_axis(repo):
     model = onnx.load(str(path))
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1  # freezes the batch axis
     rewrite(path, model.SerializeToString())
-    _only(check_repository(repo), "onnx_model", "the graph's batch axis is fixed at 1, but max_batch_size is 32")
+    _exactly(check_repository(repo), ("onnx_model", "the graph's batch axis is fixed at 1, but max_batch_size is 32"))
 
 
 def test_torchscript_input_count(repo):
@@ -90,7 +108,9 @@ def test_torchscript_input_count(repo):
         extra.CopyFrom(c.input[0])
         extra.name = "input__1"
     edit_config(repo / "torch_model", change)
-    _only(check_repository(repo), "torch_model", "config declares 2 input(s); model.pt forward(x) takes 1")
+    _exactly(check_repository(repo), ("torch_model", "config declares 2 input(s); model.pt forward(x) takes 1"),
+             *[(ensemble, "step 2: torch_model's input(s) input__1 are not mapped")
+               for ensemble in ("torch_classifier", "torch_classifier_uint8")])
 
 
 def test_torchscript_output_dims_from_a_real_forward(repo):
@@ -99,27 +119,31 @@ def test_torchscript_output_dims_from_a_real_forward(repo):
         c.output[0].dims.append(10)
         c.output[0].label_filename = ""
     edit_config(repo / "torch_model", change)
-    _only(check_repository(repo), "torch_model", "output 'output__0': config dims [10], model.pt returns [1000]")
+    _exactly(check_repository(repo), ("torch_model", "output 'output__0': config dims [10], model.pt returns [1000]"),
+             *[(ensemble, "tensor 'LOGITS'") for ensemble in ("torch_classifier", "torch_classifier_uint8")])
 
 
 def test_torchscript_naming_rule(repo):
     edit_config(repo / "torch_model", lambda c: setattr(c.output[0], "name", "logits"))
-    _only(check_repository(repo), "torch_model", "output 'logits' does not follow the libtorch naming rule")
+    _exactly(check_repository(repo), ("torch_model", "output 'logits' does not follow the libtorch naming rule"),
+             *[(ensemble, "step 2: 'output__0' is not an output of torch_model (its outputs: logits)")
+               for ensemble in ("torch_classifier", "torch_classifier_uint8")],
+             *[(ensemble, "the ensemble's output reads tensor 'LOGITS', which no step produces")
+               for ensemble in ("torch_classifier", "torch_classifier_uint8")])
 
 
 def test_label_file_length(repo):
     labels = repo / "onnx_model" / "labels.txt"
     rewrite(labels, "\n".join(labels.read_text().splitlines()[:999]) + "\n")
-    _only(check_repository(repo), "onnx_model", "labels.txt has 999 labels for 1000 outputs")
+    _exactly(check_repository(repo), ("onnx_model", "labels.txt has 999 labels for 1000 outputs"))
 
 
 def test_version_directories(repo):
     (repo / "onnx_model" / "1").rename(repo / "onnx_model" / "v1")
     (repo / "torch_model" / "2").mkdir()
-    findings = check_repository(repo)
-    _only(findings, "onnx_model", "no numeric version directory")
-    assert any(f.severity == "warning" and "'v1' is not a version number" in f.message for f in findings)
-    _only(findings, "torch_model", "version 2/ has no model.pt")
+    _exactly(check_repository(repo), ("onnx_model", "no numeric version directory"),
+             ("onnx_model", "directory 'v1' is not a version number; Triton ignores it", "warning"),
+             ("torch_model", "version 2/ has no model.pt"))
 
 
 def test_file_hash_against_manifest(repo, small_artifacts):
@@ -128,44 +152,51 @@ def test_file_hash_against_manifest(repo, small_artifacts):
     model.doc_string = "edited after export"  # still a valid graph with the same tensors
     rewrite(path, model.SerializeToString())
     assert _errors(check_repository(repo)) == []  # without the manifest the graph itself is fine
-    _only(check_repository(repo, small_artifacts), "onnx_model", "1/model.onnx does not match the manifest's sha256")
+    _exactly(check_repository(repo, small_artifacts), ("onnx_model", "1/model.onnx does not match the manifest's sha256"))
+
+
+def test_artifact_that_differs_from_its_manifest_entry(repo, artifacts_copy):
+    """The artifact itself replaced after it was published (the repository still holds the verified one)."""
+    path = artifacts_copy / "model.onnx"
+    model = onnx.load(str(path))
+    model.doc_string = "replaced after export"
+    rewrite(path, model.SerializeToString())
+    (f,) = _exactly(check_repository(repo, artifacts_copy), ("artifacts", "model.onnx has sha256"))
+    assert "the manifest's 'onnx' entry does not describe" in f.message and "tritonize export --force" in f.fix
 
 
 def test_contract_parameters_missing_is_a_warning(repo):
     edit_config(repo / "onnx_model", lambda c: c.parameters.pop("preprocess.mean"))
-    findings = check_repository(repo)
-    assert _errors(findings) == []
-    assert [f.message for f in findings if f.severity == "warning"] == [
-        "parameters lack preprocess.mean: clients cannot fetch the preprocessing contract"]
+    _exactly(check_repository(repo),
+             ("onnx_model", "parameters lack preprocess.mean: clients cannot fetch the preprocessing contract", "warning"))
 
 
 def test_plan_provenance_missing_is_a_warning(repo, artifacts_copy):
     add_trt_model(repo, artifacts_copy)
-    assert not [f for f in check_repository(repo) if f.model == "trt_model" and "provenance" in f.message]
+    _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE)
     edit_config(repo / "trt_model", lambda c: c.parameters.pop("source.tensorrt_version"))
-    warnings = [f.message for f in check_repository(repo) if f.model == "trt_model" and f.severity == "warning"]
-    assert warnings == ["parameters lack source.tensorrt_version: `tritonize serve --engine docker` cannot choose the "
-                        "container release whose TensorRT runs the plan"]
+    _exactly(check_repository(repo), NO_PLAN_FILE,
+             ("trt_model", "parameters lack source.tensorrt_version: `tritonize serve --engine docker` cannot choose the "
+                           "container release whose TensorRT runs the plan", "warning"))
 
 
 def test_tensorrt_on_cpu_instances(repo, artifacts_copy):
     add_trt_model(repo, artifacts_copy, kind="cpu")
-    findings = check_repository(repo, artifacts_copy)
-    _only(findings, "trt_model", "tensorrt_plan on KIND_CPU instances")
-    _only(findings, "trt_model", "version 1/ has no model.plan")  # no plan can be built on this machine
+    _exactly(check_repository(repo, artifacts_copy), ("trt_model", "config.pbtxt: tensorrt_plan on KIND_CPU instances"),
+             NO_PLAN_FILE)
 
 
 def test_plan_profile_against_max_batch(repo, artifacts_copy):
     add_trt_model(repo, artifacts_copy, profile={"min": 2, "opt": 8, "max": 16})
     edit_config(repo / "trt_model", lambda c: setattr(c, "max_batch_size", 32))  # the builder caps it at 16
-    findings = check_repository(repo, artifacts_copy)
-    _only(findings, "trt_model", "profile min is 2")
-    _only(findings, "trt_model", "profile max 16 is below max_batch_size 32")
+    _exactly(check_repository(repo, artifacts_copy), ("trt_model", "profile min is 2"),
+             ("trt_model", "profile max 16 is below max_batch_size 32"), NO_PLAN_FILE)
 
 
 def test_plan_tensorrt_version_against_triton_release(repo, artifacts_copy):
     add_trt_model(repo, artifacts_copy, tensorrt_version="8.6.1.6")
-    f = _only(check_repository(repo, artifacts_copy, "24.02"), "trt_model", "plan built with TensorRT 8.6.1.6")
+    f, _ = _exactly(check_repository(repo, artifacts_copy, "24.02"), ("trt_model", "plan built with TensorRT 8.6.1.6"),
+                    NO_PLAN_FILE)
     assert "Triton 24.02 runs TensorRT 8.6.3.1" in f.message and "no release in the table runs it" in f.fix
     result = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--triton-release", "24.02", "--json")
     assert result.exit_code == 1 and '"errors": 2' in result.output  # the version, and the absent plan file
@@ -183,7 +214,8 @@ def test_version_compatible_plan_runs_on_later_releases(repo, artifacts_copy):
     assert not [m for m in _errors(check_repository(repo, artifacts_copy, "25.01")) if "TensorRT" in m]  # 8 -> 10
     record_plan(artifacts_copy, tensorrt_version="10.5.0.18", version_compatible=True, triton_release="24.10")
     assert not [m for m in _errors(check_repository(repo, artifacts_copy, "25.01")) if "TensorRT" in m]
-    f = _only(check_repository(repo, artifacts_copy, "24.08"), "trt_model", "plan built with TensorRT 10.5.0.18")
+    f = _exactly(check_repository(repo, artifacts_copy, "24.08"), ("trt_model", "plan built with TensorRT 10.5.0.18"),
+                 NO_PLAN_FILE, *ANOTHER_MANIFEST)[0]
     assert "serve it with release 24.10, 24.12, 25.01" in f.fix  # never an older runtime
 
 
@@ -213,15 +245,14 @@ def test_ensemble_steps_and_tensors(repo):
         step.input_map["image"] = step.input_map.pop("input")
     edit_config(repo / "onnx_classifier_uint8", rename_key)
     edit_config(repo / "torch_classifier_uint8", lambda c: c.ensemble_scheduling.step[1].output_map.update({"output__0": "LOGIT"}))
-    findings = check_repository(repo)
-    f = _only(findings, "onnx_classifier", "step 2 names model 'onnx_modle', which is not in the repository")
+    f, *_ = _exactly(check_repository(repo),
+                     ("onnx_classifier", "step 2 names model 'onnx_modle', which is not in the repository"),
+                     ("torch_classifier", "tensor 'IMAGE': the ensemble's input is TYPE_UINT8 [1], preprocess's input "
+                                          "'IMAGE' is TYPE_STRING [1]"),
+                     ("onnx_classifier_uint8", "step 2: 'image' is not an input of onnx_model (its inputs: input)"),
+                     ("onnx_classifier_uint8", "step 2: onnx_model's input(s) input are not mapped"),
+                     ("torch_classifier_uint8", "the ensemble's output reads tensor 'LOGITS', which no step produces"))
     assert "onnx_model" in f.fix
-    _only(findings, "torch_classifier", "tensor 'IMAGE': the ensemble's input is TYPE_UINT8 [1], preprocess's input "
-                                        "'IMAGE' is TYPE_STRING [1]")
-    _only(findings, "onnx_classifier_uint8", "step 2: 'image' is not an input of onnx_model (its inputs: input)")
-    _only(findings, "onnx_classifier_uint8", "step 2: onnx_model's input(s) input are not mapped")
-    _only(findings, "torch_classifier_uint8", "the ensemble's output reads tensor 'LOGITS', which no step produces")
-    assert len(_errors(findings)) == 5
     result = run_cli("repo", "check", repo)
     assert result.exit_code == 1 and "5 error(s)" in result.output
 
@@ -232,21 +263,162 @@ def test_ensemble_dims_and_batch_sizes(repo):
         c.output[0].dims.extend([3, 256, 256])
     edit_config(repo / "preprocess_uint8", wider)
     edit_config(repo / "onnx_classifier", lambda c: setattr(c, "max_batch_size", 64))
-    findings = check_repository(repo)
-    for ensemble, model in (("onnx_classifier_uint8", "onnx_model"), ("torch_classifier_uint8", "torch_model")):
-        _only(findings, ensemble, "tensor 'PREPROCESSED': preprocess_uint8's output 'PREPROCESSED' is TYPE_FP32 "
-                                  f"[3, 256, 256], {model}'s input")
-    _only(findings, "onnx_classifier", "max_batch_size 64 but step 1's preprocess takes at most 32")
-    _only(findings, "onnx_classifier", "max_batch_size 64 but step 2's onnx_model takes at most 32")
-    assert len(_errors(findings)) == 4
+    _exactly(check_repository(repo),
+             *[(ensemble, "tensor 'PREPROCESSED': preprocess_uint8's output 'PREPROCESSED' is TYPE_FP32 "
+                          f"[3, 256, 256], {model}'s input")
+               for ensemble, model in (("onnx_classifier_uint8", "onnx_model"), ("torch_classifier_uint8", "torch_model"))],
+             ("onnx_classifier", "max_batch_size 64 but step 1's preprocess takes at most 32"),
+             ("onnx_classifier", "max_batch_size 64 but step 2's onnx_model takes at most 32"))
 
 
 def test_preprocessing_code_must_be_there_and_be_this_tritonizes(repo):
     images = repo / "preprocess" / "1" / "tritonize" / "images.py"
     rewrite(images, images.read_text().replace("DEFAULT_MAX_PIXELS = 89_478_485", "DEFAULT_MAX_PIXELS = 1_000_000"))
     (repo / "preprocess_uint8" / "1" / "tritonize" / "preprocessing.py").unlink()
-    findings = check_repository(repo)
-    warning = [f for f in findings if f.severity == "warning"]
-    assert [(f.model, f.message) for f in warning] == [("preprocess", "1/tritonize/images.py differs from this tritonize's "
-                                                        "images.py: the server would not preprocess as this client does")]
-    _only(findings, "preprocess_uint8", "1/tritonize/preprocessing.py is missing: model.py imports it")
+    _exactly(check_repository(repo),
+             ("preprocess", "1/tritonize/images.py differs from this tritonize's images.py: the server would not "
+                            "preprocess as this client does", "warning"),
+             ("preprocess_uint8", "1/tritonize/preprocessing.py is missing: model.py imports it"))
+
+
+# ------------------------------------------------------------------ one planted fault per rule, variants included
+
+def _set(field, value):
+    return lambda c: setattr(c, field, value)
+
+
+def _dims(role, index, dims):
+    def change(c):
+        tensor = getattr(c, role)[index]
+        del tensor.dims[:]
+        tensor.dims.extend(dims)
+    return change
+
+
+def _second_output(c):
+    extra = c.output.add()
+    extra.CopyFrom(c.output[0])
+    extra.name, extra.label_filename = "output__1", ""
+
+
+def _no_platform_but(backend):
+    def change(c):
+        c.platform, c.backend = "", backend
+    return change
+
+
+def _instances(count):
+    return lambda c: setattr(c.instance_group[0], "count", count)
+
+
+def _fp16_input(c):
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    c.input[0].data_type = pb.TYPE_FP16
+
+
+ENSEMBLES_OF = {"onnx_model": ("onnx_classifier", "onnx_classifier_uint8"),
+                "torch_model": ("torch_classifier", "torch_classifier_uint8"),
+                "preprocess_uint8": ("onnx_classifier_uint8", "torch_classifier_uint8")}
+
+# (model, config file, planted fault, the findings it must give and no other). configs/*.pbtxt are what Triton
+# serves with --model-config-name (the embedded engine's choice without a GPU): the same rules apply to them.
+PLANTED = {
+    "unknown backend": ("onnx_model", "configs/cpu.pbtxt", _no_platform_but("onnxruntimee"),
+                        [("onnx_model", "configs/cpu.pbtxt: unknown backend 'onnxruntimee'")]),
+    "neither platform nor backend": ("torch_model", "config.pbtxt", _no_platform_but(""),
+                                     [("torch_model", "config.pbtxt: neither platform nor backend is set")]),
+    "name in a variant": ("onnx_model", "configs/gpu.pbtxt", _set("name", "onnx"),
+                          [("onnx_model", "configs/gpu.pbtxt: name 'onnx' differs from the directory name")]),
+    "platform in a variant": ("torch_model", "configs/gpu.pbtxt", _set("platform", "pytorch"),
+                              [("torch_model", "configs/gpu.pbtxt: unknown platform 'pytorch'")]),
+    "negative max_batch_size": ("onnx_model", "configs/cpu.pbtxt", _set("max_batch_size", -1),
+                                [("onnx_model", "configs/cpu.pbtxt: max_batch_size is -1"),
+                                 # without a batch axis the graph's own batch axis is one dim too many
+                                 ("onnx_model", "configs/cpu.pbtxt: input 'input': config dims [3, 224, 224] do not "
+                                                "match the graph's ['?', 3, 224, 224]"),
+                                 ("onnx_model", "configs/cpu.pbtxt: output 'output': config dims [1000]")]),
+    "dynamic batching without a batch axis": (
+        "preprocess_uint8", "config.pbtxt", _set("max_batch_size", 0),
+        [("preprocess_uint8", "config.pbtxt: dynamic_batching with max_batch_size 0"),
+         *[(e, "max_batch_size 32 but step 1's preprocess_uint8 takes at most 0") for e in ENSEMBLES_OF["preprocess_uint8"]]]),
+    "preferred and warmup batches in a variant": (
+        "torch_model", "configs/cpu.pbtxt", _set("max_batch_size", 16),
+        [("torch_model", "configs/cpu.pbtxt: preferred_batch_size [32] outside 1..max_batch_size 16"),
+         ("torch_model", "configs/cpu.pbtxt: warmup 'batch_32' uses batch 32 > max_batch_size 16")]),
+    "no instances": ("onnx_model", "configs/gpu.pbtxt", _instances(0),
+                     [("onnx_model", "configs/gpu.pbtxt: instance_group count 0")]),
+    "ONNX dtype": ("onnx_model", "config.pbtxt", _fp16_input,
+                   [("onnx_model", "input 'input': config says TYPE_FP16, the graph has TYPE_FP32"),
+                    *[(e, "tensor 'PREPROCESSED'") for e in ENSEMBLES_OF["onnx_model"]]]),
+    "ONNX dims in a variant": ("onnx_model", "configs/cpu.pbtxt", _dims("input", 0, [3, 256, 256]),
+                               [("onnx_model", "configs/cpu.pbtxt: input 'input': config dims [3, 256, 256] do not match")]),
+    "TorchScript fails on the configured shape": (
+        "torch_model", "configs/cpu.pbtxt", _dims("input", 0, [1, 224, 224]),
+        [("torch_model", "configs/cpu.pbtxt: model.pt fails on an input of the configured shape [[1, 1, 224, 224]]")]),
+    "TorchScript output count": ("torch_model", "configs/gpu.pbtxt", _second_output,
+                                 [("torch_model", "configs/gpu.pbtxt: model.pt returns 1 output(s); the config declares 2")]),
+    "label count in a variant": ("onnx_model", "configs/cpu.pbtxt", _dims("output", 0, [999]),
+                                 [("onnx_model", "configs/cpu.pbtxt: output 'output': labels.txt has 1000 labels for 999 outputs"),
+                                  ("onnx_model", "configs/cpu.pbtxt: output 'output': config dims [999] do not match")]),
+}
+
+
+@pytest.mark.parametrize("fault", PLANTED)
+def test_each_rule_finds_its_planted_fault_and_nothing_else(repo, fault):
+    model, config, change, expected = PLANTED[fault]
+    edit_config(repo / model, change, config)
+    _exactly(check_repository(repo), *expected)
+
+
+def test_a_variant_that_does_not_parse(repo):
+    cfg = repo / "torch_model" / "configs" / "cpu.pbtxt"
+    rewrite(cfg, cfg.read_text().replace("max_batch_size: 32", "max_batch_size: many"))
+    _exactly(check_repository(repo), ("torch_model", "configs/cpu.pbtxt does not parse against Triton's ModelConfig schema"))
+
+
+def test_missing_config_and_missing_label_file(repo):
+    (repo / "torch_model" / "config.pbtxt").unlink()
+    (repo / "onnx_model" / "labels.txt").unlink()
+    _exactly(check_repository(repo), ("torch_model", "no config.pbtxt: Triton cannot load the model"),
+             ("onnx_model", "output 'output': label file labels.txt is missing"))
+
+
+def test_model_files_that_cannot_be_read(repo):
+    onnx_file, torchscript = repo / "onnx_model" / "1" / "model.onnx", repo / "torch_model" / "1" / "model.pt"
+    rewrite(onnx_file, onnx_file.read_bytes()[:5000])  # truncated
+    rewrite(torchscript, b"not a TorchScript archive")
+    _exactly(check_repository(repo), ("onnx_model", "cannot read model.onnx: "),
+             ("torch_model", "cannot load model.pt with torch.jit.load: "))
+
+
+def test_repository_built_from_another_manifest_is_a_warning(repo, artifacts_copy):
+    edit_config(repo / "onnx_model", lambda c: c.parameters["source.manifest_sha256"].__setattr__("string_value", "ab" * 32))
+    (f,) = _exactly(check_repository(repo, artifacts_copy), ("onnx_model", "built from another manifest (sha256 abababababab", "warning"))
+    assert "after re-exporting" in f.fix
+
+
+def test_model_without_a_manifest_entry_is_a_warning(repo, artifacts_copy):
+    from tritonize.manifest import Manifest
+
+    manifest = Manifest.load(artifacts_copy)
+    del manifest.artifacts["torchscript"]
+    manifest.save()
+    restamp(repo, artifacts_copy)
+    _exactly(check_repository(repo, artifacts_copy),
+             ("torch_model", "the manifest has no 'torchscript' artifact to check this model against", "warning"))
+
+
+def test_plan_tensor_names_and_unknown_tensorrt_version(repo, artifacts_copy):
+    from dataclasses import replace
+
+    from tests.conftest import record
+
+    entry = add_trt_model(repo, artifacts_copy)
+    record(artifacts_copy, "tensorrt", replace(entry, input_name="images", output_name="logits", tensorrt_version=None))
+    restamp(repo, artifacts_copy)
+    _exactly(check_repository(repo, artifacts_copy, "24.04"), NO_PLAN_FILE,
+             ("trt_model", "the plan's input is 'images'; the config names ['input']"),
+             ("trt_model", "the plan's output is 'logits'; the config names ['output']"),
+             ("trt_model", "the manifest does not say which TensorRT built the plan; cannot check it against release "
+                           "24.04", "warning"))

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +200,74 @@ def test_docker_installs_what_the_preprocessing_models_need(small_repo, tmp_path
     ran = subprocess.run(shell, env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, capture_output=True, text=True)
     assert (ran.returncode, ran.stdout) == (
         0, "pillow>=10\ntritonserver --model-repository=/models --model-control-mode=explicit --load-model=*\n"), ran.stderr
+
+
+def test_print_command_off_loopback_restricts_the_control_apis_to_the_key_in_the_environment(small_repo, standins,
+                                                                                            monkeypatch):
+    result = run_cli("serve", small_repo, "--print-command", "--host", "0.0.0.0", "--triton-release", "24.10")
+    assert result.exit_code == 0, result.output
+    assert ("the container restricts model-repository, statistics, trace, logging, shared-memory to the key in "
+            "$TRITONIZE_CONTROL_KEY") in result.stderr
+    command = shlex.split(result.stdout)
+    assert command[command.index("-e") + 1] == "TRITONIZE_CONTROL_KEY"
+    # Through the docker stand-in: the container's shell checks the key, pip reads the requirements through the
+    # mount, and tritonserver gets the restriction options in the form it parses.
+    monkeypatch.setenv("TRITONIZE_CONTROL_KEY", "a-key-set-by-the-user")
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "stand-in pip: would install from /models/preprocess/requirements.txt" in ran.stdout
+
+    opened = run_cli("serve", small_repo, "--print-command", "--host", "0.0.0.0", "--open-control-apis")
+    assert opened.exit_code == 0 and "-e TRITONIZE_CONTROL_KEY" not in opened.stdout
+    assert "warning: --open-control-apis: anyone who reaches 0.0.0.0 can unload and load models" in opened.stderr
+
+
+# ------------------------------------------------------------------ killed processes
+
+
+def test_killed_serve_leaves_no_server_behind_and_the_next_start_removes_its_files(onnx_repo, tmp_path):
+    """kill -9 of `tritonize serve`: its tritonserver ends within seconds (not the default 30 s exit
+    timeout), and the next start removes the temporary directory it could not remove, but neither
+    the directory of a server whose owner lives nor one that names no owner."""
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from tests.serve.helpers import Serve, group_alive
+    from tritonize.serve.embedded import embedded_server
+    from tritonize.serve.process import WORKDIR_PREFIX, make_workdir
+    from tritonize.serve.supervisor import stub_processes
+
+    ownerless = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))  # e.g. an older tritonize's
+    live = make_workdir()  # owned by this process, which lives
+    try:
+        with Serve(onnx_repo) as serve:
+            # A stub killed under traffic: its model instance then never finishes unloading.
+            os.kill(stub_processes(serve.server_pid)["onnx_model_0_0"], signal.SIGKILL)
+            with contextlib.suppress(InferenceServerException), grpcclient.InferenceServerClient(serve.grpc_url) as client:
+                x = grpcclient.InferInput("input", [1, 3, 224, 224], "FP32")
+                x.set_data_from_numpy(np.zeros((1, 3, 224, 224), np.float32))
+                client.infer("onnx_model", [x])
+            serve.process.kill()
+            killed = time.monotonic()
+            serve.process.wait()
+            while group_alive(serve.server_pid) and time.monotonic() - killed < 40:
+                time.sleep(0.1)
+            assert time.monotonic() - killed < 15, "tritonserver outlived tritonize serve"
+            assert serve.workdir.is_dir()  # a killed process cannot clean up after itself
+            with embedded_server(onnx_repo):
+                assert not serve.workdir.exists()
+        assert live.is_dir() and ownerless.is_dir()
+    finally:
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.rmtree(ownerless, ignore_errors=True)
+
+
+def test_killed_server_makes_serve_exit_non_zero_with_the_reason(onnx_repo):
+    from tests.serve.helpers import Serve
+
+    with Serve(onnx_repo) as serve:
+        os.kill(serve.server_pid, signal.SIGKILL)
+        assert serve.process.wait(60) == 1
+        assert serve.expect("error: ") == "error: tritonserver was killed by SIGKILL while serving"
+        assert not serve.workdir.exists()

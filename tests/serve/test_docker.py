@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.repository_builder.helpers import add_trt_model, copy_repo
+from tests.serve.helpers import make_certificates
+from tritonize.access import KEY_ENV, ServerTLS
 from tritonize.errors import TritonizeError
-from tritonize.serve.docker import choose_release, docker_command
+from tritonize.serve.docker import TLS_CERT, TLS_KEY, choose_release, docker_command
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +80,35 @@ def test_model_config_name_before_24_05_is_refused(onnx_repo):
 
 def test_shared_memory_only_for_a_loopback_server(onnx_repo):
     assert "--allow-client-shm=true" not in docker_command(onnx_repo, "26.08", host="0.0.0.0")
+
+
+KEY = "a-control-key-of-some-length"
+
+
+@pytest.fixture
+def tls(tmp_path) -> ServerTLS:
+    files = make_certificates(tmp_path / "tls")
+    return ServerTLS(files / "server.pem", files / "server.key")
+
+
+@pytest.mark.parametrize("release", ["23.11", "24.10", "26.08"])
+def test_off_loopback_the_container_takes_the_key_from_dockers_environment(onnx_repo, standins, tls, monkeypatch,
+                                                                            release):
+    command = docker_command(onnx_repo, release, host="0.0.0.0", restricted=True, tls=tls)
+    assert command[command.index("-e") + 1] == KEY_ENV  # no value: docker passes its own, off its command line
+    assert f"{tls.cert}:{TLS_CERT}:ro" in command and f"{tls.key}:{TLS_KEY}:ro" in command
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and f"{KEY_ENV}: must hold the control key" in refused.stderr
+    monkeypatch.setenv(KEY_ENV, KEY)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    # The stand-in's tritonserver checks the certificate files are in the container: without the mounts they are not.
+    unmounted = docker_command(onnx_repo, release, host="0.0.0.0", restricted=True) + tls.flags(TLS_CERT, TLS_KEY)
+    missing = subprocess.run(unmounted, capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and f"--grpc-server-cert {TLS_CERT} is not in the container" in missing.stderr
+
+
+def test_a_release_that_cannot_restrict_http_is_refused_off_loopback(onnx_repo):
+    with pytest.raises(TritonizeError, match="Triton 23.10 cannot restrict its HTTP API"):
+        docker_command(onnx_repo, "23.10", host="0.0.0.0", restricted=True)

@@ -133,12 +133,30 @@ def test_bad_request_fails_alone(small_server, client, local_onnx):
     assert compare(local_onnx(good[0]), _infer(client, "onnx_model", "input", "output", good[0]), SAME).passed
 
 
-def test_metrics_count_inferences(small_server, client):
-    _infer(client, "onnx_model", "input", "output", _inputs(1))
-    with urllib.request.urlopen(small_server.metrics_url, timeout=5) as r:
+def _onnx_model_counters(metrics_url: str) -> dict[str, float]:
+    with urllib.request.urlopen(metrics_url, timeout=5) as r:
         text = r.read().decode()
-    counts = [line for line in text.splitlines() if line.startswith("nv_inference_count{") and 'model="onnx_model"' in line]
-    assert counts and float(counts[0].rsplit(" ", 1)[1]) >= 1
+    counters = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition("{")
+        if name in ("nv_inference_count", "nv_inference_exec_count", "nv_inference_request_success") \
+                and 'model="onnx_model"' in rest:
+            counters[name] = float(line.rsplit(" ", 1)[1])
+    return counters
+
+
+def test_metrics_count_inferences(small_server, client):
+    """The counters move by exactly one request of three images run as one execution (earlier tests used
+    the same server: only the difference says what this request did)."""
+    before = _onnx_model_counters(small_server.metrics_url)
+    _infer(client, "onnx_model", "input", "output", _inputs(3))
+    # The backend reports a batch's statistics after its responses left.
+    _wait_for(lambda: all(v > before[k] for k, v in _onnx_model_counters(small_server.metrics_url).items()),
+              "the counters", timeout=10)
+    after = _onnx_model_counters(small_server.metrics_url)
+    assert set(before) == set(after) == {"nv_inference_count", "nv_inference_exec_count", "nv_inference_request_success"}
+    assert {name: after[name] - before[name] for name in after} == {
+        "nv_inference_count": 3, "nv_inference_exec_count": 1, "nv_inference_request_success": 1}
 
 
 # ------------------------------------------------------------------ batching and instances
@@ -349,3 +367,133 @@ def test_backends_run_the_tritonize_that_started_the_server(tmp_path):
         lines = (backends / name / "model.py").read_text().splitlines()
         assert lines[1].startswith(f"sys.path.insert(0, {str(PACKAGE_ROOT)!r})")
         assert lines[2].startswith(f"from tritonize.serve.backends.{name}.model import TritonPythonModel")
+
+
+# ------------------------------------------------------------------ stopping
+
+HELD_MODEL = '''
+import json
+import time
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Says it is executing (a file), then holds its request until the test lets it go (another file)."""
+
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.executing = Path(parameters["executing"]["string_value"])
+        self.release = Path(parameters["release"]["string_value"])
+
+    def execute(self, requests):
+        self.executing.touch()
+        deadline = time.monotonic() + 60
+        while not self.release.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy() * 2)])
+                for r in requests]
+'''
+
+
+def _held_repository(root: Path) -> Path:
+    repo = root / "models"
+    (repo / "held" / "1").mkdir(parents=True)
+    (repo / "held" / "1" / "model.py").write_text(HELD_MODEL)
+    (repo / "held" / "config.pbtxt").write_text(
+        'name: "held"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input { name: "IN" data_type: TYPE_FP32 dims: [ 2 ] }\noutput { name: "OUT" data_type: TYPE_FP32 dims: [ 2 ] }\n'
+        'instance_group { kind: KIND_CPU count: 1 }\n'
+        f'parameters {{ key: "executing" value {{ string_value: "{root / "executing"}" }} }}\n'
+        f'parameters {{ key: "release" value {{ string_value: "{root / "release"}" }} }}\n')
+    return repo
+
+
+def test_stop_lets_an_in_flight_request_finish(tmp_path):
+    """stop() sends SIGTERM and gives Triton its grace: a request already executing completes with its answer.
+    (A SIGKILL would cut it off.) The model holds the request until the server has received the signal."""
+    import threading
+
+    import tritonclient.grpc as grpcclient
+
+    from tritonize.serve.embedded import EmbeddedServer
+
+    server = EmbeddedServer(_held_repository(tmp_path), supervise=False)
+    info = server.start()
+    stopping = threading.Thread(target=server.stop)
+    try:
+        answers = []
+        with grpcclient.InferenceServerClient(info.grpc_url) as client:
+            tensor = grpcclient.InferInput("IN", [2], "FP32")
+            tensor.set_data_from_numpy(np.array([1.5, -2.0], np.float32))
+            client.async_infer("held", [tensor], callback=lambda result, error: answers.append((result, error)))
+            _wait_for(lambda: (tmp_path / "executing").exists(), "the model to execute the request")
+            stopping.start()
+            log = Path(info.log_path)
+            _wait_for(lambda: answers or (log.exists() and "Signal (15) received" in log.read_text(errors="replace")),
+                      "tritonserver to receive SIGTERM (or the request to end)")
+            (tmp_path / "release").touch()
+            _wait_for(lambda: answers, "the answer")
+        result, error = answers[0]
+        assert error is None, error
+        np.testing.assert_array_equal(result.as_numpy("OUT"), [3.0, -4.0])
+    finally:
+        (tmp_path / "release").touch()
+        if stopping.ident is None:
+            server.stop()
+        stopping.join(60)
+    assert _group_members(info.pid) == {}
+
+
+def _wait_for(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+STOPPABLE = """
+import pathlib, signal, sys, time
+marker = pathlib.Path(sys.argv[1])
+def on_term(*_):
+    marker.write_text("SIGTERM")
+    if sys.argv[2] == "exits":
+        sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+marker.with_suffix(".ready").touch()
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("behaviour, returncode", [("exits", 0), ("ignores", -9)])
+def test_stop_sends_sigterm_first_and_sigkill_only_after_the_grace(tmp_path, behaviour, returncode):
+    """A process group that exits on SIGTERM is not killed; one that ignores it gets SIGKILL after the grace."""
+    import subprocess
+    import sys
+
+    from tritonize.serve.process import stop_process_group
+
+    marker = tmp_path / "signal"
+    process = subprocess.Popen([sys.executable, "-c", STOPPABLE, str(marker), behaviour], start_new_session=True)
+    _wait_for(lambda: marker.with_suffix(".ready").exists(), "the handler")
+    stop_process_group(process, grace=1.0)
+    assert marker.read_text() == "SIGTERM" and process.returncode == returncode
+    assert _group_members(process.pid) == {}
+
+
+def test_numpy_2_is_refused_before_the_server_starts(onnx_repo, tmp_path, monkeypatch):
+    """With numpy 2 the Python backend stub passes zeros; the installed distribution's version is what
+    decides. A numpy-2.1.0.dist-info first on sys.path is what importlib.metadata then finds."""
+    from tests.conftest import run_cli
+
+    info = tmp_path / "site" / "numpy-2.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 2.1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    result = run_cli("serve", onnx_repo)
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and len(errors) == 1 and "Traceback" not in result.output
+    assert "numpy 2.1.0 is installed, but Triton's Python backend stub needs numpy<2" in errors[0]
+    assert "pip install 'numpy<2'" in errors[0]

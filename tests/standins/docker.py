@@ -8,10 +8,16 @@ would misbehave, not only where it would refuse:
   one as an empty named volume, and creates a missing absolute one owned by root); no --entrypoint
   (tritonize keeps the image's own); `--gpus all` (STANDIN_DOCKER_GPU=0: the daemon's error for a
   host without a GPU, exit 125); a trtexec run needs --init (as PID 1 trtexec ignores SIGTERM).
+- `-e NAME` passes the client's NAME into the container when it is set (`-e NAME=VALUE`: that value);
+  the container sees no other variable of the client's.
 - Images nvcr.io/nvidia/tritonserver:YY.MM-py3: /usr/src/tensorrt/bin/trtexec is the trtexec
   stand-in emulating STANDIN_IMAGE_TRT[YY.MM] (a JSON map; none: the entrypoint's exec fails, exit
   127), with the container's view of the mounts; `tritonserver` accepts the options its release has
-  (tests/data/tritonserver_options.json) and serves nothing.
+  (tests/data/tritonserver_options.json), in the forms tritonserver parses (restricted APIs:
+  `<apis>:<header>=<value>`, known API names), needs the TLS files it is given to exist in the
+  container (tritonserver reads a missing one as empty), and serves nothing; `sh -c SCRIPT sh ARGS`
+  runs in a real shell whose PATH has these `tritonserver` and a `pip` that reads its -r files
+  (both call back into this script as `docker image-tool TOOL ...`, which no real docker has).
 - The container runs outside the client's process group: killing the client leaves it running;
   SIGTERM to the client reaches it only through --init; `docker kill NAME` ends it. Running
   containers are files in STANDIN_DOCKER_STATE (name -> pid).
@@ -70,6 +76,25 @@ def mounts_of(options):
     return mounts
 
 
+def container_env(options):
+    env = {}
+    for spec in options.get("-e", []) + options.get("--env", []):
+        name, eq, value = spec.partition("=")
+        if eq:
+            env[name] = value
+        elif name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def in_container(path, mounts):
+    """The host path behind a container path, or None when no mount holds it."""
+    for source, target in mounts:
+        if path == target or path.startswith(target.rstrip("/") + "/"):
+            return source + path[len(target):]
+    return None
+
+
 def run(args):
     options, image, command = parse_run(args)
     if "--entrypoint" in options:
@@ -86,7 +111,9 @@ def run(args):
     if not command:
         die("stand-in: no command (the image's default would start a shell)")
     if command[0] == "tritonserver":
-        return tritonserver(release, command[1:])
+        return tritonserver(release, command[1:], mounts)
+    if command[:2] == ["sh", "-c"]:
+        return shell(release, command[1:], mounts, container_env(options))
     if command[0] != TRTEXEC:
         die(f"stand-in: {command[0]}: not in the image", 127)
     trt = json.loads(os.environ.get("STANDIN_IMAGE_TRT", "{}")).get(release)
@@ -130,14 +157,53 @@ def container(name, argv, cwd, env, init):
     sys.exit(code if code >= 0 else 128 - code)
 
 
-def tritonserver(release, args):
-    first = json.loads((DATA / "tritonserver_options.json").read_text())["first_release"]
+def tritonserver(release, args, mounts):
+    known = json.loads((DATA / "tritonserver_options.json").read_text())
+    first, apis = known["first_release"], set(known["source"]["restrictable_apis"])
     for arg in args:
-        name = arg.partition("=")[0]
+        name, _, value = arg.partition("=")
         if name not in first or release < first[name]:
             print(f"Unexpected argument: {arg}", file=sys.stderr)  # tritonserver exits on unknown options
             sys.exit(1)
+        if name in ("--grpc-restricted-protocol", "--http-restricted-api"):
+            listed, colon, setting = value.partition(":")
+            if not colon or "=" not in setting or not setting.partition("=")[0]:
+                print(f"{name} option format is '<config name>:<setting>=<value>'. Got {value}", file=sys.stderr)
+                sys.exit(1)
+            unknown = set(listed.split(",")) - apis
+            if unknown:
+                print(f"unknown restricted {name[2:6]} '{sorted(unknown)[0]}'", file=sys.stderr)
+                sys.exit(1)
+        if name in ("--grpc-server-cert", "--grpc-server-key", "--grpc-root-cert"):
+            host = in_container(value, mounts)
+            if host is None or not Path(host).is_file():
+                print(f"stand-in: {name} {value} is not in the container: tritonserver would read it as empty", file=sys.stderr)
+                sys.exit(1)
     print(f"stand-in tritonserver {release}: options accepted, nothing served")
+
+
+def shell(release, args, mounts, env):
+    """`sh -c SCRIPT sh ARGS` in a real shell; the image's `tritonserver` and `pip` are stand-ins."""
+    with tempfile.TemporaryDirectory() as bin_dir:
+        for tool in ("tritonserver", "pip"):
+            path = Path(bin_dir) / tool
+            path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" image-tool {tool} "$@"\n')
+            path.chmod(0o755)
+        env = {**env, "PATH": f"{bin_dir}:/usr/bin:/bin", "STANDIN_RELEASE": release, "STANDIN_MOUNTS": json.dumps(mounts)}
+        sys.exit(subprocess.run(["sh", *args], env=env).returncode)
+
+
+def image_tool(args):
+    """A tool inside the stand-in image, run by `shell`."""
+    release, mounts = os.environ["STANDIN_RELEASE"], json.loads(os.environ["STANDIN_MOUNTS"])
+    if args[0] == "tritonserver":
+        return tritonserver(release, args[1:], mounts)
+    files = [args[i + 1] for i, a in enumerate(args) if a == "-r"]  # pip install ... -r FILE ...
+    for file in files:
+        if in_container(file, mounts) is None or not Path(in_container(file, mounts)).is_file():
+            print(f"ERROR: Could not open requirements file: [Errno 2] No such file or directory: '{file}'", file=sys.stderr)
+            sys.exit(1)
+    print(f"stand-in pip: would install from {', '.join(files)}")
 
 
 def kill(args):
@@ -155,7 +221,7 @@ def info(args):
     print(runtimes if "--format" in " ".join(args) else f"Runtimes: {' '.join(json.loads(runtimes))}")
 
 
-commands = {"run": run, "kill": kill, "info": info}
+commands = {"run": run, "kill": kill, "info": info, "image-tool": image_tool}
 if len(sys.argv) < 2 or sys.argv[1] not in commands:
     die(f"stand-in: {' '.join(sys.argv[1:2])} is not emulated")
 commands[sys.argv[1]](sys.argv[2:])

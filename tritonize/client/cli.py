@@ -11,7 +11,7 @@ import typer
 from tritonize.client.connection import DEFAULT_URL
 from tritonize.errors import TritonizeError
 from tritonize.images import DEFAULT_MAX_PIXELS
-from tritonize.options import AsJson, Timeout, Url
+from tritonize.options import AsJson, ControlKeyFile, Timeout, TlsCa, Url
 
 app = typer.Typer(no_args_is_help=True, help="gRPC client: classify, compare backends, perf sweeps.")
 
@@ -46,6 +46,8 @@ def classify_command(
     model: Annotated[str, typer.Option("--model", "-m", help="Served model name (onnx_model, torch_model, trt_model).")] = "onnx_model",
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="How many labels to show per image.")] = 5,
     url: Url = DEFAULT_URL,
+    control_key_file: ControlKeyFile = None,
+    tls_ca: TlsCa = None,
     as_json: AsJson = False,
     timeout: Timeout = 30.0,
     max_pixels: MaxPixels = DEFAULT_MAX_PIXELS,
@@ -55,7 +57,7 @@ def classify_command(
     from tritonize.client.classify import classify
     from tritonize.client.connection import Connection
 
-    with Connection(url, timeout) as connection:
+    with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
         report = classify(connection, model, images, top_k, max_pixels, preprocess)
     _show_failures(report.failures)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
@@ -72,6 +74,8 @@ def compare_command(
         typer.Option("--min-top1-agreement", min=0.0, max=1.0, help="Exit non-zero when any pair agrees on top-1 for fewer than this fraction of images (e.g. 1.0)."),
     ] = None,
     url: Url = DEFAULT_URL,
+    control_key_file: ControlKeyFile = None,
+    tls_ca: TlsCa = None,
     as_json: AsJson = False,
     timeout: Timeout = 30.0,
     max_pixels: MaxPixels = DEFAULT_MAX_PIXELS,
@@ -85,7 +89,7 @@ def compare_command(
     from tritonize.client.compare import compare_models
     from tritonize.client.connection import Connection
 
-    with Connection(url, timeout) as connection:
+    with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
         report = compare_models(connection, images, _split(models) or None, repeat, min_top1_agreement, max_pixels,
                                 _split(preprocess) or None)
     _show_failures(report.failures)
@@ -107,6 +111,8 @@ def perf_command(
     shared_memory: Annotated[str, typer.Option("--shared-memory", help="`none`, or `system`: tensors through Triton's system shared memory (local server only).")] = "none",
     out: Annotated[Path, typer.Option("--out", help="Directory for <model>.csv (perf_analyzer columns), latency_vs_throughput.png and perf.json.")] = Path("perf"),
     url: Url = DEFAULT_URL,
+    control_key_file: ControlKeyFile = None,
+    tls_ca: TlsCa = None,
     as_json: AsJson = False,
     timeout: Timeout = 60.0,
     preprocess: Preprocess = None,
@@ -133,7 +139,7 @@ def perf_command(
 
         require()  # before any connection: a missing tool is the first thing to say
     error = None
-    with Connection(url, timeout) as connection:
+    with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
         try:
             report = run_perf(connection, names, options, on_level=lambda r: typer.echo(
                 f"  {r.model} concurrency {r.concurrency}: {r.throughput:.1f} infer/s, p50 {r.latency['p50_ms']:.2f} ms", err=True))

@@ -88,8 +88,8 @@ def compare_models(
     classifier), every pair compared on the same images."""
     if repeat < 1:
         raise TritonizeError(f"--repeat must be at least 1, got {repeat}")
-    states = connection.models()
     names = list(models) if models else connection.classifiers()
+    states = connection.models(names)
     report = CompareReport(connection.url, min_top1_agreement=min_top1_agreement)
     infos = {}  # served model -> ModelInfo: each classifier along each preprocessing path asked for
     for name in names:

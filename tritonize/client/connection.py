@@ -14,13 +14,16 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from tritonize.access import KEY_ENV, client_key, is_restricted_error, pem_file
 from tritonize.errors import TritonizeError
 from tritonize.images import batches
 from tritonize.preprocessing import Preprocessing
+from tritonize.repository_builder.options import model_names
 
 DEFAULT_URL = "localhost:8001"
 # --preprocess paths, by what they send per image (images.load_images' forms).
@@ -38,6 +41,18 @@ def short_reason(error: Exception) -> str:
 def server_gone(url: str, error: Exception, during: str = "") -> TritonizeError:
     where = f" during {during}" if during else ""
     return TritonizeError(f"lost the Triton server at {url}{where} ({short_reason(error)}); is it still running? (`tritonize serve`)")
+
+
+def refused(url: str, error: Exception, what: str, key_given: bool) -> TritonizeError | None:
+    """The error for a call the server restricts to its control key (Triton answers UNAVAILABLE, as if it
+    were gone), or None when that is not why the call failed."""
+    if not is_restricted_error(short_reason(error)):
+        return None
+    if key_given:
+        return TritonizeError(f"the server at {url} refused the control key given for {what}: it is not this server's "
+                              "(a key `tritonize serve` generated is valid until that server stops)")
+    return TritonizeError(f"the server at {url} restricts {what} to holders of its control key: pass "
+                          f"--control-key-file FILE (the file `tritonize serve` printed) or set {KEY_ENV}")
 
 
 @dataclass(frozen=True)
@@ -106,23 +121,36 @@ class ModelInfo:
 
 
 class Connection:
-    """A client connection to one Triton server over gRPC (tritonclient's synchronous client)."""
+    """A client connection to one Triton server over gRPC (tritonclient's synchronous client).
 
-    def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0):
+    `key_file` (else TRITONIZE_CONTROL_KEY) holds the server's control key, sent only with the calls
+    the server restricts (`control_headers`); `tls_ca` makes the connection TLS, verifying the server's
+    certificate with that CA. `channel` is the same transport for other tritonclient clients."""
+
+    def __init__(self, url: str = DEFAULT_URL, timeout: float = 30.0, *, key_file: Path | None = None,
+                 tls_ca: Path | None = None):
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 
         self.url, self.timeout = url, timeout
         self._grpc = grpcclient
         self._error = InferenceServerException
+        self.key = client_key(key_file)
+        self.control_headers = self.key.grpc_headers if self.key else None
+        self.channel = {"ssl": True, "root_certificates": str(pem_file(tls_ca, "--tls-ca", "CERTIFICATE"))} if tls_ca else {}
+        self.index_restricted = False  # set when the server refused its repository index for want of the key
         try:
-            self.client = grpcclient.InferenceServerClient(url)
+            self.client = grpcclient.InferenceServerClient(url, **self.channel)
             live = self.client.is_server_live(client_timeout=min(timeout, 10.0))
-        except Exception as e:  # connection refused, bad address, deadline exceeded
-            raise TritonizeError(
-                f"cannot reach a Triton server at {url} ({short_reason(e)}); start one with "
-                "`tritonize serve models/` or pass --url HOST:PORT"
-            ) from None
+        except Exception as e:  # connection refused, bad address, deadline exceeded, TLS handshake
+            reason = short_reason(e)
+            hint = "start one with `tritonize serve models/` or pass --url HOST:PORT"
+            if tls_ca:
+                hint = ("was its certificate signed by the --tls-ca given, for the host in --url? Without TLS on "
+                        "the server, leave --tls-ca out")
+            elif "Socket closed" in reason:
+                hint += "; a server that serves gRPC over TLS needs --tls-ca CA.pem"
+            raise TritonizeError(f"cannot reach a Triton server at {url} ({reason}); {hint}") from None
         if not live:
             raise TritonizeError(f"the Triton server at {url} is not live yet; wait for `tritonize serve` to print its model table")
         self._labels: dict[str, list[str]] = {}
@@ -141,18 +169,43 @@ class Connection:
         host = self.url.rsplit(":", 1)[0].strip("[]")
         return host in ("localhost", "127.0.0.1", "::1")
 
-    def models(self) -> dict[str, str]:
-        """name -> "READY" or "UNAVAILABLE: reason" for every model in the repository."""
+    def failure(self, error: Exception, model: str, during: str = "") -> TritonizeError:
+        """What a failed call about `model` means: the server is down, or it is up and the model failed."""
         try:
-            index = self.client.get_model_repository_index(as_json=True, client_timeout=self.timeout)
+            live = self.client.is_server_live(client_timeout=min(self.timeout, 5.0))
+        except self._error:
+            live = False
+        if not live:
+            return server_gone(self.url, error, during)
+        where = f" during {during}" if during else ""
+        return TritonizeError(f"model {model!r} failed on the server at {self.url}{where}: {short_reason(error)}")
+
+    def models(self, names: Sequence[str] = ()) -> dict[str, str]:
+        """name -> "READY" or "UNAVAILABLE: reason" for every model in the repository.
+
+        A server may keep its repository index to holders of its control key; without the key, the
+        states of `names` and of the models `tritonize repo build` names come from the open health API
+        instead: "READY" or "not READY" (it tells neither why, nor whether the model exists)."""
+        try:
+            index = self.client.get_model_repository_index(as_json=True, client_timeout=self.timeout,
+                                                           headers=self.control_headers)
         except self._error as e:
-            raise server_gone(self.url, e) from None
+            if self.key is None and is_restricted_error(short_reason(e)):
+                self.index_restricted = True
+                return {name: "READY" if self._ready(name) else "not READY" for name in dict.fromkeys([*names, *model_names()])}
+            raise refused(self.url, e, "the repository index", self.key is not None) or server_gone(self.url, e) from None
         states = {}
         for entry in index.get("models", []):
             state = entry.get("state") or "UNKNOWN"
-            reason = entry.get("reason", "")
+            reason = entry.get("reason", "").split("\n\nAt:")[0].strip()  # without the Python traceback a backend may add
             states[entry["name"]] = state if state == "READY" or not reason else f"{state}: {reason}"
         return states
+
+    def _ready(self, name: str) -> bool:
+        try:
+            return self.client.is_model_ready(name, client_timeout=self.timeout)
+        except self._error as e:
+            raise server_gone(self.url, e) from None
 
     def ready_models(self) -> list[str]:
         return sorted(name for name, state in self.models().items() if state == "READY")
@@ -170,10 +223,15 @@ class Connection:
 
     def model(self, name: str) -> ModelInfo:
         """The model's description; an unknown or unready model is an error listing the others."""
-        states = self.models()
+        states = self.models((name,))
         if states.get(name) != "READY":
-            listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items())) or "none"
+            listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items()) if n != name) or "none"
             what = "is not in the repository" if name not in states else f"is {states[name]}"
+            if self.index_restricted:
+                ready = ", ".join(n for n, s in sorted(states.items()) if s == "READY") or "none of the names repo build gives"
+                raise TritonizeError(f"model {name!r} is not READY at {self.url} (READY there: {ready}); which models the "
+                                     "server has, and why one is not READY, is in its repository index, which needs its "
+                                     f"control key: --control-key-file or {KEY_ENV}")
             raise TritonizeError(f"model {name!r} {what} at {self.url}; models there: {listing}")
         return ModelInfo.from_config(self._config(name))
 
@@ -209,7 +267,7 @@ class Connection:
         try:
             return self.client.get_model_config(name, as_json=True, client_timeout=self.timeout)["config"]
         except self._error as e:
-            raise server_gone(self.url, e) from None
+            raise self.failure(e, name) from None
 
     def labels(self, model: ModelInfo) -> list[str]:
         """The model's class labels, from the server's classification extension.
@@ -230,7 +288,7 @@ class Connection:
         try:
             result = self.client.infer(model.name, [inp], outputs=[out], client_timeout=self.timeout)
         except self._error as e:
-            raise server_gone(self.url, e) from None
+            raise self.failure(e, model.name) from None
         labels = [f"class {i}" for i in range(model.num_classes)]
         for entry in result.as_numpy(model.output_name).reshape(-1):
             parts = (entry.decode() if isinstance(entry, bytes) else str(entry)).split(":", 2)
@@ -255,7 +313,7 @@ class Connection:
             refused = re.search(rf"{re.escape(model.input_name)}\[(\d+)\]: (.+)", short_reason(e))
             if refused and model.form != "tensor":
                 raise RejectedImage(int(refused[1]), refused[2]) from None
-            raise server_gone(self.url, e) from None
+            raise self.failure(e, model.name) from None
         return result.as_numpy(model.output_name).reshape(len(batch), -1)
 
     def infer_all(self, model: ModelInfo, arrays: Sequence[np.ndarray], on_batch=None,
@@ -290,9 +348,10 @@ class Connection:
     def statistics(self, name: str) -> dict:
         """Cumulative server-side counters for a model: {"success": (count, ns), "queue": ..., ...}."""
         try:
-            stats = self.client.get_inference_statistics(name, as_json=True, client_timeout=self.timeout)
+            stats = self.client.get_inference_statistics(name, as_json=True, client_timeout=self.timeout,
+                                                         headers=self.control_headers)
         except self._error as e:
-            raise server_gone(self.url, e) from None
+            raise refused(self.url, e, "its statistics", self.key is not None) or self.failure(e, name) from None
         totals: dict[str, list[int]] = {}
         for entry in stats.get("model_stats", []):
             for key, value in entry.get("inference_stats", {}).items():

@@ -54,7 +54,8 @@ class LoadError(Exception):
 class LoadProcess:
     """The child process, started once for a set of serialized requests (one per worker slot)."""
 
-    def __init__(self, url: str, requests: list[bytes], timeout: float):
+    def __init__(self, url: str, requests: list[bytes], timeout: float, root_certificates: str | None = None):
+        """`root_certificates`: a CA file, for a server that serves gRPC over TLS (`serve --tls-cert`)."""
         self._dir = tempfile.TemporaryDirectory(prefix="tritonize-load-")
         files = []
         for slot, payload in enumerate(requests):
@@ -63,7 +64,7 @@ class LoadProcess:
             files.append(str(path))
         self.process = subprocess.Popen([sys.executable, "-m", "tritonize.client.load"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, text=True, env=_child_env())
-        self._send({"url": url, "requests": files, "timeout": timeout})
+        self._send({"url": url, "requests": files, "timeout": timeout, "root_certificates": root_certificates})
         self._expect("started")
 
     def run(self, concurrency: int, warmup: int, seconds: float | None, count: int | None, limit: float,
@@ -192,7 +193,11 @@ def _child() -> None:
 
     spec = json.loads(sys.stdin.readline())
     payloads = [Path(p).read_bytes() for p in spec["requests"]]
-    channel = grpc.insecure_channel(spec["url"], options=CHANNEL_OPTIONS)
+    if spec["root_certificates"]:
+        credentials = grpc.ssl_channel_credentials(Path(spec["root_certificates"]).read_bytes())
+        channel = grpc.secure_channel(spec["url"], credentials, options=CHANNEL_OPTIONS)
+    else:
+        channel = grpc.insecure_channel(spec["url"], options=CHANNEL_OPTIONS)
     call = channel.unary_unary(METHOD)  # no (de)serializer: the request goes as the bytes given, the response is not decoded
     emit({"event": "started"})
     for line in sys.stdin:

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tritonize.client import perf_analyzer as pa
-from tritonize.client.connection import ModelInfo, Connection, server_gone, short_reason
+from tritonize.client.connection import ModelInfo, Connection, refused, short_reason
 from tritonize.client.load import EXITED, LoadError, LoadProcess
 from tritonize.client.stats import latency_summary
 from tritonize.console import table
@@ -237,12 +237,14 @@ class _Regions:
         try:
             for name, size in self.specs:
                 self.handles.append((name, shm.create_shared_memory_region(name, f"/{name}", size)))
-                connection.client.register_system_shared_memory(name, f"/{name}", size)
+                connection.client.register_system_shared_memory(name, f"/{name}", size, headers=connection.control_headers)
             shm.set_shared_memory_region(self.handles[0][1], [np.frombuffer(workload.raw, np.uint8)])
         except Exception as e:
             self.close()
-            raise TritonizeError(f"cannot set up system shared memory with the server at {connection.url} ({short_reason(e)}); "
-                                 "it needs a server on this machine sharing /dev/shm, or run without --shared-memory") from None
+            problem = refused(connection.url, e, "shared-memory registration", connection.key is not None)
+            raise problem or TritonizeError(
+                f"cannot set up system shared memory with the server at {connection.url} ({short_reason(e)}); "
+                "it needs a server on this machine sharing /dev/shm, or run without --shared-memory") from None
 
     @property
     def input(self) -> tuple[str, int]:
@@ -264,7 +266,8 @@ class _Regions:
         deadline = time.monotonic() + patience
         while True:
             try:
-                self.connection.client.unregister_system_shared_memory(name, client_timeout=self.connection.timeout)
+                self.connection.client.unregister_system_shared_memory(name, client_timeout=self.connection.timeout,
+                                                                       headers=self.connection.control_headers)
                 return
             except Exception as e:
                 gone = "UNAVAILABLE" in str(getattr(e, "status", lambda: "")())
@@ -294,7 +297,7 @@ class BuiltinEngine:
         self.regions = _Regions(connection, workload, slots) if workload.shared_memory else None
         try:
             requests = [workload.serialized(self.regions, slot) for slot in range(slots)]
-            self.load = LoadProcess(connection.url, requests, timeout)
+            self.load = LoadProcess(connection.url, requests, timeout, connection.channel.get("root_certificates"))
         except BaseException:
             self.close()
             raise
@@ -307,7 +310,7 @@ class BuiltinEngine:
                                    between=lambda: stats.update(before=self.connection.statistics(info.name)))
         except LoadError as e:
             if e.code == "UNAVAILABLE":
-                raise server_gone(self.connection.url, e, f"{info.name} at concurrency {concurrency}") from None
+                raise self.connection.failure(e, info.name, f"{info.name} at concurrency {concurrency}") from None
             what = "the load process stopped" if e.code == EXITED else "the server refused a request"
             raise TritonizeError(f"{info.name} at concurrency {concurrency}: {what} ({e.details})") from None
         after = self.connection.statistics(info.name)
@@ -337,6 +340,11 @@ class PerfAnalyzerEngine:
     def __init__(self, connection: Connection, workload: Workload, tool: PerfAnalyzer):
         self.connection, self.workload, self.tool = connection, workload, tool
         self.name = f"perf_analyzer {tool.version}"
+        # perf_analyzer reads the statistics API: a server that restricts it says so now, in one line.
+        connection.statistics(workload.info.name)
+        if connection.key is not None:
+            say("perf_analyzer takes the control key on its command line (-H): other users of this machine can see "
+                "it in the process list; --engine builtin keeps it off")
         self.runs = pa.PerfAnalyzerRuns(tool, workload.info.input_name, workload.batch[0])
 
     def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
@@ -348,7 +356,8 @@ class PerfAnalyzerEngine:
                           concurrency=concurrency, batch=batch, batching=info.max_batch_size > 0,
                           seconds=options.duration, requests=options.requests, stability=options.stability,
                           shared_memory=options.shared_memory if self.workload.shared_memory else "none",
-                          output_bytes=self.workload.out_bytes)
+                          output_bytes=self.workload.out_bytes, headers=self.connection.control_headers,
+                          root_certificates=self.connection.channel.get("root_certificates"))
         limit = options.level_time_limit + pa.MAX_TRIALS * (options.duration or 5.0) / 3 + 30
         try:
             row, figures = pa.run_level(command, csv_file, during, limit)
@@ -371,7 +380,7 @@ class PerfAnalyzerEngine:
                 self.connection.client.infer(self.workload.info.name, inputs, outputs=outputs, client_timeout=self.connection.timeout)
         except InferenceServerException as e:
             if "UNAVAILABLE" in str(e.status()):
-                raise server_gone(self.connection.url, e, during) from None
+                raise self.connection.failure(e, self.workload.info.name, during) from None
             raise TritonizeError(f"{during}: the server refused a request ({short_reason(e)})") from None
 
     def close(self) -> None:

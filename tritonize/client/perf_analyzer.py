@@ -56,8 +56,10 @@ def input_data(name: str, sample: np.ndarray) -> dict:
 
 def argv(tool: PerfAnalyzer, model: str, url: str, data_file: Path, csv_file: Path, *, concurrency: int, batch: int,
          batching: bool, seconds: float | None, requests: int | None, stability: float, shared_memory: str,
-         output_bytes: int) -> list[str]:
-    """The command line for one level."""
+         output_bytes: int, headers: dict[str, str] | None = None, root_certificates: str | None = None) -> list[str]:
+    """The command line for one level. `headers`: gRPC metadata for every call (the control key for the
+    statistics it reads; 2.51's --help says -H is HTTP only, but its gRPC calls send it too, tested here);
+    `root_certificates`: the CA of a server serving gRPC over TLS."""
     args = [str(tool.path), "-m", model, "-i", "grpc", "-u", url, "--input-data", str(data_file),
             "--concurrency-range", str(concurrency), "-s", f"{stability:g}", "-r", str(MAX_TRIALS),
             "-f", str(csv_file), "--verbose-csv"]
@@ -67,6 +69,10 @@ def argv(tool: PerfAnalyzer, model: str, url: str, data_file: Path, csv_file: Pa
         args += ["--measurement-mode", "count_windows", "--measurement-request-count", str(max(1, math.ceil(requests / 3)))]
     else:
         args += ["-p", str(max(100, int(round((seconds or 5.0) * 1000 / 3))))]
+    for name, value in (headers or {}).items():
+        args += ["-H", f"{name}:{value}"]
+    if root_certificates:
+        args += ["--ssl-grpc-use-ssl", "true", "--ssl-grpc-root-certifications-file", root_certificates]
     if shared_memory == "system":
         args += ["--shared-memory", "system", "--output-shared-memory-size", str(output_bytes)]
     return args

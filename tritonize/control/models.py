@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 
-from tritonize.client.connection import Connection, server_gone, short_reason
+from tritonize.client.connection import Connection, refused, server_gone, short_reason
 from tritonize.errors import TritonizeError
 from tritonize.serve.process import clean_reason, index_state
 
@@ -38,8 +38,12 @@ class ModelControl:
 
     def _call(self, method: str, *args, what: str, **kwargs):
         try:
-            return getattr(self.connection.client, method)(*args, client_timeout=self.connection.timeout, **kwargs)
+            return getattr(self.connection.client, method)(*args, client_timeout=self.connection.timeout,
+                                                           headers=self.connection.control_headers, **kwargs)
         except self._error as e:
+            problem = refused(self.connection.url, e, what, self.connection.key is not None)
+            if problem:
+                raise problem from None
             status = str(e.status() or "")
             if "UNAVAILABLE" in status:
                 raise server_gone(self.connection.url, e, what) from None

@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from tritonize.errors import TritonizeError
-from tritonize.files import atomic_path, ensure_writable_dir
+from tritonize.files import ensure_writable_dir, staged_path
 from tritonize.manifest import ExportedArtifact, Manifest, Status, file_facts, now_iso, tool_versions
 from tritonize.progress import say, step
 from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec, build_model
@@ -87,29 +87,32 @@ def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = 
     exporters: dict[str, Callable] = {"torchscript": _export_torchscript, "onnx": _export_onnx}
     for fmt in todo:
         path = artifacts / FILES[fmt]
-        fields, report, timings = exporters[fmt](model, spec, path, inputs, reference, options)
-        entry = ExportedArtifact(
-            status=Status.verified,
-            format=fmt,
-            **file_facts(path),
-            input_name=fields.pop("input_name"),
-            output_name=fields.pop("output_name"),
-            verification=report,
-            options=options.fingerprint(fmt),
-            created=now_iso(),
-            details={**fields, "timings": {**common, **timings}},
-        )
-        manifest.record(fmt, entry)
+        with staged_path(path) as staged:
+            fields, report, timings = exporters[fmt](model, spec, path, staged, inputs, reference, options)
+            entry = ExportedArtifact(
+                status=Status.verified,
+                format=fmt,
+                **{**file_facts(staged), "file": path.name},
+                input_name=fields.pop("input_name"),
+                output_name=fields.pop("output_name"),
+                verification=report,
+                options=options.fingerprint(fmt),
+                created=now_iso(),
+                details={**fields, "timings": {**common, **timings}},
+            )
+            manifest.publish(fmt, entry, staged)
         say(f"  ✓ published {path} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}")
     return StageResult("export", StageStatus.done, detail)
 
 
 def _up_to_date(manifest: Manifest, fmt: str, options: ExportOptions) -> bool:
     entry = manifest.artifacts.get(fmt)
-    path = manifest.directory / FILES[fmt]
-    if not isinstance(entry, ExportedArtifact) or not path.is_file() or entry.options != options.fingerprint(fmt):
+    if not isinstance(entry, ExportedArtifact) or entry.options != options.fingerprint(fmt):
         return False
-    return path.stat().st_size == entry.size_bytes
+    problem = manifest.file_problem(entry)
+    if problem:
+        say(f"  ! {problem}: exporting it again")
+    return problem is None
 
 
 def _run_torch(model, batch: np.ndarray) -> np.ndarray:
@@ -127,28 +130,27 @@ def _check(report: VerificationReport, what: str, path: Path) -> None:
         )
 
 
-def _export_torchscript(model, spec, path, inputs, reference, options) -> tuple[dict, VerificationReport, dict]:
+def _export_torchscript(model, spec, path, tmp, inputs, reference, options) -> tuple[dict, VerificationReport, dict]:
     import torch
 
     # TorchScript is deprecated in torch but is what Triton's libtorch backend loads.
     warnings.filterwarnings("ignore", message=r".*torch\.jit\..* is deprecated", category=FutureWarning)
     timings = {}
-    with atomic_path(path) as tmp:
-        with step("TorchScript (torch.jit.script)") as s:
-            try:
-                module = torch.jit.script(model)
-                method = "script"
-            except Exception as e:  # some archs are not scriptable: tracing is exact for fixed-graph CNNs
-                say(f"  ! torch.jit.script failed ({type(e).__name__}); tracing instead")
-                module = torch.jit.trace(model, torch.from_numpy(inputs[:2]))
-                method = "trace"
-            module.save(str(tmp))
-        timings["export"] = asdict(s)
-        with step("verify TorchScript (batches 1, odd, max)") as s:
-            loaded = torch.jit.load(str(tmp), map_location="cpu").eval()
-            report = verify_runner(lambda x: _run_torch(loaded, x), inputs, reference, options.tolerance)
-        timings["verify"] = asdict(s)
-        _check(report, "TorchScript export", path)
+    with step("TorchScript (torch.jit.script)") as s:
+        try:
+            module = torch.jit.script(model)
+            method = "script"
+        except Exception as e:  # some archs are not scriptable: tracing is exact for fixed-graph CNNs
+            say(f"  ! torch.jit.script failed ({type(e).__name__}); tracing instead")
+            module = torch.jit.trace(model, torch.from_numpy(inputs[:2]))
+            method = "trace"
+        module.save(str(tmp))
+    timings["export"] = asdict(s)
+    with step("verify TorchScript (batches 1, odd, max)") as s:
+        loaded = torch.jit.load(str(tmp), map_location="cpu").eval()
+        report = verify_runner(lambda x: _run_torch(loaded, x), inputs, reference, options.tolerance)
+    timings["verify"] = asdict(s)
+    _check(report, "TorchScript export", path)
     fields = {
         "input_name": TORCHSCRIPT_INPUT_NAME,
         "output_name": TORCHSCRIPT_OUTPUT_NAME,
@@ -158,66 +160,65 @@ def _export_torchscript(model, spec, path, inputs, reference, options) -> tuple[
     return fields, report, timings
 
 
-def _export_onnx(model, spec, path, inputs, reference, options) -> tuple[dict, VerificationReport, dict]:
+def _export_onnx(model, spec, path, tmp, inputs, reference, options) -> tuple[dict, VerificationReport, dict]:
     import onnx
     import torch
 
     timings = {}
     example = torch.from_numpy(inputs[:2])  # batch 2: a batch-1 example would specialize the axis
-    with atomic_path(path) as tmp:
-        with step(f"ONNX export (opset {options.opset})") as s:
-            if options.opset >= MIN_DYNAMO_OPSET:
-                exporter = "dynamo"
-                program = torch.onnx.export(
-                    model,
-                    (example,),
-                    dynamo=True,
-                    input_names=[spec.input_name],
-                    output_names=[spec.output_name],
-                    dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=4096)}},
-                    opset_version=options.opset,
-                    optimize=True,
-                    verbose=False,
-                )
-                proto = program.model_proto
-            else:
-                exporter = "torchscript-legacy"
-                import io
-
-                buffer = io.BytesIO()
-                torch.onnx.export(
-                    model,
-                    (example,),
-                    buffer,
-                    dynamo=False,
-                    input_names=[spec.input_name],
-                    output_names=[spec.output_name],
-                    dynamic_axes={spec.input_name: {0: "batch"}, spec.output_name: {0: "batch"}},
-                    opset_version=options.opset,
-                )
-                proto = onnx.load_from_string(buffer.getvalue())
-        timings["export"] = asdict(s)
-        simplified = "off"
-        if options.simplify:
-            with step("simplify with onnxsim") as s:
-                proto, simplified = _simplify(proto)
-            timings["simplify"] = asdict(s)
-        with step("save and check the ONNX graph") as s:
-            onnx.save_model(proto, str(tmp))  # one file: models under 2 GB need no external data
-            onnx.checker.check_model(str(tmp))
-            opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
-            _check_symbolic_batch(proto, spec)
-            nodes = len(proto.graph.node)
-            del proto
-        timings["save"] = asdict(s)
-        with step("verify ONNX in onnxruntime (batches 1, odd, max)") as s:
-            session = _ort_session(tmp)
-            report = verify_runner(
-                lambda x: session.run([spec.output_name], {spec.input_name: x})[0], inputs, reference, options.tolerance
+    with step(f"ONNX export (opset {options.opset})") as s:
+        if options.opset >= MIN_DYNAMO_OPSET:
+            exporter = "dynamo"
+            program = torch.onnx.export(
+                model,
+                (example,),
+                dynamo=True,
+                input_names=[spec.input_name],
+                output_names=[spec.output_name],
+                dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=4096)}},
+                opset_version=options.opset,
+                optimize=True,
+                verbose=False,
             )
-            del session
-        timings["verify"] = asdict(s)
-        _check(report, "ONNX export", path)
+            proto = program.model_proto
+        else:
+            exporter = "torchscript-legacy"
+            import io
+
+            buffer = io.BytesIO()
+            torch.onnx.export(
+                model,
+                (example,),
+                buffer,
+                dynamo=False,
+                input_names=[spec.input_name],
+                output_names=[spec.output_name],
+                dynamic_axes={spec.input_name: {0: "batch"}, spec.output_name: {0: "batch"}},
+                opset_version=options.opset,
+            )
+            proto = onnx.load_from_string(buffer.getvalue())
+    timings["export"] = asdict(s)
+    simplified = "off"
+    if options.simplify:
+        with step("simplify with onnxsim") as s:
+            proto, simplified = _simplify(proto)
+        timings["simplify"] = asdict(s)
+    with step("save and check the ONNX graph") as s:
+        onnx.save_model(proto, str(tmp))  # one file: models under 2 GB need no external data
+        onnx.checker.check_model(str(tmp))
+        opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+        _check_symbolic_batch(proto, spec)
+        nodes = len(proto.graph.node)
+        del proto
+    timings["save"] = asdict(s)
+    with step("verify ONNX in onnxruntime (batches 1, odd, max)") as s:
+        session = _ort_session(tmp)
+        report = verify_runner(
+            lambda x: session.run([spec.output_name], {spec.input_name: x})[0], inputs, reference, options.tolerance
+        )
+        del session
+    timings["verify"] = asdict(s)
+    _check(report, "ONNX export", path)
     if opset != options.opset:
         say(f"  ! the exporter wrote opset {opset} although {options.opset} was asked for")
     fields = {

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import yaml
 
+from tritonize.access import KEY_ENV
 from tritonize.errors import TritonizeError
-from tritonize.files import atomic_path
+from tritonize.files import replace_tree
 from tritonize.monitor import promql
 from tritonize.monitor.dashboard import grafana_dashboard
 from tritonize.releases import release_info
@@ -47,6 +48,8 @@ _COMPOSE_USAGE = (
     f"# On a GPU box with Docker and the NVIDIA Container Toolkit: docker compose -f {COMPOSE} up\n"
     f"# Grafana http://localhost:{GRAFANA_PORT} (anonymous viewer; admin/admin to edit), Prometheus "
     f"http://localhost:{PROMETHEUS_PORT}, Triton on 8000-8002. Prometheus scrapes the targets in {PROMETHEUS_CONFIG}.\n"
+    f"# Triton listens on every interface: export {KEY_ENV}=<a key of 16+ characters> first; its model repository,\n"
+    f"# statistics, trace, logging and shared-memory APIs take only requests carrying that key (README: Serving other machines).\n"
 )
 
 
@@ -72,24 +75,7 @@ def write_bundle(repository: Path, bundle: Path, options: BundleOptions = Bundle
     """Write the bundle into `bundle` (replaced as a whole, never half-written); returns its files."""
     repository, bundle = Path(repository), Path(bundle)
     validate_repository(repository)
-    if bundle.exists() and (not bundle.is_dir() or _foreign_files(bundle)):
-        raise TritonizeError(f"{bundle} exists and holds files that are not a monitoring bundle "
-                             f"({', '.join(_foreign_files(bundle)[:3]) or 'not a directory'}); "
-                             "choose another --bundle or remove it")
-    contents = render(repository, bundle, options)
-    bundle.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(bundle) as tmp:
-        for name, text in contents.items():
-            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-            (tmp / name).write_text(text)
-    return [bundle / name for name in contents]
-
-
-def _foreign_files(bundle: Path) -> list[str]:
-    if not bundle.is_dir():
-        return []
-    found = (p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file())
-    return sorted(f for f in found if f not in FILES)
+    return replace_tree(bundle, render(repository, bundle, options), FILES, "a monitoring bundle", "--bundle")
 
 
 def render(repository: Path, bundle: Path, options: BundleOptions) -> dict[str, str]:
@@ -113,14 +99,15 @@ def prometheus_config(targets: tuple[str, ...]) -> dict:
     }
 
 
-def rules(queue_alert_ms: float) -> dict:
+def rules(queue_alert_ms: float, job: str = promql.JOB) -> dict:
+    """Prometheus' rule file contents (also a PrometheusRule's spec) for scrape job `job`."""
     return {"groups": [
         {"name": "triton.recording", "rules": [
-            {"record": rule.record, "expr": rule.expr} for rule in promql.RECORDING_RULES]},
+            {"record": rule.record, "expr": rule.expr} for rule in promql.recording_rules(job)]},
         {"name": "triton.alerts", "rules": [
             {"alert": alert.name, "expr": alert.expr, "for": alert.duration,
              "labels": {"severity": alert.severity}, "annotations": {"summary": alert.summary}}
-            for alert in promql.alerts(queue_alert_ms * 1000)]},
+            for alert in promql.alerts(queue_alert_ms * 1000, job)]},
     ]}
 
 
@@ -144,7 +131,9 @@ def compose(repository: Path, bundle: Path, options: BundleOptions) -> dict:
     return {"services": {
         "triton": {
             "image": release_info(release).image,
-            "command": container_command(repository, release),
+            # Restricted with the key in TRITONIZE_CONTROL_KEY: `$$` leaves `$` to the container's shell.
+            "command": [arg.replace("$", "$$") for arg in container_command(repository, release, restricted=True)],
+            "environment": [KEY_ENV],  # from the shell that runs `docker compose up`
             "network_mode": "host",  # ports 8000 (HTTP), 8001 (gRPC), 8002 (metrics) on every interface
             "ipc": "host",  # as `serve --engine docker`: clients' shared-memory regions in the host's /dev/shm
             "volumes": [f"{models}:/models:ro"],

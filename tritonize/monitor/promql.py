@@ -6,6 +6,8 @@ Triton 2.51 exports cumulative counters per model and version (no `_total` suffi
 microseconds) and machine-wide CPU and memory gauges. The rules never aggregate target labels away:
 `rate()` keeps every label and only `reason` is summed out of the failure counter, so series scraped
 from Kubernetes pods keep their `namespace` and `pod` labels, which an HPA on a custom metric needs.
+Every rule reads one scrape job's series (`job`: "triton" in the monitoring bundle, a PodMonitor's
+"<namespace>/<name>" on Kubernetes), so the rule groups of two deployments never write the same series.
 """
 
 from __future__ import annotations
@@ -31,14 +33,14 @@ JOB = "triton"  # the scrape job of the Triton metrics endpoints in prometheus.y
 WINDOW = "1m"  # needs at least two scrapes: keep the scrape interval at 30 s or less
 
 
-def rate(metric: str) -> str:
-    return f"rate({metric}[{WINDOW}])"
+def rate(metric: str, job: str = JOB) -> str:
+    return f'rate({metric}{{job="{job}"}}[{WINDOW}])'
 
 
-def per_request(metric: str) -> str:
+def per_request(metric: str, job: str = JOB) -> str:
     """Average per successful request; no series while a model has no requests (rather than NaN).
     Failed executions add no duration (measured), so successes are the right denominator."""
-    return f"{rate(metric)} / ({rate(SUCCESS)} > 0)"
+    return f"{rate(metric, job)} / ({rate(SUCCESS, job)} > 0)"
 
 
 @dataclass(frozen=True)
@@ -67,36 +69,41 @@ COMPUTE_OUTPUT_AVG = "model:nv_inference_compute_output_duration_us:avg1m"
 QUEUE_COMPUTE_RATIO = "model:nv_inference_queue_compute:ratio1m"
 BATCH_SIZE = "model:nv_inference_batch_size:avg1m"
 
-_FAILURES = f"sum without (reason) ({rate(FAILURE)})"
-
-RECORDING_RULES = (
-    RecordingRule(REQUEST_RATE, f"{rate(SUCCESS)} + {_FAILURES}"),  # requests/s, succeeded or failed
-    RecordingRule(FAILURE_RATE, _FAILURES),
-    RecordingRule(INFERENCE_RATE, rate(INFERENCES)),  # images/s
-    RecordingRule(REQUEST_AVG, per_request(REQUEST_US)),  # us in the server per request
-    RecordingRule(QUEUE_AVG, per_request(QUEUE_US)),
-    RecordingRule(COMPUTE_INPUT_AVG, per_request(COMPUTE_INPUT_US)),
-    # Every request of a batch records the whole execution: this is the time of the batch it ran in.
-    RecordingRule(COMPUTE_INFER_AVG, per_request(COMPUTE_INFER_US)),
-    RecordingRule(COMPUTE_OUTPUT_AVG, per_request(COMPUTE_OUTPUT_US)),
-    # Queue time / compute time, above 1 when the model cannot keep up: the signal NVIDIA's Triton
-    # autoscaling tutorial scales on (triton:queue_compute:ratio), in its form. clamp_min(..., 1) only
-    # bites below 1 us of compute per second, i.e. when idle, where it gives 0 instead of no series,
-    # so an HPA still sees the metric and can scale down.
-    RecordingRule(QUEUE_COMPUTE_RATIO, f"{rate(QUEUE_US)} / clamp_min({rate(COMPUTE_INFER_US)}, 1)"),
-    RecordingRule(BATCH_SIZE, f"{rate(INFERENCES)} / ({rate(EXECUTIONS)} > 0)"),  # inferences / executions
-)
-
-
-def alerts(queue_alert_us: float) -> tuple[Alert, ...]:
+def recording_rules(job: str = JOB) -> tuple[RecordingRule, ...]:
+    """The recording rules over the series of scrape job `job`."""
+    failures = f"sum without (reason) ({rate(FAILURE, job)})"
     return (
-        Alert("TritonModelFailingRequests", f"{FAILURE_RATE} > 0", "1m", "warning",
+        RecordingRule(REQUEST_RATE, f"{rate(SUCCESS, job)} + {failures}"),  # requests/s, succeeded or failed
+        RecordingRule(FAILURE_RATE, failures),
+        RecordingRule(INFERENCE_RATE, rate(INFERENCES, job)),  # images/s
+        RecordingRule(REQUEST_AVG, per_request(REQUEST_US, job)),  # us in the server per request
+        RecordingRule(QUEUE_AVG, per_request(QUEUE_US, job)),
+        RecordingRule(COMPUTE_INPUT_AVG, per_request(COMPUTE_INPUT_US, job)),
+        # Every request of a batch records the whole execution: this is the time of the batch it ran in.
+        RecordingRule(COMPUTE_INFER_AVG, per_request(COMPUTE_INFER_US, job)),
+        RecordingRule(COMPUTE_OUTPUT_AVG, per_request(COMPUTE_OUTPUT_US, job)),
+        # Queue time / compute time, above 1 when the model cannot keep up: the signal NVIDIA's Triton
+        # autoscaling tutorial scales on (triton:queue_compute:ratio), in its form. clamp_min(..., 1) only
+        # bites below 1 us of compute per second, i.e. when idle, where it gives 0 instead of no series,
+        # so an HPA still sees the metric and can scale down.
+        RecordingRule(QUEUE_COMPUTE_RATIO, f"{rate(QUEUE_US, job)} / clamp_min({rate(COMPUTE_INFER_US, job)}, 1)"),
+        RecordingRule(BATCH_SIZE, f"{rate(INFERENCES, job)} / ({rate(EXECUTIONS, job)} > 0)"),  # inferences / executions
+    )
+
+
+RECORDING_RULES = recording_rules()
+
+
+def alerts(queue_alert_us: float, job: str = JOB) -> tuple[Alert, ...]:
+    """The alerts on scrape job `job` (its recording rules' series and its targets)."""
+    return (
+        Alert("TritonModelFailingRequests", f'{FAILURE_RATE}{{job="{job}"}} > 0', "1m", "warning",
               "{{ $labels.model }} v{{ $labels.version }} on {{ $labels.instance }} fails "
               "{{ $value | humanize }} requests/s"),
-        Alert("TritonQueueTimeHigh", f"{QUEUE_AVG} > {queue_alert_us:g}", "5m", "warning",
+        Alert("TritonQueueTimeHigh", f'{QUEUE_AVG}{{job="{job}"}} > {queue_alert_us:g}', "5m", "warning",
               "{{ $labels.model }} requests on {{ $labels.instance }} wait {{ $value | humanize }}us "
               "in the queue on average"),
-        Alert("TritonServerDown", f'up{{job="{JOB}"}} == 0', "1m", "critical",
+        Alert("TritonServerDown", f'up{{job="{job}"}} == 0', "1m", "critical",
               "Triton metrics endpoint {{ $labels.instance }} does not answer"),
     )
 

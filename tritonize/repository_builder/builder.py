@@ -13,8 +13,8 @@ from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.manifest import Entry, Manifest, Plan, PrecisionVariant, Status
 from tritonize.progress import say
 from tritonize.repository_builder.config import (
-    CONFIG_NAME, LABELS_NAME, REQUIREMENTS_NAME, config_text, ensemble_config, kind_name, model_config, plan_max_batch,
-    preprocessor_config,
+    CONFIG_NAME, LABELS_NAME, NOT_BUILT_SUFFIX, REQUIREMENTS_NAME, config_text, ensemble_config, kind_name, model_config,
+    not_built_notes, plan_max_batch, preprocessor_config,
 )
 from tritonize.repository_builder.options import BACKENDS, PREPROCESSORS, Backend, RepoOptions
 from tritonize.spec import ModelSpec
@@ -69,12 +69,13 @@ def build_repository(artifacts: Path, repository: Path, options: RepoOptions = R
     models = [_render(backend, spec, manifest, options, sha) for backend in built]
     if options.ensembles:
         models += _render_ensembles(built, spec, manifest, options, sha)
+    notes = _notes(manifest, reasons, options)
     for name, why in reasons.items():
         if why:
-            say(f"skipped {name}: {why}")
+            say(f"skipped {name}: {why}" + (f" (note left in {repository / (name + NOT_BUILT_SUFFIX)})" if name in notes else ""))
     detail = f"{repository}/: {', '.join(m.name for m in models)}"
 
-    if not options.force and _current(repository, models):
+    if not options.force and _current(repository, models, notes):
         say(f"= {repository} is up to date (same manifest and options); --force rebuilds it")
         return StageResult("repo build", StageStatus.up_to_date, detail)
     _refuse_to_clobber(repository, options.overwrite)
@@ -82,6 +83,8 @@ def build_repository(artifacts: Path, repository: Path, options: RepoOptions = R
     with atomic_path(repository) as tmp:
         tmp.mkdir()
         _keep_loose_files(repository, tmp)
+        for name, text in notes.items():
+            (tmp / f"{name}{NOT_BUILT_SUFFIX}").write_text(text + "\n")
         for model in models:
             how = _write(tmp / model.name, model)
             say(f"built {model.name}: {model.summary}" + (f", {model.filename} {how}" if how else ""))
@@ -109,6 +112,9 @@ def _why_not(backend: Backend, manifest: Manifest, options: RepoOptions) -> str 
     path = manifest.path(entry)
     if not path.is_file():
         return f"{path} is missing (re-run the stage that writes it)"
+    problem = manifest.file_problem(entry)
+    if problem:
+        return f"{problem} (re-run the stage that writes it)"
     return None
 
 
@@ -128,6 +134,20 @@ def _why_not_variant(entry: PrecisionVariant, manifest: Manifest) -> str | None:
     if not gates.speed.passed:
         return f"left out, {gates.speed.reason}"
     return None
+
+
+def _notes(manifest: Manifest, reasons: dict[str, str | None], options: RepoOptions) -> dict[str, str]:
+    """What to tell about the models left out only because their TensorRT plan waits for a GPU box."""
+    notes = {}
+    for name, why in reasons.items():
+        plan = manifest.artifacts.get(BACKENDS[name].artifact)
+        if why and options.kind != "cpu" and isinstance(plan, Plan) and plan.status is Status.waiting_for_gpu:
+            notes[name] = (
+                f"{name} was not built: its TensorRT plan is waiting for a GPU (TensorRT cannot run where `tritonize "
+                f"repo build` ran). On a GPU box run `{plan.gpu_command}` (or `bash {manifest.directory / plan.reproducer}`), "
+                "then `tritonize repo build` again."
+            )
+    return notes
 
 
 def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: RepoOptions, sha: str) -> ModelFiles:
@@ -195,9 +215,9 @@ def _render_ensembles(backends: list[Backend], spec: ModelSpec, manifest: Manife
     return models
 
 
-def _current(repository: Path, models: list[ModelFiles]) -> bool:
-    """The repository holds exactly these models, with these texts and model files."""
-    if not repository.is_dir():
+def _current(repository: Path, models: list[ModelFiles], notes: dict[str, str]) -> bool:
+    """The repository holds exactly these models, with these texts and model files, and these notes."""
+    if not repository.is_dir() or not_built_notes(repository) != notes:
         return False
     present = sorted(p.name for p in repository.iterdir() if p.is_dir() and not p.name.startswith("."))
     if present != sorted(m.name for m in models):
@@ -228,7 +248,7 @@ def _keep_loose_files(old: Path, new: Path) -> None:
     """Carry top-level files (e.g. models/README.md) into the new repository; Triton only reads directories."""
     if old.is_dir():
         for p in old.iterdir():
-            if p.is_file():
+            if p.is_file() and not p.name.endswith(NOT_BUILT_SUFFIX):  # notes are written anew
                 shutil.copy2(p, new / p.name)
 
 

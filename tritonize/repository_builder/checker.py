@@ -1,6 +1,8 @@
 """`repo check`: find what would make Triton refuse or misbehave, before any server starts.
 
-Rules (each finding names the model, what is wrong and how to fix it):
+Rules (each finding names the model, what is wrong and how to fix it). configs/*.pbtxt, which Triton serves
+with --model-config-name (the embedded engine's choice on a machine without a GPU), get every rule that
+config.pbtxt gets; a variant's finding says its file, and what config.pbtxt already says is not repeated.
   schema      every config.pbtxt / configs/*.pbtxt parses as Triton's ModelConfig; its name is the directory's
   platform    platform or backend is one Triton ships
   batching    max_batch_size >= 0; dynamic batching needs max_batch_size > 0; preferred and warmup
@@ -13,7 +15,8 @@ Rules (each finding names the model, what is wrong and how to fix it):
               Triton's `<name>__<index>` rule, and a batch-1 forward gives the configured output dims
   plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names
   hashes      (manifest) model files have the sha256 the manifest recorded (the artifact a model names in its
-              `source.artifact` parameter, else its backend's export)
+              `source.artifact` parameter, else its backend's export), and so have the artifacts themselves
+              (an export killed mid-publish leaves a `pending` entry or another file)
   gates       (manifest) a CPU precision variant is served only with `convert cpu`'s gates passed
   provenance  contract parameters present (and trt_model's plan provenance); (manifest) source.manifest_sha256
               is this manifest's hash
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +40,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import Manifest, Plan, PrecisionVariant
+from tritonize.manifest import Manifest, Plan, PrecisionVariant, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, kind_name, parse_config
@@ -83,17 +86,34 @@ def check_repository(repo: Path, artifacts: Path | None = None, triton_release: 
         "release": release_info(triton_release) if triton_release else None,
         "configs": {d.name: _parsed_or_none(d / CONFIG_NAME) for d in model_dirs},  # what ensemble steps name
     }
-    findings: list[Finding] = []
+    findings = _check_artifacts(manifest) if manifest else []
     for model_dir in model_dirs:
         findings += _ModelCheck(model_dir, context).run()
     return findings
 
 
+def _check_artifacts(manifest: Manifest) -> list[Finding]:
+    """Each artifact file the manifest describes is the file on disk (a missing one is the concern of the
+    model that serves it, below)."""
+    findings = []
+    for key, entry in manifest.artifacts.items():
+        if getattr(entry, "file", None) is None:  # a plan waiting for a GPU has no file yet
+            continue
+        problem = manifest.file_problem(entry)
+        if problem and (entry.status is Status.pending or manifest.path(entry).is_file()):
+            findings.append(Finding(
+                "artifacts", "error", f"{problem}: the manifest's {key!r} entry does not describe {manifest.path(entry)}",
+                f"re-run the stage that writes it (`tritonize export --force` for model.pt / model.onnx), then {REBUILD}",
+            ))
+    return findings
+
+
 class _ModelCheck:
-    def __init__(self, model_dir: Path, context: dict[str, Any]):
+    def __init__(self, model_dir: Path, context: dict[str, Any], loaded: dict | None = None):
         self.dir = model_dir
         self.ctx = context
         self.findings: list[Finding] = []
+        self.loaded = {} if loaded is None else loaded  # what was read from the model files, shared by the variants
 
     def add(self, severity: str, message: str, fix: str) -> None:
         self.findings.append(Finding(self.dir.name, severity, message, fix))
@@ -104,7 +124,22 @@ class _ModelCheck:
             return self.findings
         for rel, cfg in configs.items():
             self._check_config(rel, cfg)
-        cfg = configs[CONFIG_NAME]
+        served = self._check_served(configs[CONFIG_NAME])
+        # A variant is what Triton serves with --model-config-name (the embedded engine's choice on a machine
+        # without a GPU): it gets the same checks, and says only what config.pbtxt does not already say.
+        said = {(f.severity, f.message) for f in served}
+        for rel, cfg in configs.items():
+            if rel != CONFIG_NAME:
+                variant = _ModelCheck(self.dir, self.ctx, self.loaded)._check_served(cfg)
+                self.findings += [replace(f, message=f"{rel}: {f.message}") for f in variant
+                                  if (f.severity, f.message) not in said]
+        if _backend_of(configs[CONFIG_NAME]) == "python":
+            self._check_python_code()
+        return self.findings
+
+    def _check_served(self, cfg) -> list[Finding]:
+        """The checks of the model Triton loads with this config; returns their findings (also in self.findings)."""
+        start = len(self.findings)
         backend = _backend_of(cfg)
         model_file = self._check_versions(cfg, backend)
         self._check_labels(cfg)
@@ -115,11 +150,16 @@ class _ModelCheck:
         self._check_parameters(cfg, backend)
         if backend == "ensemble":
             self._check_ensemble(cfg)
-        if backend == "python":
-            self._check_python_code()
         if self.ctx["manifest"] is not None:
             self._check_against_manifest(cfg, backend, model_file)
-        return self.findings
+        return self.findings[start:]
+
+    def _read(self, path: Path, what: str, read):
+        """`read(path)` once per model file and kind of reading, for all the configs of the model."""
+        key = (path, what)
+        if key not in self.loaded:
+            self.loaded[key] = read(path)
+        return self.loaded[key]
 
     # --- schema, platform, batching, instances ------------------------------------------------------
     def _parse_all(self) -> dict[str, Any]:
@@ -285,12 +325,9 @@ class _ModelCheck:
 
     # --- the real artifacts -------------------------------------------------------------------------
     def _check_onnx(self, cfg, path: Path) -> None:
-        import onnx
-
-        try:
-            graph = onnx.load(str(path), load_external_data=False).graph
-        except Exception as e:  # truncated or not an ONNX file
-            self.add("error", f"cannot read {path.name}: {str(e).splitlines()[0]}", REBUILD)
+        graph = self._read(path, "onnx", _onnx_graph)
+        if isinstance(graph, Exception):
+            self.add("error", f"cannot read {path.name}: {str(graph).splitlines()[0]}", REBUILD)
             return
         initializers = {t.name for t in graph.initializer}
         real = {
@@ -336,14 +373,9 @@ class _ModelCheck:
                      f"set dims to {shown} or {REBUILD}")
 
     def _check_torchscript(self, cfg, path: Path) -> None:
-        import torch
-
-        try:
-            with warnings.catch_warnings():  # torch.jit.* is deprecated, and still what Triton's libtorch loads
-                warnings.simplefilter("ignore")
-                module = torch.jit.load(str(path), map_location="cpu")
-        except Exception as e:  # not a TorchScript archive
-            self.add("error", f"cannot load {path.name} with torch.jit.load: {str(e).splitlines()[0]}", REBUILD)
+        module = self._read(path, "torchscript", _torchscript_module)
+        if isinstance(module, Exception):
+            self.add("error", f"cannot load {path.name} with torch.jit.load: {str(module).splitlines()[0]}", REBUILD)
             return
         args = [a.name for a in module.forward.schema.arguments if a.name != "self"]
         if len(cfg.input) != len(args):
@@ -362,11 +394,9 @@ class _ModelCheck:
         if any(d < 1 for shape in dims for d in shape):
             return  # variable dims: no single probe shape
         shapes = [[1] + shape if cfg.max_batch_size > 0 else shape for shape in dims]
-        try:
-            with torch.inference_mode():
-                result = module(*[torch.zeros(s) for s in shapes])
-        except Exception as e:  # the module rejects the configured input shape
-            first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+        result = self._read(path, f"forward {shapes}", lambda _: _forward(module, shapes))
+        if isinstance(result, Exception):  # the module rejects the configured input shape
+            first = str(result).strip().splitlines()[-1] if str(result).strip() else type(result).__name__
             self.add("error", f"{path.name} fails on an input of the configured shape {shapes}: {first}",
                      f"set the input dims the model takes or {REBUILD}")
             return
@@ -399,7 +429,7 @@ class _ModelCheck:
                 self.add("warning", f"the manifest has no {key!r} artifact to check this model against",
                          "pass the artifacts directory the repository was built from (--artifacts)")
             return
-        if model_file is not None and entry.sha256 and sha256_file(model_file) != entry.sha256:
+        if model_file is not None and entry.sha256 and self._read(model_file, "sha256", sha256_file) != entry.sha256:
             self.add("error", f"{model_file.parent.name}/{model_file.name} does not match the manifest's sha256 for "
                               f"{entry.file or key} (changed or corrupted since export)",
                      f"{REBUILD} from the verified artifacts")
@@ -439,6 +469,39 @@ class _ModelCheck:
             self.add("error", f"plan built with TensorRT {built}; Triton {release.release} runs TensorRT "
                               f"{release.tensorrt} and will refuse to deserialize it",
                      f"{where}, or rebuild the plan with `tritonize convert trt --triton-release {release.release}`")
+
+
+def _onnx_graph(path: Path):
+    """The graph of an ONNX file, or the exception that says why it cannot be read (truncated, not ONNX)."""
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=False).graph
+    except Exception as e:
+        return e
+
+
+def _torchscript_module(path: Path):
+    """The TorchScript module, or the exception that says why torch.jit.load refuses the file."""
+    import torch
+
+    try:
+        with warnings.catch_warnings():  # torch.jit.* is deprecated, and still what Triton's libtorch loads
+            warnings.simplefilter("ignore")
+            return torch.jit.load(str(path), map_location="cpu")
+    except Exception as e:
+        return e
+
+
+def _forward(module, shapes: list[list[int]]):
+    """The module's outputs on zeros of these shapes, or the exception it raised."""
+    import torch
+
+    try:
+        with torch.inference_mode():
+            return module(*[torch.zeros(s) for s in shapes])
+    except Exception as e:
+        return e
 
 
 def _parsed_or_none(path: Path):

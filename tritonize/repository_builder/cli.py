@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, OldOut, Repository, RepositoryArgument, TritonRelease,
-    renamed,
+    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Endpoint, OldOut, Region, Repository,
+    RepositoryArgument, TritonRelease, renamed,
 )
 
 app = typer.Typer(no_args_is_help=True, help="Build and check the Triton model repository.")
@@ -80,3 +80,42 @@ def check_command(
         typer.echo(f"{repository}: {len(errors)} error(s), {len(findings) - len(errors)} warning(s){against}")
     if errors:
         raise typer.Exit(1)
+
+
+@app.command("push")
+def push_command(
+    dest: Annotated[str, typer.Argument(help="s3://BUCKET/PREFIX: releases go to PREFIX/releases/<id>/, the pointer "
+                                             "to the current one is PREFIX/CURRENT.")],
+    repository: Repository = DEFAULT_REPOSITORY,
+    endpoint: Endpoint = None,
+    region: Region = None,
+    as_json: AsJson = False,
+) -> None:
+    """Copy a checked repository to object storage: a new release prefix, every object verified, then
+    the CURRENT pointer. Resumable: run it again after an interruption. Credentials: AWS_ACCESS_KEY_ID
+    and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)."""
+    from tritonize.deploy.push import push
+    from tritonize.deploy.s3 import Store
+
+    store = Store.parse(dest, endpoint, region)
+    summary = push(repository, store).summary()
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+        return
+    was = {None: "first release", summary["release"]: "already current"}.get(summary["previous"],
+                                                                             f"was {summary['previous']}")
+    options = f" --endpoint {endpoint}" if endpoint else ""
+    typer.echo("\n".join([
+        f"release  {summary['uri']} ({summary['files']} files, {summary['bytes'] / 1e6:.1f} MB: "
+        f"{summary['uploaded']} uploaded, {summary['kept']} already there)",
+        f"pointer  {summary['pointer']} -> {summary['release']} ({was})",
+        "",
+        "Triton reads this release with",
+        f"  --model-repository={summary['model_repository']}",
+        f"and AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION={store.region} in its environment, or",
+        "TRITON_CLOUD_CREDENTIAL_PATH=<file> with this file (fill in the two placeholders):",
+        json.dumps(summary["credential_file"], indent=2),
+        "",
+        "Triton follows no pointer: it serves the prefix it was started with. On Kubernetes:",
+        f"  tritonize deploy k8s {repository} --storage {store.uri()}{options}",
+    ]))

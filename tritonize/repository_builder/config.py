@@ -16,6 +16,9 @@ from tritonize.spec import ModelSpec
 CONFIG_NAME = "config.pbtxt"
 LABELS_NAME = "labels.txt"
 REQUIREMENTS_NAME = "requirements.txt"  # pip packages a Python model needs in the server's Python
+# `<repository>/<model>.not-built.txt`: why `repo build` left a model out that a GPU box can still build,
+# and what to run. Triton ignores files at the top of a repository; `serve` shows the note.
+NOT_BUILT_SUFFIX = ".not-built.txt"
 
 # Provenance: which model and manifest a config was built from, and for trt_model which TensorRT built
 # the plan, for which Triton release, and whether it is version-compatible (what `serve` needs to pick
@@ -23,6 +26,12 @@ REQUIREMENTS_NAME = "requirements.txt"  # pip packages a Python model needs in t
 SOURCE_KEYS = ("source.arch", "source.weights", "source.manifest_sha256")
 PLAN_KEYS = ("source.tensorrt_version", "source.triton_release", "source.version_compatible")
 CONTRACT_KEYS = Preprocessing.parameter_keys() + SOURCE_KEYS
+
+
+def not_built_notes(repository: Path) -> dict[str, str]:
+    """model name -> the note `repo build` left about why it is not in `repository`."""
+    return {p.name.removesuffix(NOT_BUILT_SUFFIX): p.read_text().strip()
+            for p in sorted(Path(repository).glob(f"*{NOT_BUILT_SUFFIX}")) if p.is_file()}
 
 
 def plan_max_batch(plan: Plan) -> int:

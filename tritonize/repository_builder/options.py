@@ -52,8 +52,15 @@ class Preprocessor:
 
 
 PREPROCESSORS = (Preprocessor("preprocess", "IMAGE", "bytes", ""), Preprocessor("preprocess_uint8", "PIXELS", "uint8", "_uint8"))
+
+
 PREPROCESSED = "PREPROCESSED"  # the preprocessing models' output: a classifier's input
 LOGITS = "LOGITS"  # every ensemble's output
+
+
+def model_names() -> list[str]:
+    """Every model name `repo build` gives: classifiers, preprocessing models, ensembles."""
+    return [*BACKENDS, *(p.name for p in PREPROCESSORS), *(p.ensemble(b) for b in BACKENDS.values() for p in PREPROCESSORS)]
 
 
 @dataclass(frozen=True)

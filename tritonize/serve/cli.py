@@ -43,6 +43,20 @@ def serve_command(
     models: Annotated[Optional[str], typer.Option(
         help="Load only these models at start, comma-separated (default: all); load the others later "
              "with `tritonize models load NAME`.")] = None,
+    control_key_file: Annotated[Optional[Path], typer.Option(
+        "--control-key-file", help="Restrict the control APIs (model repository, statistics, trace, logging, shared "
+                                   "memory) to the key in this file (readable only by you). Default: the key in "
+                                   "$TRITONIZE_CONTROL_KEY; else, when --host is not loopback, a new key per start, "
+                                   "written to a file only you can read (the table says where).",
+        show_default=False)] = None,
+    open_control_apis: Annotated[bool, typer.Option(
+        "--open-control-apis", help="Leave the control APIs open to anyone who reaches the ports (a warning off "
+                                    "loopback).")] = False,
+    tls_cert: Annotated[Optional[Path], typer.Option(
+        "--tls-cert", help="Serve gRPC over TLS with this certificate (PEM; clients verify it with --tls-ca). "
+                           "HTTP stays plain: Triton has no TLS for it.", show_default=False)] = None,
+    tls_key: Annotated[Optional[Path], typer.Option(
+        "--tls-key", help="The private key (PEM) of --tls-cert.", show_default=False)] = None,
 ) -> None:
     """Serve a model repository with a real Triton server until Ctrl-C or SIGTERM."""
     from tritonize.serve.serving import ServeOptions, docker_command_line, serve
@@ -51,6 +65,7 @@ def serve_command(
         engine=engine.value, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
         config_name=config_name, triton_release=triton_release, timeout=timeout,
         log_file=log_file, models=tuple(m.strip() for m in (models or "").split(",") if m.strip()),
+        control_key_file=control_key_file, open_control_apis=open_control_apis, tls_cert=tls_cert, tls_key=tls_key,
     )
     if print_command:
         typer.echo(docker_command_line(repository, options))

@@ -6,15 +6,16 @@ the TensorRT it was built with, or a later one when it is version-compatible), o
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonize.access import HTTP_RESTRICTION_FROM, KEY_ENV, ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
 from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_loads
-from tritonize.serve.process import RunningServer, ServerHandle, choose_ports
+from tritonize.serve.process import RunningServer, ServerHandle, choose_ports, make_workdir
 from tritonize.serve.repository import model_control_flags, python_requirements, tensorrt_models, validate_repository
 
 
@@ -23,6 +24,7 @@ from tritonize.serve.repository import model_control_flags, python_requirements,
 # --allow-client-shm from r26.04 (#8721; client shared memory is refused without it).
 MODEL_CONFIG_NAME_FROM = "24.05"
 CLIENT_SHM_FLAG_FROM = "26.04"
+TLS_CERT, TLS_KEY = "/tls/cert.pem", "/tls/key.pem"  # where the container sees --tls-cert and --tls-key
 
 
 @dataclass(frozen=True)
@@ -78,53 +80,85 @@ def docker_command(
     metrics_port: int = 8002,
     model_config_name: str | None = None,
     models: tuple[str, ...] = (),
+    restricted: bool = False,
+    tls: ServerTLS | None = None,
 ) -> list[str]:
     """The exact `docker run` that serves `repository` with the NGC container of `release`.
 
     `--ipc=host`: client shared-memory regions live in the host's /dev/shm (a container's own
-    /dev/shm, whatever its --shm-size, is another one).
+    /dev/shm, whatever its --shm-size, is another one). `restricted`: the control key goes into the
+    container as TRITONIZE_CONTROL_KEY from docker's own environment, not on its command line.
     """
     image = release_info(release).image
     publish = []
     for host_port, container_port in ((http_port, 8000), (grpc_port, 8001), (metrics_port, 8002)):
         bind = f"{host}:" if host not in ("", "0.0.0.0") else ""
         publish += ["-p", f"{bind}{host_port}:{container_port}"]
+    mounts = ["-v", f"{Path(repository).resolve()}:/models"]
+    if tls:
+        mounts += ["-v", f"{tls.cert}:{TLS_CERT}:ro", "-v", f"{tls.key}:{TLS_KEY}:ro"]
     return [
-        "docker", "run", "--gpus", "all", "--rm", "--ipc=host", *publish,
-        "-v", f"{Path(repository).resolve()}:/models",
+        "docker", "run", "--gpus", "all", "--rm", "--ipc=host", *publish, *mounts,
+        *(["-e", KEY_ENV] if restricted else []),
         image,
-        *container_command(repository, release, host=host, model_config_name=model_config_name, models=models),
+        *container_command(repository, release, host=host, model_config_name=model_config_name, models=models,
+                           restricted=restricted, tls=tls is not None),
     ]
 
 
 def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", model_config_name: str | None = None,
-                      models: tuple[str, ...] = ()) -> list[str]:
-    """What the NGC container of `release` runs: tritonserver on the repository mounted at /models, in
-    explicit model control, loading `models` (all when empty).
+                      models: tuple[str, ...] = (), model_repository: str = "/models",
+                      requirements_dir: str = "/models", restricted: bool = False, tls: bool = False) -> list[str]:
+    """What the NGC container of `release` runs: tritonserver on `model_repository` (docker: the
+    repository mounted at /models; Kubernetes: its s3:// release), in explicit model control, loading
+    `models` (all when empty).
+
+    When models need pip packages the container lacks (the preprocess model needs Pillow), the command
+    installs their requirements.txt (found under `requirements_dir`, by model) first, then starts
+    tritonserver with the same arguments. `restricted`: the container's shell adds the options that
+    restrict the control APIs to the key in $TRITONIZE_CONTROL_KEY, and refuses to start without it.
+    `tls`: gRPC over TLS with the certificate and key mounted at TLS_CERT and TLS_KEY.
+    """
+    command = ["tritonserver", f"--model-repository={model_repository}",
+               *tritonserver_flags(repository, release, host=host, model_config_name=model_config_name, models=models)]
+    if tls:
+        command += ServerTLS(Path(TLS_CERT), Path(TLS_KEY)).flags()
+    steps, start = [], 'exec "$@"'
+    if restricted:
+        if release < HTTP_RESTRICTION_FROM:
+            raise TritonizeError(f"Triton {release} cannot restrict its HTTP API (--http-restricted-api from "
+                                 f"{HTTP_RESTRICTION_FROM} on): serve on 127.0.0.1, or use release {HTTP_RESTRICTION_FROM} or newer")
+        steps.append(f': "${{{KEY_ENV}:?must hold the control key}}"')
+        start += "".join(f' "{flag}"' for flag in restriction_flags(f"${KEY_ENV}"))
+    requirements = python_requirements(repository)
+    if requirements:
+        steps.append("pip install --no-cache-dir --quiet " + " ".join(f"-r {requirements_dir}/{r}" for r in requirements))
+    if steps:
+        command = ["sh", "-c", " && ".join([*steps, start]), "sh", *command]
+    return command
+
+
+def tritonserver_flags(repository: Path, release: str, *, host: str = "0.0.0.0", model_config_name: str | None = None,
+                       models: tuple[str, ...] = ()) -> list[str]:
+    """tritonserver's options for `repository` in `release`, after --model-repository.
 
     tritonserver exits on options it does not know, so release-dependent ones go only to releases
-    that have them (command_line_parser.cc). When models need pip packages the container lacks (the
-    preprocess model needs Pillow), the command installs their requirements.txt first, then starts
-    tritonserver with the same arguments.
+    that have them (command_line_parser.cc).
     """
-    command = ["tritonserver", "--model-repository=/models", *model_control_flags(models)]
+    flags = model_control_flags(models)
     if any(p.version_compatible for p in tensorrt_models(repository)):
         # Version-compatible plans embed host code that the tensorrt backend runs only when trusted.
-        command.append("--backend-config=tensorrt,version-compatible=true")
+        flags.append("--backend-config=tensorrt,version-compatible=true")
     if model_config_name:
         if release < MODEL_CONFIG_NAME_FROM:
             raise TritonizeError(f"Triton {release} has no --model-config-name (from {MODEL_CONFIG_NAME_FROM} on): "
                                  f"serve config.pbtxt there, or use release {MODEL_CONFIG_NAME_FROM} or newer")
-        command.append(f"--model-config-name={model_config_name}")
+        flags.append(f"--model-config-name={model_config_name}")
     if release >= CLIENT_SHM_FLAG_FROM and host in ("127.0.0.1", "localhost", "::1"):
         # Off by default from 26.04; `client perf --shared-memory` needs it. Shared memory serves only
         # clients on this host, so it is allowed only for a server that listens on loopback.
-        command.append("--allow-client-shm=true")
-    requirements = python_requirements(repository)
-    if requirements:
-        install = "pip install --no-cache-dir --quiet " + " ".join(f"-r /models/{r}" for r in requirements)
-        command = ["sh", "-c", f'{install} && exec "$@"', "sh", *command]
-    return command
+        flags.append("--allow-client-shm=true")
+    return flags
 
 
 def docker_gpu_problem() -> str | None:
@@ -155,8 +189,10 @@ class DockerServer(ServerHandle):
 
     def __init__(self, repository: Path, release: str, *, host: str = "127.0.0.1", http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002, model_config_name: str | None = None,
-                 ready_timeout: float = 600.0, log_path: Path | None = None, models: tuple[str, ...] = ()):
+                 ready_timeout: float = 600.0, log_path: Path | None = None, models: tuple[str, ...] = (),
+                 control_key: ControlKey | None = None, tls: ServerTLS | None = None):
         self.repository, self.release, self.host = Path(repository).resolve(), release, host
+        self.control_key, self.tls = control_key, tls
         self.requested_ports = (http_port, grpc_port, metrics_port)
         self.model_config_name, self.ready_timeout = model_config_name, ready_timeout
         self.log_path = Path(log_path).resolve() if log_path else None
@@ -169,14 +205,18 @@ class DockerServer(ServerHandle):
             raise TritonizeError(f"the docker engine cannot run here: {problem}; use --engine embedded, "
                                  "or --print-command to get the command for a GPU machine")
         ports = choose_ports(self.host, *self.requested_ports)
-        self.workdir = Path(tempfile.mkdtemp(prefix="tritonize-serve-"))
+        self.workdir = make_workdir()
         try:
+            self.control_key = self.key_with_file()
             command = docker_command(self.repository, self.release, host=self.host, http_port=ports.http,
                                      grpc_port=ports.grpc, metrics_port=ports.metrics,
-                                     model_config_name=self.model_config_name, models=self.models)
+                                     model_config_name=self.model_config_name, models=self.models,
+                                     restricted=self.control_key is not None, tls=self.tls)
+            env = {**os.environ, KEY_ENV: self.control_key.value} if self.control_key else None
             self.server = RunningServer(command, host=self.host, ports=ports, ready_timeout=self.ready_timeout,
                                         log_path=self.log_path or self.workdir / "tritonserver.log",
-                                        model_config_name=self.model_config_name)
+                                        model_config_name=self.model_config_name, env=env,
+                                        control_key=self.control_key, tls=self.tls is not None)
             return self.server.start()
         except BaseException:
             self.stop()

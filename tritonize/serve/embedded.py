@@ -1,6 +1,10 @@
 """The embedded engine: the real tritonserver binary shipped in nvidia-pytriton, serving an unchanged
 repository through Triton's Python backend and the project's Python-based backends.
 
+While it serves, a Supervisor (serve/supervisor.py) reloads a model whose backend stub died. A model
+`repo build` left out with a note (`<model>.not-built.txt`) is listed UNAVAILABLE with the note as its
+reason, from a second, generated repository.
+
 Three traps are handled before they bite (../shared/docs/platform-facts.md):
 1. the stub links libpython: the interpreter's LIBDIR goes first on LD_LIBRARY_PATH, else the
    distro's libpython of another patch level loads and fails in odd ways;
@@ -19,14 +23,16 @@ import shutil
 import subprocess
 import sys
 import sysconfig
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import tritonize
+from tritonize.access import ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
 from tritonize.progress import say
+from tritonize.repository_builder.config import not_built_notes
+from tritonize.serve import unavailable
 from tritonize.serve.backends import BACKEND_NAMES
 from tritonize.serve.repository import (
     CPU_CONFIG_NAME,
@@ -36,10 +42,15 @@ from tritonize.serve.repository import (
     model_control_flags,
     validate_repository,
 )
-from tritonize.serve.process import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports
+from tritonize.serve.process import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports, make_workdir
+from tritonize.serve.supervisor import Supervisor
 
 
 PACKAGE_ROOT = Path(tritonize.__file__).resolve().parent.parent
+# At SIGTERM (a stop, or the death of the process that started it) tritonserver waits up to this long
+# for models to unload, by default 30 s: an instance whose stub died under traffic never finishes, so
+# every stop took the whole 30 s.
+EXIT_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
@@ -148,6 +159,8 @@ class EmbeddedServer(ServerHandle):
     ready; `stop()` ends the process group (stubs included) and removes the temporary files.
     Also a context manager; `embedded_server()` is the usual way in."""
 
+    supervisor: Supervisor | None = None
+
     def __init__(
         self,
         repository: Path,
@@ -160,6 +173,9 @@ class EmbeddedServer(ServerHandle):
         ready_timeout: float = 120.0,
         log_path: Path | None = None,
         models: tuple[str, ...] = (),
+        supervise: bool = True,
+        control_key: ControlKey | None = None,
+        tls: ServerTLS | None = None,
     ):
         self.repository = Path(repository).resolve()
         self.host = host
@@ -168,12 +184,18 @@ class EmbeddedServer(ServerHandle):
         self.ready_timeout = ready_timeout
         self.log_path = Path(log_path).resolve() if log_path else None
         self.models = models  # loaded at start; empty: all
+        self.supervise = supervise  # reload a model whose backend stub died (off: to do it by hand)
+        self.control_key = control_key  # restrict the control APIs to it (access.py); None: open
+        self.tls = tls  # serve gRPC over TLS with this certificate
 
-    def command(self, binary: Path, backend_dir: Path, ports: Ports, config_name: str | None) -> list[str]:
+    def command(self, binary: Path, backend_dir: Path, ports: Ports, config_name: str | None,
+                not_built: Path | None = None) -> list[str]:
+        """tritonserver's command line. With a control key it holds the key: 2.51 takes it nowhere else."""
         host = self.host
         command = [
             str(binary),
             f"--model-repository={self.repository}",
+            *([f"--model-repository={not_built}"] if not_built else []),
             f"--backend-directory={backend_dir}",
             f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}",
             f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}",
@@ -183,9 +205,14 @@ class EmbeddedServer(ServerHandle):
             "--strict-readiness=false",
             "--allow-gpu-metrics=false",
             "--pinned-memory-pool-byte-size=0",
+            f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
         ]
         if config_name:
             command.append(f"--model-config-name={config_name}")
+        if self.control_key:
+            command += restriction_flags(self.control_key.value)
+        if self.tls:
+            command += self.tls.flags()
         return command
 
     def start(self) -> ServerInfo:
@@ -194,22 +221,43 @@ class EmbeddedServer(ServerHandle):
         triton = BundledTriton.find()
         env = stub_environment(triton)
         ports = choose_ports(self.host, *self.requested_ports)
-        self.workdir = Path(tempfile.mkdtemp(prefix="tritonize-serve-"))
+        self.workdir = make_workdir()
         atexit.register(self.stop)
         try:
+            self.control_key = self.key_with_file()
             backend_dir = assemble_backend_dir(triton, self.workdir / "backends")
             check_stub_environment(triton, backend_dir / "python" / triton.stub.name, env)
+            not_built = self._not_built_repository()
             self.server = RunningServer(
-                self.command(triton.binary, backend_dir, ports, config_name),
+                self.command(triton.binary, backend_dir, ports, config_name, not_built),
                 host=self.host, ports=ports, log_path=self.log_path or self.workdir / "tritonserver.log",
                 ready_timeout=self.ready_timeout, env=env, cwd=self.workdir, model_config_name=config_name,
+                control_key=self.control_key, tls=self.tls is not None,
             )
-            return self.server.start()
+            info = self.server.start()
+            if self.supervise:
+                self.supervisor = Supervisor(info.pid, info.http_url, info.metrics_url, self.control_key)
+                self.supervisor.start()
+            return info
         except BaseException:
             self.stop()
             raise
 
+    def _not_built_repository(self) -> Path | None:
+        """A repository of the models `repo build` left out with a note, each refusing to load with it."""
+        notes = {name: note for name, note in not_built_notes(self.repository).items()
+                 if not (self.repository / name).exists() and (not self.models or name in self.models)}
+        if not notes:
+            return None
+        repository = self.workdir / "not-built"
+        for name, note in notes.items():
+            unavailable.write_model(repository, name, note)
+        return repository
+
     def stop(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
         super().stop()
         atexit.unregister(self.stop)
 

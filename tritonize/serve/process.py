@@ -9,16 +9,21 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonize.access import ControlKey
 from tritonize.errors import TritonizeError
+from tritonize.progress import say
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 STOP_GRACE_S = 20.0  # Triton finishes in-flight requests and unloads models on SIGTERM
+WORKDIR_PREFIX = "tritonize-serve-"
+OWNER_FILE = "owner"  # in each workdir: "<pid> <start time>" of the process that made it
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,8 @@ class ServerInfo:
     log_path: Path
     models: dict[str, tuple[str, str]]  # name -> (state, reason) from the repository index
     model_config_name: str | None = None  # the --model-config-name the server runs with
+    control_key: ControlKey | None = None  # what the control APIs are restricted to; None: open
+    tls: bool = False  # gRPC over TLS
 
     @property
     def ready_models(self) -> list[str]:
@@ -114,9 +121,11 @@ class RunningServer:
     launches it and returns its ServerInfo once ready; `stop()` ends the whole group."""
 
     def __init__(self, command: list[str], *, host: str, ports: Ports, log_path: Path, ready_timeout: float,
-                 env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None):
+                 env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None,
+                 control_key: ControlKey | None = None, tls: bool = False):
         self.command, self.host, self.ports, self.log_path = command, host, ports, Path(log_path)
         self.ready_timeout, self.env, self.cwd, self.model_config_name = ready_timeout, env, cwd, model_config_name
+        self.control_key, self.tls = control_key, tls
         self.process: subprocess.Popen | None = None
 
     def start(self) -> ServerInfo:
@@ -130,12 +139,13 @@ class RunningServer:
         grpc_url, http_url, metrics_url = endpoints(self.host, self.ports)
         try:
             wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path)
-            models = model_states(http_url)
+            models = model_states(http_url, self.control_key)
         except BaseException:
             self.stop()
             raise
         return ServerInfo(grpc_url=grpc_url, http_url=http_url, metrics_url=metrics_url, pid=self.process.pid,
-                          log_path=self.log_path, models=models, model_config_name=self.model_config_name)
+                          log_path=self.log_path, models=models, model_config_name=self.model_config_name,
+                          control_key=self.control_key, tls=self.tls)
 
     def exit_code(self) -> int | None:
         """None while the server runs."""
@@ -165,9 +175,10 @@ def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, ti
         time.sleep(0.1)
 
 
-def model_states(http_url: str) -> dict[str, tuple[str, str]]:
+def model_states(http_url: str, key: ControlKey | None = None) -> dict[str, tuple[str, str]]:
     """name -> (state, reason) from the repository index (Triton's model repository extension)."""
-    request = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST")
+    request = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST",
+                                     headers=key.http_headers if key else {})
     with urllib.request.urlopen(request, timeout=10) as response:
         index = json.loads(response.read())
     return {m["name"]: index_state(m) for m in sorted(index, key=lambda m: m["name"])}
@@ -245,6 +256,37 @@ def _signal_group(pgid: int, sig: int) -> bool:
         return False
 
 
+def make_workdir() -> Path:
+    """A new temporary directory for one server, owned by this process.
+
+    First removes the directories whose owner is gone: a killed `tritonize serve` cannot clean up
+    after itself. Several people may run servers on one machine, so a directory whose owner lives,
+    or that names no owner, is left alone.
+    """
+    for stale in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            pid, started = (stale / OWNER_FILE).read_text().split()
+        except (OSError, ValueError):
+            continue
+        if _start_time(int(pid)) != started:
+            shutil.rmtree(stale, ignore_errors=True)
+            if not stale.exists():
+                say(f"removed {stale}: left by a server whose process ({pid}) is gone")
+    workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    (workdir / OWNER_FILE).write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+    return workdir
+
+
+def _start_time(pid: int) -> str | None:
+    """When the process started (clock ticks after boot), None once it is dead (a zombie too): with
+    the pid, it tells the process from a later one that got the same pid."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
 class ServerHandle:
     """The life cycle both engines share: `start()` (the engine's own) sets `server` and a
     temporary `workdir` and returns a ServerInfo; `stop()` ends the server and removes the
@@ -252,6 +294,13 @@ class ServerHandle:
 
     server: RunningServer | None = None
     workdir: Path | None = None
+    control_key: ControlKey | None = None  # restricts the control APIs; None: open
+
+    def key_with_file(self) -> ControlKey | None:
+        """The control key with a file to point clients to: the user's, else one in the workdir (only
+        the user can read it; it goes with the workdir when the server stops)."""
+        key = self.control_key
+        return key.written_to(self.workdir) if key and key.file is None else key
 
     def start(self) -> ServerInfo:
         raise NotImplementedError

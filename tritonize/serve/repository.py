@@ -86,6 +86,20 @@ def python_requirements(repository: Path) -> list[str]:
     return sorted(p.relative_to(repository).as_posix() for p in Path(repository).glob(f"*/{REQUIREMENTS_NAME}"))
 
 
+def models_without_python_requirements(repository: Path) -> list[str]:
+    """Models that load without the pip packages of python_requirements(): neither such a model nor an
+    ensemble with a step that is one (directly or through another ensemble)."""
+    configs = {c.parent.name: parse_config(c) for c in sorted(Path(repository).glob(f"*/{CONFIG_NAME}"))}
+    needing = {Path(r).parent.name for r in python_requirements(repository)}
+    grown = True
+    while grown:
+        before = len(needing)
+        needing |= {name for name, cfg in configs.items()
+                    if any(step.model_name in needing for step in cfg.ensemble_scheduling.step)}
+        grown = len(needing) > before
+    return [name for name in configs if name not in needing]
+
+
 def has_config_variant(repository: Path, name: str) -> bool:
     """True when some model has `configs/<name>.pbtxt` (Triton's --model-config-name)."""
     return any(Path(repository).glob(f"*/configs/{name}.pbtxt"))

@@ -9,6 +9,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonize.access import KEY_ENV, RESTRICTED_APIS, ControlKey, ServerTLS, is_loopback, server_key, server_tls
 from tritonize.errors import TritonizeError
 from tritonize.progress import say
 from tritonize.serve.docker import DockerServer, choose_release, docker_command, docker_gpu_problem
@@ -32,6 +33,10 @@ class ServeOptions:
     timeout: float | None = None  # seconds to wait for readiness; None: the engine's default
     log_file: Path | None = None
     models: tuple[str, ...] = ()  # loaded at start (the others can be loaded later); empty: all
+    control_key_file: Path | None = None  # the control key; None: $TRITONIZE_CONTROL_KEY, else one per start off loopback
+    open_control_apis: bool = False  # no key, whatever the host
+    tls_cert: Path | None = None  # gRPC over TLS with this certificate (PEM) ...
+    tls_key: Path | None = None  # ... and its private key
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -48,11 +53,29 @@ def docker_command_line(repository: Path, options: ServeOptions) -> str:
     """The `docker run` command line serving `repository` with the matching NGC container."""
     choice = choose_release(options.triton_release, repository)
     say(f"Triton {choice.release}: {choice.why}")
+    key = _restricted(options)
+    if key:
+        example = f'export {KEY_ENV}="$(cat {key.file})"' if key.file else f"export {KEY_ENV}=<16+ characters>"
+        say(f"the container restricts {', '.join(RESTRICTED_APIS)} to the key in ${KEY_ENV}: set it before running "
+            f"the command ({example}; the container refuses to start without it), and give clients the same key")
     return shlex.join(docker_command(
         repository, choice.release, host=options.host, http_port=options.http_port, grpc_port=options.grpc_port,
         metrics_port=options.metrics_port, model_config_name=_docker_config_name(options.config_name),
-        models=options.models,
+        models=options.models, restricted=key is not None, tls=_tls(options),
     ))
+
+
+def _restricted(options: ServeOptions) -> ControlKey | None:
+    """The control key for the server (None: the control APIs stay open, with a warning off loopback)."""
+    key = server_key(options.host, options.control_key_file, options.open_control_apis)
+    if key is None and not is_loopback(options.host):
+        say(f"warning: --open-control-apis: anyone who reaches {options.host} can unload and load models, read "
+            "statistics, change trace and log settings and register shared memory")
+    return key
+
+
+def _tls(options: ServeOptions) -> ServerTLS | None:
+    return server_tls(options.tls_cert, options.tls_key)
 
 
 def serve(repository: Path, options: ServeOptions) -> None:
@@ -77,14 +100,15 @@ def _server(repository: Path, options: ServeOptions):
         say(f"engine: {engine}" + (f" (docker: {problem})" if problem else ""))
     timeout = options.timeout or READY_TIMEOUT_S[engine]
     ports = dict(http_port=options.http_port, grpc_port=options.grpc_port, metrics_port=options.metrics_port)
+    access = dict(control_key=_restricted(options), tls=_tls(options))
     if engine == "docker":
         choice = choose_release(options.triton_release, repository)
         say(f"Triton {choice.release}: {choice.why}")
         return DockerServer(repository, choice.release, host=options.host, **ports,
                             model_config_name=_docker_config_name(options.config_name),
-                            ready_timeout=timeout, log_path=options.log_file, models=options.models)
+                            ready_timeout=timeout, log_path=options.log_file, models=options.models, **access)
     return EmbeddedServer(repository, host=options.host, **ports, model_config_name=options.config_name,
-                          ready_timeout=timeout, log_path=options.log_file, models=options.models)
+                          ready_timeout=timeout, log_path=options.log_file, models=options.models, **access)
 
 
 def _docker_config_name(config_name: str | None) -> str | None:
@@ -96,11 +120,17 @@ def models_table(info: ServerInfo) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     lines = [f"{name:<{widths[0]}}  {state:<{widths[1]}}  {reason}".rstrip() for name, state, reason in rows]
     config = f"configs/{info.model_config_name}.pbtxt" if info.model_config_name else "config.pbtxt"
+    if info.control_key:
+        control = (f"{', '.join(RESTRICTED_APIS)} need the key in {info.control_key.file}: "
+                   f"--control-key-file {info.control_key.file}, or ${KEY_ENV}")
+    else:
+        control = "open"
     lines += [
         "",
-        f"gRPC     {info.grpc_url}",
+        f"gRPC     {info.grpc_url}" + ("  (TLS)" if info.tls else ""),
         f"HTTP     {info.http_url}",
         f"metrics  {info.metrics_url}",
+        f"control  {control}",
         f"configs  {config}",
         f"log      {info.log_path}",
     ]
@@ -118,7 +148,8 @@ def wait_for_stop(server: RunningServer) -> None:
         while not stop.wait(0.5):
             code = server.exit_code()
             if code is not None:
-                raise TritonizeError(f"tritonserver stopped by itself (exit code {code})\n{log_tail(server.log_path)}")
+                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                raise TritonizeError(f"tritonserver {how} while serving\n{log_tail(server.log_path)}")
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.errors import TritonizeError
-from tritonize.options import DEFAULT_REPOSITORY, AsJson, RepositoryArgument
+from tritonize.options import DEFAULT_REPOSITORY, AsJson, ControlKeyFile, RepositoryArgument, TlsCa
 
 
 def _ints(text: str | None, option: str) -> tuple[int, ...] | None:
@@ -55,6 +55,8 @@ def tune_command(
     url: Annotated[Optional[str], typer.Option("--url", help="Tune on this running server (gRPC HOST:PORT, explicit model "
                                                              "control, serving REPOSITORY) instead of starting the embedded one; "
                                                              "its own config is loaded back at the end.", show_default=False)] = None,
+    control_key_file: ControlKeyFile = None,
+    tls_ca: TlsCa = None,
     as_json: AsJson = False,
     force: Annotated[bool, typer.Option("--force", help="Start afresh (ignore earlier trials) and replace a "
                                                         "configs/NAME.pbtxt tune did not write.")] = False,
@@ -75,7 +77,7 @@ def tune_command(
         space = Space(**{k: v if v is not None else getattr(defaults, k) for k, v in given.items()})
     options = TuneOptions(model=model, p99_ms=p99_ms, budget_minutes=budget_minutes, space=space, batch=batch,
                           duration=duration, engine=engine, config_name=config_name, report_dir=report_dir, force=force)
-    result, trials = tune(repository, options, url)
+    result, trials = tune(repository, options, url, key_file=control_key_file, tls_ca=tls_ca)
     written = write_report(result, trials, report_dir / model)
     typer.echo(json.dumps(to_dict(result), indent=2) if as_json else to_text(result))
     typer.echo("wrote " + ", ".join(str(p) for p in [*written, *([result.written] if result.written else [])]), err=True)

@@ -45,8 +45,10 @@ class TuneResult:
     seconds: float = 0.0
 
 
-def tune(repository: Path, options: TuneOptions, url: str | None = None) -> tuple[TuneResult, list]:
-    """Search, write configs/<name>.pbtxt for the winner, return the result and every trial."""
+def tune(repository: Path, options: TuneOptions, url: str | None = None, *, key_file: Path | None = None,
+         tls_ca: Path | None = None) -> tuple[TuneResult, list]:
+    """Search, write configs/<name>.pbtxt for the winner, return the result and every trial. `url`: a running
+    server instead of the embedded one (`key_file`, `tls_ca` as for every client of it)."""
     started = time.monotonic()
     repository = Path(repository)
     validate_repository(repository, (options.model,))
@@ -88,7 +90,7 @@ def tune(repository: Path, options: TuneOptions, url: str | None = None) -> tupl
             trials.csv needs none."""
             if not connections:
                 grpc_url = stack.enter_context(_server(repository, options.model, config_name, url))
-                connections.append(stack.enter_context(Connection(grpc_url, timeout=600)))
+                connections.append(stack.enter_context(Connection(grpc_url, timeout=600, key_file=key_file, tls_ca=tls_ca)))
                 if url is not None:  # give the running server its own config back at the end
                     stack.callback(ModelControl(connections[0]).load, options.model)
             return connections[0]

@@ -1,0 +1,144 @@
+"""Helpers for the tests that run `tritonize serve` itself and do things to its processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tritonize.serve.process import choose_ports
+
+
+class Serve:
+    """`tritonize serve REPOSITORY [OPTIONS]` (embedded engine, free ports on `host`) in a child process,
+    ready once constructed; clients reach it on 127.0.0.1. Its stderr lines are collected as they come;
+    `expect` waits for the next ones."""
+
+    def __init__(self, repository: Path, *options: str, host: str = "127.0.0.1"):
+        ports = choose_ports(host, None, None, None)
+        self.grpc_url, self.http_url = f"127.0.0.1:{ports.grpc}", f"http://127.0.0.1:{ports.http}"
+        self.process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "tritonize"), "serve", str(repository), "--engine", "embedded",
+             "--host", host, "--http-port", str(ports.http), "--grpc-port", str(ports.grpc),
+             "--metrics-port", str(ports.metrics), *options],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        self.stderr: list[str] = []
+        self._lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        self.table = []
+        for line in self.process.stdout:  # the models table comes once the server is ready
+            self.table.append(line.rstrip())
+            if line.startswith("log "):
+                break
+        assert self.table and self.table[-1].startswith("log "), "\n".join(self.stderr)
+        self.workdir = Path(self.table[-1].split()[1]).parent
+        self.expect("serving; Ctrl-C or SIGTERM stops")
+        self.server_pid = next(pid for pid, cmd in children(self.process.pid).items() if "bin/tritonserver" in cmd)
+
+    def _read_stderr(self) -> None:
+        for line in self.process.stderr:
+            self.stderr.append(line.rstrip())
+            self._lines.put(line.rstrip())
+
+    def expect(self, start: str, timeout: float = 60.0) -> str:
+        """The next stderr line that starts with `start` (the lines before it are skipped)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line starting {start!r} within {timeout} s; stderr:\n" + "\n".join(self.stderr)) from None
+            if line.startswith(start):
+                return line
+
+    def stop(self) -> None:
+        """Kill it all at once: a graceful stop waits for models to unload (tested elsewhere)."""
+        self.process.kill()
+        self.process.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.server_pid, signal.SIGKILL)  # the server's group: tritonserver and its stubs
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "Serve":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def children(pid: int) -> dict[int, str]:
+    """pid -> command line of the live children of `pid`."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            if entry.name.isdigit() and int(fields[1]) == pid and fields[0] != "Z":
+                found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+    return found
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a live (non-zombie) process is left in process group `pgid`."""
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if entry.name.isdigit() and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def make_certificates(directory: Path) -> Path:
+    """A test CA (ca.pem), a server certificate it signed for localhost and 127.0.0.1 (server.pem,
+    server.key), and an unrelated CA (other_ca.pem), made here with the `cryptography` package."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def certificate(subject: str, key, issuer: str, issuer_key, *extensions):
+        builder = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)])).public_key(key.public_key())
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1)))
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical=critical)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    def write(name: str, data: bytes) -> None:
+        (directory / name).write_bytes(data)
+
+    def authority(name: str):
+        key = ec.generate_private_key(ec.SECP256R1())
+        write(f"{name}.pem", certificate(f"tritonize test {name}", key, f"tritonize test {name}", key,
+                                         (x509.BasicConstraints(ca=True, path_length=None), True))
+              .public_bytes(serialization.Encoding.PEM))
+        return key
+
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = authority("ca")
+    authority("other_ca")
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    names = x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    server = certificate("localhost", server_key, "tritonize test ca", ca_key, (names, False),
+                         (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False))
+    write("server.pem", server.public_bytes(serialization.Encoding.PEM))
+    write("server.key", server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                 serialization.NoEncryption()))
+    return directory

@@ -1,0 +1,104 @@
+"""The control key and TLS files: where the key comes from, who may read its file, when serve restricts."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from tritonize.access import (
+    KEY_ENV,
+    ControlKey,
+    client_key,
+    is_loopback,
+    read_key_file,
+    restriction_flags,
+    server_key,
+    server_tls,
+)
+from tritonize.errors import TritonizeError
+
+KEY = "k" * 20
+
+
+@pytest.fixture(autouse=True)
+def no_key_in_environment(monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+
+
+@pytest.mark.parametrize("host,loopback", [("127.0.0.1", True), ("127.0.0.2", True), ("localhost", True), ("::1", True),
+                                           ("0.0.0.0", False), ("::", False), ("10.0.0.5", False), ("triton.lan", False)])
+def test_loopback(host, loopback):
+    assert is_loopback(host) == loopback
+
+
+def test_serve_restricts_off_loopback_with_a_new_key_per_start():
+    assert server_key("127.0.0.1", None, False) is None
+    first, second = server_key("0.0.0.0", None, False), server_key("0.0.0.0", None, False)
+    assert first.value != second.value and len(first.value) >= 32 and first.file is None
+    assert KEY not in repr(ControlKey(KEY))  # the value never shows in a repr (logs, tracebacks)
+
+
+def test_a_given_key_restricts_on_any_host(tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    assert server_key("127.0.0.1", None, False).value == KEY
+    assert client_key(None).value == KEY
+    file = tmp_path / "key"
+    file.write_text("f" * 20 + "\n")
+    file.chmod(0o600)
+    assert server_key("0.0.0.0", file, False) == ControlKey("f" * 20, file)  # the file wins over the environment
+
+
+def test_open_control_apis(tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    assert server_key("0.0.0.0", None, True) is None
+    with pytest.raises(TritonizeError, match="contradict"):
+        server_key("0.0.0.0", tmp_path / "key", True)
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path):
+    file = tmp_path / "key"
+    file.write_text(KEY)
+    file.chmod(0o640)
+    with pytest.raises(TritonizeError, match=f"readable by others \\(mode 640\\): chmod 600 {file}"):
+        read_key_file(file)
+    with pytest.raises(TritonizeError, match="cannot read the control key file"):
+        read_key_file(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("value", ["short", "x" * 15, "has a space in it ok", "tab\tseparated-long-enough"])
+def test_weak_or_unsendable_keys_are_refused(value):
+    with pytest.raises(TritonizeError, match="at least 16 printable ASCII characters"):
+        ControlKey(value)
+
+
+def test_the_written_key_file_is_only_ever_readable_by_its_owner(tmp_path):
+    old = os.umask(0)  # the file is created 0600, not created wider and narrowed afterwards
+    try:
+        key = ControlKey(KEY).written_to(tmp_path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(key.file.stat().st_mode) == 0o600 and read_key_file(key.file) == key
+
+
+def test_restriction_flags_use_the_form_tritonserver_parses():
+    # `<apis>:<header>=<value>` (a colon: tritonserver's --help shows a comma, which it refuses)
+    assert restriction_flags(KEY) == [
+        f"--grpc-restricted-protocol=model-repository,statistics,trace,logging,shared-memory:tritonize-control-key={KEY}",
+        f"--http-restricted-api=model-repository,statistics,trace,logging,shared-memory:tritonize-control-key={KEY}",
+    ]
+
+
+def test_tls_files(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n")
+    key.write_text("-----BEGIN EC PRIVATE KEY-----\n...\n-----END EC PRIVATE KEY-----\n")
+    assert server_tls(None, None) is None
+    assert server_tls(cert, key).flags() == ["--grpc-use-ssl=true", f"--grpc-server-cert={cert}", f"--grpc-server-key={key}"]
+    with pytest.raises(TritonizeError, match="--tls-cert and --tls-key go together"):
+        server_tls(cert, None)
+    with pytest.raises(TritonizeError, match="--tls-key .* is not a PEM file with a private key"):
+        server_tls(cert, cert)
+    with pytest.raises(TritonizeError, match="--tls-cert .*: cannot read it"):
+        server_tls(tmp_path / "missing.pem", key)

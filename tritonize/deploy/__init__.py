@@ -1,0 +1,2 @@
+"""Scale-out deployment: the model repository in object storage (`repo push`) and the Kubernetes /
+KServe bundle that serves it (`deploy k8s`)."""

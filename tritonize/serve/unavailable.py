@@ -1,0 +1,39 @@
+"""A model that Triton lists as UNAVAILABLE with tritonize's own reason: a model the supervisor gave
+up on, or one `repo build` left out with a note. Triton's repository index (what clients and
+`tritonize serve` read) carries a reason only for a model whose load failed, so this is a Python
+backend model whose initialize() raises the reason.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2 as pb
+
+MODEL_PY = "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError({reason!r})\n"
+
+
+def _config(name: str) -> dict:
+    tensor = {"data_type": "TYPE_BOOL", "dims": [1]}  # Triton wants one input and one output
+    return {"name": name, "backend": "python", "max_batch_size": 0, "input": [{"name": "none", **tensor}],
+            "output": [{"name": "nothing", **tensor}], "instance_group": [{"kind": "KIND_CPU", "count": 1}]}
+
+
+def load_request(name: str, reason: str) -> bytes:
+    """The body of a model repository `load` of `name` that leaves it UNAVAILABLE with `reason`
+    (the config and files of the request replace the model's own)."""
+    code = MODEL_PY.format(reason=reason).encode()
+    return json.dumps({"parameters": {
+        "config": json.dumps(_config(name)), "file:1/model.py": base64.b64encode(code).decode(),
+    }}).encode()
+
+
+def write_model(repository: Path, name: str, reason: str) -> None:
+    """The same model as a directory of `repository`."""
+    (repository / name / "1").mkdir(parents=True)
+    config = json_format.ParseDict(_config(name), pb.ModelConfig())
+    (repository / name / "config.pbtxt").write_text(text_format.MessageToString(config))
+    (repository / name / "1" / "model.py").write_text(MODEL_PY.format(reason=reason))
