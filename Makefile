@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv clean prometheus shellcheck mutation
+.PHONY: demo test venv clean prometheus shellcheck perf-analyzer mutation
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,7 +24,7 @@ $(MOTO_STAMP): | $(STAMP)
 demo: $(STAMP)
 	$(PY) -m tritonize.pipeline.demo
 
-test: $(STAMP) prometheus shellcheck $(MOTO_STAMP)
+test: $(STAMP) prometheus shellcheck perf-analyzer $(MOTO_STAMP)
 	$(PY) -m pytest -ra
 
 # $(call apt,PACKAGE,TESTS): install a Debian/Ubuntu package where it can be (as root); elsewhere, or
@@ -48,6 +48,15 @@ shellcheck:
 ifeq ($(SHELLCHECK),)
 	@$(call apt,shellcheck,the smoke.sh lint)
 endif
+
+# Triton's perf_analyzer for `client perf`, `tune`, `convert cpu` and their tests: the binary from the
+# tritonclient 2.51.0 wheel, libcudart from nvidia-cuda-runtime-cu12, libb64 from the Debian package libb64-0d
+# (installed as root where apt-get can; else a private copy from `apt-get download`). Where it cannot be
+# had, the perf_analyzer tests skip and say why. Never fails the build.
+perf-analyzer: $(STAMP)
+	@/sbin/ldconfig -p | grep -q 'libb64.so.0d ' || $(call apt,libb64-0d,the perf_analyzer tests (unless a private copy works))
+	@$(VENV)/bin/tritonize tools get-perf-analyzer >/dev/null \
+	  || echo "perf-analyzer: could not be fetched; the perf_analyzer tests will skip"
 
 # Mutation testing, not part of `make test`: mutmut mutates the core modules ([tool.mutmut] in pyproject.toml)
 # and runs their fast tests against each mutant, then lists the mutants no test killed (`.venv/bin/mutmut

@@ -58,3 +58,69 @@ def artifacts(arch: str) -> Path:
         subprocess.run([sys.executable, "-m", "tritonize.cli", "export", "--arch", arch, "--weights", "none",
                         "--artifacts", str(path)], check=True)
     return path
+
+
+class CpuShares:
+    """CPU time (cores) over an interval: a process tree's (e.g. a server and its stubs), this process's
+    children's, and everything else on the machine ("foreign": other people's work on a shared host)."""
+
+    HZ = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, tree_root: int):
+        self.root = tree_root
+        self.start = self._sample()
+
+    @staticmethod
+    def _processes() -> dict[int, tuple[int, int]]:
+        found = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat = open(f"/proc/{entry}/stat").read()
+                    fields = stat[stat.rindex(")") + 2:].split()
+                    found[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))  # ppid, utime + stime
+                except (OSError, ValueError, IndexError):
+                    pass
+        return found
+
+    def _sample(self) -> tuple[float, int, int, float]:
+        import resource
+        import time
+
+        processes = self._processes()
+        tree, grew = {self.root}, True
+        while grew:
+            grew = False
+            for pid, (ppid, _) in processes.items():
+                if ppid in tree and pid not in tree:
+                    tree.add(pid)
+                    grew = True
+        tree_ticks = sum(processes[p][1] for p in tree if p in processes)
+        values = list(map(int, open("/proc/stat").readline().split()[1:]))
+        busy = sum(values) - values[3] - values[4]  # minus idle and iowait
+        own = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        own_s = sum(r.ru_utime + r.ru_stime for r in own)
+        return time.monotonic(), tree_ticks, busy, own_s
+
+    def stop(self) -> dict:
+        """{"seconds", "tree_cores", "own_cores" (this process and its finished children), "foreign_cores"}."""
+        t0, tree0, busy0, own0 = self.start
+        t1, tree1, busy1, own1 = self._sample()
+        wall = max(t1 - t0, 1e-9)
+        tree = (tree1 - tree0) / self.HZ
+        own = own1 - own0
+        return {"seconds": round(wall, 2), "tree_cores": round(tree / wall, 2), "own_cores": round(own / wall, 2),
+                "foreign_cores": round(max(0.0, (busy1 - busy0) / self.HZ - tree - own) / wall, 2)}
+
+
+def wait_until_quiet(server_pid: int, max_foreign_cores: float, timeout: float, sample: float = 2.0) -> float:
+    """Wait (at most `timeout` s) until other people's work uses at most `max_foreign_cores`; returns the last sample."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        shares = CpuShares(server_pid)
+        time.sleep(sample)
+        foreign = shares.stop()["foreign_cores"]
+        if foreign <= max_foreign_cores or time.monotonic() > deadline:
+            return foreign

@@ -17,6 +17,8 @@ from tests.conftest import run_cli
     (["serve"], {"[repository]"}),
     (["build"], {"--artifacts", "--repository"}),
     (["monitor"], {"[repository]", "--bundle"}),
+    (["convert", "cpu"], {"--artifacts"}),
+    (["tune"], {"[repository]", "--config-name"}),
 ])
 def test_help_uses_one_name_per_concept(command, expected):
     from typer.testing import CliRunner

@@ -38,15 +38,19 @@ def _mount() -> None:
     from tritonize.monitor.cli import monitor_command
     from tritonize.repository_builder.cli import app as repo_app
     from tritonize.serve.cli import serve_command
+    from tritonize.tools.cli import app as tools_app
+    from tritonize.tune.cli import tune_command
 
     app.command("export")(export_command)
-    app.add_typer(convert_app, name="convert", help="Convert the ONNX export: `convert trt` builds TensorRT plans.")
+    app.add_typer(convert_app, name="convert", help="Convert the ONNX export: `convert trt` builds TensorRT plans, `convert cpu` a gated INT8 variant for the CPU.")
     app.add_typer(repo_app, name="repo", help="Build and check the Triton model repository.")
     app.command("serve")(serve_command)
     app.add_typer(client_app, name="client", help="gRPC client: classify, compare backends, perf sweeps.")
     app.command("build")(build_command)
     app.command("monitor")(monitor_command)
     app.add_typer(models_app, name="models", help="List, load, unload and reload the models of a running server.")
+    app.command("tune")(tune_command)
+    app.add_typer(tools_app, name="tools", help="Get the external tools tritonize uses when present (perf_analyzer).")
     app.add_typer(deploy_app, name="deploy", help="Kubernetes / KServe bundle for a repository pushed with `repo push`.")
 
 

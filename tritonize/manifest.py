@@ -7,6 +7,7 @@
     onnx          ExportedArtifact   export                          convert, repo build/check
     onnx_fp16     PrecisionVariant   convert (--precision fp16)      convert (up-to-date check)
     onnx_int8     PrecisionVariant   convert (--precision int8)      convert (up-to-date check)
+    onnx_int8_cpu PrecisionVariant   convert cpu (with cpu_serving)  repo build/check (onnx_int8_model)
     tensorrt      Plan               convert                         repo build/check
 
 `model` is null when `convert trt --onnx FILE` converted an ONNX from elsewhere into a directory
@@ -159,8 +160,39 @@ class ExportedArtifact(Entry):
 
 
 @dataclass(frozen=True)
+class Gate:
+    """One gate a precision variant must pass to be served on the CPU in place of FP32."""
+
+    passed: bool
+    reason: str  # one line for people: what was measured, against what threshold
+    figures: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ServingGates:
+    """`convert cpu`'s verdict: agreement with FP32 on held-out real images, and throughput through the
+    server vs FP32 at the same batch and threads. `repo build` serves the variant only when both passed."""
+
+    agreement: Gate
+    speed: Gate
+    fp32: FileRef  # the FP32 ONNX both gates compared with
+    settings: Mapping[str, Any]  # how the speed was measured (batch, concurrency, threads, engine, ...)
+    measured: str
+
+    @property
+    def passed(self) -> bool:
+        return self.agreement.passed and self.speed.passed
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ServingGates":
+        return cls(agreement=Gate(**data["agreement"]), speed=Gate(**data["speed"]), fp32=FileRef(**data["fp32"]),
+                   settings=data["settings"], measured=data["measured"])
+
+
+@dataclass(frozen=True)
 class PrecisionVariant(Entry):
-    """`onnx_fp16` / `onnx_int8`: the FP32 ONNX with its precision in the graph, verified on the CPU."""
+    """`onnx_fp16` / `onnx_int8` (for TensorRT) / `onnx_int8_cpu` (for onnxruntime on the CPU): the FP32 ONNX
+    with its precision in the graph, verified on the CPU."""
 
     precision: str  # "fp16" | "int8"
     file: str
@@ -172,8 +204,9 @@ class PrecisionVariant(Entry):
     source: FileRef  # the FP32 ONNX it was made from
     inputs: Mapping[str, Any]  # what the calibration / range data were (convert's up-to-date check)
     created: str
+    cpu_serving: ServingGates | None = None  # `convert cpu`'s gates, once measured
 
-    _nested: ClassVar[dict[str, Any]] = {"verification": VerificationReport, "source": FileRef}
+    _nested: ClassVar[dict[str, Any]] = {"verification": VerificationReport, "source": FileRef, "cpu_serving": ServingGates}
 
 
 @dataclass(frozen=True)
@@ -209,6 +242,7 @@ ENTRY_TYPES: dict[str, type[Entry]] = {
     "onnx": ExportedArtifact,
     "onnx_fp16": PrecisionVariant,
     "onnx_int8": PrecisionVariant,
+    "onnx_int8_cpu": PrecisionVariant,
     "tensorrt": Plan,
 }
 

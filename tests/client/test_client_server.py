@@ -182,7 +182,8 @@ def test_compare_detects_a_real_disagreement(disagreeing_server, sample_images):
 def test_perf_writes_perf_analyzer_csv_plot_and_json(small_server, tmp_path):
     out = tmp_path / "perf"
     result = run_cli("client", "perf", "--model", "onnx_model,torch_model", "--concurrency", "1,2", "--requests", "6",
-                     "--warmup", "1", "--out", out, "--url", small_server.grpc_url, "--preprocess", "client")
+                     "--warmup", "1", "--out", out, "--url", small_server.grpc_url, "--preprocess", "client",
+                     "--engine", "builtin")
     assert result.exit_code == 0, result.output
     for model in ("onnx_model", "torch_model"):
         lines = (out / f"{model}.csv").read_text().splitlines()
@@ -197,20 +198,21 @@ def test_perf_writes_perf_analyzer_csv_plot_and_json(small_server, tmp_path):
         assert image.format == "PNG"
     report = json.loads((out / "perf.json").read_text())
     assert len(report["levels"]) == 4 and all(level["requests"] == 6 for level in report["levels"])
+    assert report["engine"] == "builtin" and "measured by builtin" in result.stdout
     assert "onnx_model" in result.stdout and "p99 ms" in result.stdout
 
 
 def test_perf_with_system_shared_memory_reports_what_it_saves(small_server, tmp_path):
     result = run_cli("client", "perf", "--model", "onnx_model", "--concurrency", "2", "--requests", "8", "--batch", "2",
                      "--shared-memory", "system", "--json", "--out", tmp_path, "--url", small_server.grpc_url,
-                     "--preprocess", "client")
+                     "--preprocess", "client", "--engine", "builtin")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     (level,) = report["levels"]
     assert level["transport"] == "system shared memory" and level["tensor_bytes_on_wire"] == 0 and level["requests"] == 8
     savings = report["shared_memory_savings"]["onnx_model"]
     assert savings["bytes_saved_per_request"] == 2 * 3 * 224 * 224 * 4 + 2 * 1000 * 4
-    assert savings["grpc"]["client_us"] > 0 and savings["system_shared_memory"]["client_us"] > 0
+    assert savings["grpc"]["avg_ms"] > 0 and savings["system_shared_memory"]["avg_ms"] > 0
     from tritonize.client.connection import Connection
 
     with Connection(small_server.grpc_url) as server:  # every region was unregistered afterwards
@@ -248,7 +250,12 @@ def test_bad_perf_options_are_one_line(small_server):
     assert result.exit_code == 1 and "--concurrency" in result.output
 
 
-def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path):
+@pytest.mark.parametrize("engine", ["builtin", "perf_analyzer"])
+def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path, engine):
+    from tritonize.tools.perf_analyzer import find
+
+    if engine == "perf_analyzer" and find() is None:
+        pytest.skip("perf_analyzer not found: `tritonize tools get-perf-analyzer` (make test runs it) gets it")
     import shutil
 
     from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
@@ -260,7 +267,7 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path):
     with contextlib.ExitStack() as stack:
         info = stack.enter_context(embedded_server(repo))  # stack.close() stops the server
         server = Connection(info.grpc_url, timeout=10)
-        options = PerfOptions(concurrency=(1, 2, 4), requests=5, duration=None, warmup=1)
+        options = PerfOptions(concurrency=(1, 2, 4), requests=5, duration=None, warmup=1, engine=engine)
         with pytest.raises(PerfInterrupted) as caught:
             run_perf(server, ["onnx_model"], options, on_level=lambda level: stack.close() if level.concurrency == 1 else None)
     error = caught.value
@@ -350,7 +357,8 @@ def test_perf_along_server_and_uint8_paths_counts_their_bytes(small_server, tmp_
     sizes = {}
     for path, extra in (("server", ["--shared-memory", "system"]), ("uint8", [])):
         result = run_cli("client", "perf", "--model", "onnx_model", "--preprocess", path, "--concurrency", "2", "--requests", "6",
-                         "--warmup", "1", "--batch", "2", "--json", "--out", tmp_path / path, "--url", small_server.grpc_url, *extra)
+                         "--warmup", "1", "--batch", "2", "--json", "--out", tmp_path / path, "--url", small_server.grpc_url,
+                         "--engine", "builtin", *extra)
         assert result.exit_code == 0, result.output
         report = json.loads(result.stdout)
         (level,) = report["levels"]

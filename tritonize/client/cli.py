@@ -107,7 +107,7 @@ def perf_command(
     batch: Annotated[int, typer.Option("--batch", min=1, help="Images per request (at most the model's max_batch_size).")] = 1,
     requests: Annotated[Optional[int], typer.Option("--requests", min=1, help="Measured requests per level (instead of --duration).")] = None,
     duration: Annotated[float, typer.Option("--duration", min=0.1, max=600, help="Measured seconds per level, when --requests is not given.")] = 5.0,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up requests per level and worker.")] = 4,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up requests before each level (per worker with the built-in engine).")] = 4,
     shared_memory: Annotated[str, typer.Option("--shared-memory", help="`none`, or `system`: tensors through Triton's system shared memory (local server only).")] = "none",
     out: Annotated[Path, typer.Option("--out", help="Directory for <model>.csv (perf_analyzer columns), latency_vs_throughput.png and perf.json.")] = Path("perf"),
     url: Url = DEFAULT_URL,
@@ -117,6 +117,8 @@ def perf_command(
     timeout: Timeout = 60.0,
     preprocess: Preprocess = None,
     image: Annotated[Optional[Path], typer.Option("--image", help="The image every request carries (default: matplotlib's sample photo).", show_default=False)] = None,
+    engine: Annotated[str, typer.Option("--engine", help="What measures: perf_analyzer (Triton's own tool; `tritonize tools get-perf-analyzer`), builtin (tritonize's load generator), or auto: perf_analyzer when it is found on PATH or where that command put it.")] = "auto",
+    stability: Annotated[float, typer.Option("--stability", help="perf_analyzer's -s: how far (%) its last three windows may differ; its default 10 is rarely met on a busy machine, and then it reports nothing.")] = 100.0,
 ) -> None:
     """Throughput and latency percentiles per concurrency level, with the server-side time split."""
     from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
@@ -131,7 +133,11 @@ def perf_command(
         raise TritonizeError("--model needs at least one model name")
     options = PerfOptions(concurrency=levels, batch=batch, requests=requests, duration=None if requests else duration,
                           warmup=warmup, timeout=timeout, shared_memory=shared_memory.lower(), preprocess=preprocess,
-                          image=str(image) if image else None)
+                          image=str(image) if image else None, engine=engine, stability=stability)
+    if options.engine == "perf_analyzer":
+        from tritonize.tools.perf_analyzer import require
+
+        require()  # before any connection: a missing tool is the first thing to say
     error = None
     with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
         try:

@@ -1,18 +1,19 @@
-"""`tritonize client perf`: load sweeps at bounded concurrency, as perf_analyzer measures them.
+"""`tritonize client perf`: load sweeps at bounded concurrency, measured by perf_analyzer or the built-in engine.
 
 Every request carries the same image (`--image`, default matplotlib's sample photo), in the form the
 model of the chosen preprocessing path takes (`--preprocess`: the FP32 tensor, the encoded file, or
-UINT8 pixels). For each concurrency level, `concurrency` asyncio workers each keep one request in flight
-(tritonclient's asyncio gRPC client) until the level's request count or duration is reached,
-after a warm-up that is not measured. The server-side split comes from the statistics API:
-counters read before and after the measured window, divided per request, as perf_analyzer does.
-Results are written as perf_analyzer's `-f` CSV (with its `--verbose-csv` columns; microseconds),
-one file per model, and as a latency-vs-throughput plot with all models in one figure.
+UINT8 pixels). `--engine auto` measures with the real perf_analyzer when it is found (PATH, or where
+`tritonize tools get-perf-analyzer` put it), else with the built-in load generator
+(tritonize.client.load: perf_analyzer's synchronous concurrency mode in a process of its own); the
+report says which. Either way the results are written as perf_analyzer's `-f` CSV (with its
+`--verbose-csv` columns; microseconds; perf_analyzer's own rows when it measured), one file per model,
+perf.json, and a latency-vs-throughput plot with all models in one figure. The built-in engine reads
+the server-side split from the statistics API around its window, divided per request, as
+perf_analyzer does.
 """
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import itertools
 import json
@@ -25,13 +26,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tritonize.client import perf_analyzer as pa
 from tritonize.client.connection import ModelInfo, Connection, refused, short_reason
+from tritonize.client.load import EXITED, LoadError, LoadProcess
 from tritonize.client.stats import latency_summary
 from tritonize.console import table
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.images import load_images
 from tritonize.progress import say
+from tritonize.tools.perf_analyzer import PerfAnalyzer
 
 # perf_analyzer's `-f` header, then the three columns `--verbose-csv` adds. All times in microseconds.
 CSV_COLUMNS = (
@@ -40,6 +44,8 @@ CSV_COLUMNS = (
     "p50 latency", "p90 latency", "p95 latency", "p99 latency", "Avg latency", "request/response", "response wait",
 )
 SERVER_PARTS = ("queue", "compute_input", "compute_infer", "compute_output")
+ENGINES = ("auto", "perf_analyzer", "builtin")
+UNJUDGED = 1000.0  # a perf_analyzer stability percentage that any three windows meet
 
 
 @dataclass(frozen=True)
@@ -48,12 +54,17 @@ class PerfOptions:
     batch: int = 1
     requests: int | None = None  # measured requests per level; or
     duration: float | None = 5.0  # measured seconds per level
-    warmup: int = 4  # unmeasured requests per level, per worker at most
+    warmup: int = 4  # unmeasured requests before each level: per worker (builtin), in sequence (perf_analyzer)
     level_time_limit: float = 120.0  # hard stop of one level, whatever the mode
     timeout: float = 60.0  # per request
     shared_memory: str = "none"  # "none" | "system"
     preprocess: str | None = None  # client | server | uint8; None: server when the ensembles are there
     image: str | None = None  # the image every request carries; None: matplotlib's sample photo
+    engine: str = "auto"  # auto | perf_analyzer | builtin
+    # perf_analyzer's -s: how far its last three windows may differ. Its default (10 %) is rarely met on a
+    # machine shared with other work, and then it reports nothing. UNJUDGED takes three windows as they come,
+    # for callers that judge the noise themselves (tune's back-to-back checks, the speed gate's rounds).
+    stability: float = 100.0
 
     def __post_init__(self):
         if not self.concurrency or min(self.concurrency) < 1 or max(self.concurrency) > 1024:
@@ -68,6 +79,10 @@ class PerfOptions:
             raise TritonizeError(f"--duration must be between 0 and 600 seconds, got {self.duration}")
         if self.shared_memory not in ("none", "system"):
             raise TritonizeError(f"--shared-memory must be none or system, got {self.shared_memory!r}")
+        if self.engine not in ENGINES:
+            raise TritonizeError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if not 0 < self.stability <= UNJUDGED:
+            raise TritonizeError(f"--stability must be a percentage between 0 and 1000, got {self.stability}")
 
 
 @dataclass
@@ -86,6 +101,8 @@ class LevelResult:
     server_us: dict  # per request: queue, compute_input, compute_infer, compute_output
     server_batches: float  # average batch the server executed (inferences / executions)
     tensor_bytes_on_wire: int  # input + output tensor bytes carried by gRPC per request
+    engine: str = "builtin"  # what measured: "builtin" or "perf_analyzer <version>"
+    csv: dict | None = None  # perf_analyzer's CSV row, as it wrote it
 
     @property
     def network_us(self) -> float:
@@ -93,6 +110,8 @@ class LevelResult:
         return max(0.0, self.response_wait_us - sum(self.server_us.values()))
 
     def csv_row(self) -> dict:
+        if self.csv is not None:
+            return dict(self.csv)
         us = lambda v: int(v)  # perf_analyzer writes whole microseconds, truncated
         lat = self.latency
         return {
@@ -115,19 +134,22 @@ class LevelResult:
         }
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "network_us": self.network_us}
+        data = {**asdict(self), "network_us": self.network_us}
+        del data["csv"]  # written to <model>.csv
+        return data
 
 
 @dataclass
 class PerfReport:
     url: str
     options: PerfOptions
+    engine: str = "builtin"  # what measured, e.g. "perf_analyzer 2.51.0 (/path/perf_analyzer)"
     levels: list[LevelResult] = field(default_factory=list)
     shared_memory_savings: dict = field(default_factory=dict)  # model -> A/B figures
     error: str | None = None  # the run stopped early; levels hold what was measured before
 
     def to_dict(self) -> dict:
-        return {"url": self.url, "options": asdict(self.options), "levels": [r.to_dict() for r in self.levels],
+        return {"url": self.url, "engine": self.engine, "options": asdict(self.options), "levels": [r.to_dict() for r in self.levels],
                 "shared_memory_savings": self.shared_memory_savings, "error": self.error}
 
     def to_text(self) -> str:
@@ -135,13 +157,15 @@ class PerfReport:
                  *(f"{r.latency[k]:.2f}" for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms")),
                  *(f"{r.server_us[k] / 1e3:.2f}" for k in SERVER_PARTS), f"{r.server_batches:.2f}")
                 for r in self.levels]
-        out = [table(("model", "conc", "batch", "requests", "infer/s", "p50 ms", "p90 ms", "p95 ms", "p99 ms",
+        out = [f"measured by {self.engine}", table(("model", "conc", "batch", "requests", "infer/s", "p50 ms", "p90 ms", "p95 ms", "p99 ms",
                       "queue ms", "in ms", "infer ms", "out ms", "srv batch"), rows)]
         for model, s in self.shared_memory_savings.items():
             g, m = s["grpc"], s["system_shared_memory"]
+            # The built-in engine sends requests serialized once: its client work is inside the gRPC call.
+            client = f"client send+recv {g['client_us']:.0f} -> {m['client_us']:.0f} us, " if g["client_us"] else ""
             out.append(
                 f"  {model}: system shared memory keeps {s['bytes_saved_per_request']:,} tensor bytes per request off gRPC; "
-                f"client send+recv {g['client_us']:.0f} -> {m['client_us']:.0f} us, p50 {g['p50_ms']:.2f} -> {m['p50_ms']:.2f} ms "
+                f"{client}p50 {g['p50_ms']:.2f} -> {m['p50_ms']:.2f} ms, avg {g['avg_ms']:.2f} -> {m['avg_ms']:.2f} ms "
                 f"(concurrency 1, {s['requests']} requests each)"
             )
         return "\n".join(out)
@@ -160,77 +184,82 @@ class PerfInterrupted(TritonizeError):
 _REGION_IDS = itertools.count()
 
 
-class _Transport:
-    """Builds requests for one model: tensors in the gRPC message, or in system shared memory."""
+class Workload:
+    """What every request of one model carries: `batch` in the form the model takes, in the gRPC message or
+    in system shared memory."""
 
-    def __init__(self, connection: Connection, info: ModelInfo, batch: np.ndarray, slots: int, shared_memory: bool):
-        import tritonclient.grpc as grpcclient
+    def __init__(self, info: ModelInfo, batch: np.ndarray, shared_memory: bool):
         from tritonclient.utils import serialize_byte_tensor
 
-        self.grpc, self.info, self.batch, self.connection = grpcclient, info, batch, connection
+        self.info, self.batch, self.shared_memory = info, batch, shared_memory
         # BYTES travel as a 4-byte length and the bytes of each element.
-        self.payload = serialize_byte_tensor(batch) if batch.dtype == np.object_ else batch
-        self.in_bytes = len(self.payload.item()) if batch.dtype == np.object_ else batch.nbytes
+        self.raw = serialize_byte_tensor(batch).item() if batch.dtype == np.object_ else batch.tobytes()
+        self.in_bytes = len(self.raw)
         self.out_shape = (len(batch), info.num_classes)
         self.out_bytes = int(np.prod(self.out_shape)) * 4
-        self.shared_memory = shared_memory
-        self.regions: list[tuple[str, object]] = []
-        if shared_memory:
-            self._create_regions(slots)
 
     @property
-    def name(self) -> str:
+    def transport(self) -> str:
         return "system shared memory" if self.shared_memory else "grpc"
 
     @property
     def tensor_bytes_on_wire(self) -> int:
         return 0 if self.shared_memory else self.in_bytes + self.out_bytes
 
-    def _create_regions(self, slots: int) -> None:
+    def serialized(self, regions: "_Regions | None" = None, slot: int = 0) -> bytes:
+        """The ModelInferRequest as gRPC sends it, built once: data inline, or the shared memory regions of `slot`."""
+        from tritonclient.grpc import service_pb2
+
+        info = self.info
+        request = service_pb2.ModelInferRequest(model_name=info.name)
+        tensor = request.inputs.add(name=info.input_name, datatype=info.input_dtype)
+        tensor.shape.extend(self.batch.shape if info.max_batch_size else self.batch.shape[1:])
+        output = request.outputs.add(name=info.output_name)
+        if regions is None:
+            request.raw_input_contents.append(self.raw)
+        else:
+            for target, (region, size) in ((tensor, regions.input), (output, regions.output(slot))):
+                target.parameters["shared_memory_region"].string_param = region
+                target.parameters["shared_memory_byte_size"].int64_param = size
+        return request.SerializeToString()
+
+
+class _Regions:
+    """System shared memory for the built-in engine: one read-only input region, one output region per worker."""
+
+    def __init__(self, connection: Connection, workload: Workload, slots: int):
         import tritonclient.utils.shared_memory as shm
 
-        # Unique per transport: a region the server still holds from an earlier run never collides.
-        tag = f"tritonize_{os.getpid()}_{next(_REGION_IDS)}_{self.info.name}"
-        # One read-only input region shared by all workers, one output region per worker.
-        specs = [(f"{tag}_in", self.in_bytes)] + [(f"{tag}_out{i}", self.out_bytes) for i in range(slots)]
+        self.connection, self.handles = connection, []
+        # Unique per run: a region the server still holds from an earlier run never collides.
+        tag = f"tritonize_{os.getpid()}_{next(_REGION_IDS)}_{workload.info.name}"
+        self.specs = [(f"{tag}_in", workload.in_bytes)] + [(f"{tag}_out{i}", workload.out_bytes) for i in range(slots)]
         try:
-            for name, size in specs:
-                handle = shm.create_shared_memory_region(name, f"/{name}", size)
-                self.regions.append((name, handle))
-                self.connection.client.register_system_shared_memory(name, f"/{name}", size,
-                                                                     headers=self.connection.control_headers)
-            shm.set_shared_memory_region(self.regions[0][1], [self.payload])
+            for name, size in self.specs:
+                self.handles.append((name, shm.create_shared_memory_region(name, f"/{name}", size)))
+                connection.client.register_system_shared_memory(name, f"/{name}", size, headers=connection.control_headers)
+            shm.set_shared_memory_region(self.handles[0][1], [np.frombuffer(workload.raw, np.uint8)])
         except Exception as e:
             self.close()
-            problem = refused(self.connection.url, e, "shared-memory registration", self.connection.key is not None)
+            problem = refused(connection.url, e, "shared-memory registration", connection.key is not None)
             raise problem or TritonizeError(
-                f"cannot set up system shared memory with the server at {self.connection.url} ({short_reason(e)}); "
+                f"cannot set up system shared memory with the server at {connection.url} ({short_reason(e)}); "
                 "it needs a server on this machine sharing /dev/shm, or run without --shared-memory") from None
 
-    def request(self, slot: int):
-        inp = self.grpc.InferInput(self.info.input_name, list(self.batch.shape), self.info.input_dtype)
-        out = self.grpc.InferRequestedOutput(self.info.output_name)
-        if self.shared_memory:
-            inp.set_shared_memory(self.regions[0][0], self.in_bytes)
-            out.set_shared_memory(self.regions[1 + slot][0], self.out_bytes)
-        else:
-            inp.set_data_from_numpy(self.batch)
-        return [inp], [out]
+    @property
+    def input(self) -> tuple[str, int]:
+        return self.specs[0]
 
-    def read(self, result, slot: int) -> np.ndarray:
-        if self.shared_memory:
-            import tritonclient.utils.shared_memory as shm
-
-            return shm.get_contents_as_numpy(self.regions[1 + slot][1], np.float32, self.out_shape)
-        return result.as_numpy(self.info.output_name)
+    def output(self, slot: int) -> tuple[str, int]:
+        return self.specs[1 + slot]
 
     def close(self) -> None:
         import tritonclient.utils.shared_memory as shm
 
-        for name, handle in self.regions:
+        for name, handle in self.handles:
             self._unregister(name)
             shm.destroy_shared_memory_region(handle)
-        self.regions.clear()
+        self.handles.clear()
 
     def _unregister(self, name: str, patience: float = 5.0) -> None:
         """Unregister a region, waiting while the server still holds it for a just-finished response."""
@@ -249,47 +278,6 @@ class _Transport:
                 time.sleep(0.05)
 
 
-@dataclass
-class _Samples:
-    latency: list[float] = field(default_factory=list)
-    send: list[float] = field(default_factory=list)
-    recv: list[float] = field(default_factory=list)
-    wait: list[float] = field(default_factory=list)
-
-
-async def _drive(connection: Connection, info: ModelInfo, transport: _Transport, concurrency: int, count: int | None,
-                 seconds: float | None, limit: float, timeout: float) -> tuple[_Samples, float]:
-    """Keep `concurrency` requests in flight until `count` requests or `seconds` (and never past `limit`)."""
-    import tritonclient.grpc.aio as aiogrpc
-
-    samples, issued = _Samples(), 0
-    start = time.perf_counter()
-    stop_at = start + min(seconds if seconds is not None else limit, limit)
-
-    async def worker(slot: int) -> None:
-        nonlocal issued
-        while time.perf_counter() < stop_at and (count is None or issued < count):
-            issued += 1
-            t0 = time.perf_counter()
-            inputs, outputs = transport.request(slot)
-            t1 = time.perf_counter()
-            result = await client.infer(info.name, inputs, outputs=outputs, client_timeout=timeout)
-            t2 = time.perf_counter()
-            transport.read(result, slot)
-            t3 = time.perf_counter()
-            samples.latency.append(t3 - t0)
-            samples.send.append(t1 - t0)
-            samples.wait.append(t2 - t1)
-            samples.recv.append(t3 - t2)
-
-    client = aiogrpc.InferenceServerClient(connection.url, **connection.channel)  # TLS as the connection
-    try:
-        await asyncio.gather(*(worker(i) for i in range(concurrency)))
-    finally:
-        await client.close()
-    return samples, time.perf_counter() - start
-
-
 def _server_delta(before: dict, after: dict) -> tuple[dict, float, int]:
     """Per-request server times (us) between two statistics snapshots, the mean executed batch, and the request count."""
     delta = {k: (after.get(k, (0, 0))[0] - before.get(k, (0, 0))[0], after.get(k, (0, 0))[1] - before.get(k, (0, 0))[1]) for k in after}
@@ -298,35 +286,129 @@ def _server_delta(before: dict, after: dict) -> tuple[dict, float, int]:
     return per_request, (inferences / executions if executions else 0.0), delta.get("success", (0, 0))[0]
 
 
-def measure_level(connection: Connection, info: ModelInfo, transport: _Transport, concurrency: int, options: PerfOptions) -> LevelResult:
-    from tritonclient.utils import InferenceServerException
+class BuiltinEngine:
+    """The built-in load generator (tritonize.client.load): requests serialized once here, the load loop in
+    a process of its own; the server-side split from the statistics API, read around the window."""
 
-    try:
-        warmup = min(options.warmup * concurrency, max(options.warmup, concurrency))
-        asyncio.run(_drive(connection, info, transport, concurrency, warmup, None, options.level_time_limit, options.timeout))
-        before = connection.statistics(info.name)
-        samples, seconds = asyncio.run(_drive(connection, info, transport, concurrency, options.requests,
-                                              options.duration if options.requests is None else None,
-                                              options.level_time_limit, options.timeout))
-        after = connection.statistics(info.name)
-    except InferenceServerException as e:
-        raise connection.failure(e, info.name, f"{info.name} at concurrency {concurrency}") from None
-    per_request, server_batches, _ = _server_delta(before, after)
-    mean = lambda xs: sum(xs) / len(xs) * 1e6 if xs else 0.0
-    return LevelResult(
-        model=info.name, concurrency=concurrency, batch=len(transport.batch), transport=transport.name,
-        requests=len(samples.latency), seconds=round(seconds, 4),
-        throughput=len(samples.latency) * len(transport.batch) / seconds if seconds > 0 else 0.0,
-        latency=latency_summary(samples.latency), client_send_us=mean(samples.send), client_recv_us=mean(samples.recv),
-        response_wait_us=mean(samples.wait), server_us=per_request, server_batches=server_batches,
-        tensor_bytes_on_wire=transport.tensor_bytes_on_wire,
-    )
+    name = "builtin"
+
+    def __init__(self, connection: Connection, workload: Workload, slots: int, timeout: float):
+        self.connection, self.workload, self.load = connection, workload, None
+        self.regions = _Regions(connection, workload, slots) if workload.shared_memory else None
+        try:
+            requests = [workload.serialized(self.regions, slot) for slot in range(slots)]
+            self.load = LoadProcess(connection.url, requests, timeout, connection.channel.get("root_certificates"))
+        except BaseException:
+            self.close()
+            raise
+
+    def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
+        info, stats = self.workload.info, {}
+        try:
+            window = self.load.run(concurrency, options.warmup, options.duration if options.requests is None else None,
+                                   options.requests, options.level_time_limit,
+                                   between=lambda: stats.update(before=self.connection.statistics(info.name)))
+        except LoadError as e:
+            if e.code == "UNAVAILABLE":
+                raise self.connection.failure(e, info.name, f"{info.name} at concurrency {concurrency}") from None
+            what = "the load process stopped" if e.code == EXITED else "the server refused a request"
+            raise TritonizeError(f"{info.name} at concurrency {concurrency}: {what} ({e.details})") from None
+        after = self.connection.statistics(info.name)
+        per_request, server_batches, _ = _server_delta(stats["before"], after)
+        latencies = [done - sent for sent, done in window.requests]
+        wait = sum(latencies) / len(latencies) * 1e6 if latencies else 0.0
+        batch = len(self.workload.batch)
+        return LevelResult(
+            model=info.name, concurrency=concurrency, batch=batch, transport=self.workload.transport,
+            requests=len(latencies), seconds=round(window.seconds, 4),
+            throughput=len(latencies) * batch / window.seconds if window.seconds > 0 else 0.0,
+            latency=latency_summary(latencies), client_send_us=0.0, client_recv_us=0.0, response_wait_us=wait,
+            server_us=per_request, server_batches=server_batches, tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire,
+            engine=self.name,
+        )
+
+    def close(self) -> None:
+        if self.load is not None:
+            self.load.close()
+        if self.regions is not None:
+            self.regions.close()
+
+
+class PerfAnalyzerEngine:
+    """Each level one run of the real perf_analyzer (tritonize.client.perf_analyzer), read from its own CSV."""
+
+    def __init__(self, connection: Connection, workload: Workload, tool: PerfAnalyzer):
+        self.connection, self.workload, self.tool = connection, workload, tool
+        self.name = f"perf_analyzer {tool.version}"
+        # perf_analyzer reads the statistics API: a server that restricts it says so now, in one line.
+        connection.statistics(workload.info.name)
+        if connection.key is not None:
+            say("perf_analyzer takes the control key on its command line (-H): other users of this machine can see "
+                "it in the process list; --engine builtin keeps it off")
+        self.runs = pa.PerfAnalyzerRuns(tool, workload.info.input_name, workload.batch[0])
+
+    def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
+        info, batch = self.workload.info, len(self.workload.batch)
+        during = f"during {info.name} at concurrency {concurrency}"
+        self._warm_up(options.warmup, f"{info.name} at concurrency {concurrency}")
+        csv_file = self.runs.next_csv()
+        command = pa.argv(self.tool, info.name, self.connection.url, self.runs.data_file, csv_file,
+                          concurrency=concurrency, batch=batch, batching=info.max_batch_size > 0,
+                          seconds=options.duration, requests=options.requests, stability=options.stability,
+                          shared_memory=options.shared_memory if self.workload.shared_memory else "none",
+                          output_bytes=self.workload.out_bytes, headers=self.connection.control_headers,
+                          root_certificates=self.connection.channel.get("root_certificates"))
+        limit = options.level_time_limit + pa.MAX_TRIALS * (options.duration or 5.0) / 3 + 30
+        try:
+            row, figures = pa.run_level(command, csv_file, during, limit)
+        except pa.PerfAnalyzerFailed as e:
+            if e.gone:
+                raise TritonizeError(f"lost the Triton server at {self.connection.url} {during} ({e}); "
+                                     "is it still running? (`tritonize serve`)") from None
+            raise
+        return LevelResult(model=info.name, concurrency=concurrency, batch=batch, transport=self.workload.transport,
+                           tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire, engine=self.name, csv=row,
+                           **pa.level_figures(row, figures, batch))
+
+    def _warm_up(self, requests: int, during: str) -> None:
+        """perf_analyzer 2.51 has no warm-up of its own: send a few requests first."""
+        from tritonclient.utils import InferenceServerException
+
+        inputs, outputs = self.connection.request(self.workload.info, self.workload.batch)
+        try:
+            for _ in range(requests):
+                self.connection.client.infer(self.workload.info.name, inputs, outputs=outputs, client_timeout=self.connection.timeout)
+        except InferenceServerException as e:
+            if "UNAVAILABLE" in str(e.status()):
+                raise self.connection.failure(e, self.workload.info.name, during) from None
+            raise TritonizeError(f"{during}: the server refused a request ({short_reason(e)})") from None
+
+    def close(self) -> None:
+        self.runs.close()
+
+
+def choose_engine(engine: str) -> PerfAnalyzer | None:
+    """The perf_analyzer that measures (`auto` finds one when it can), or None for the built-in engine."""
+    from tritonize.tools import perf_analyzer as tool
+
+    if engine == "builtin":
+        return None
+    if engine == "perf_analyzer":
+        return tool.require()
+    found = tool.find()
+    if found is None:
+        say(f"perf_analyzer not found (on PATH or in {tool.fetched_path().parent.parent}; `{tool.GET_COMMAND}` "
+            "gets it): measuring with the built-in load generator")
+    return found
+
+
+def open_engine(connection: Connection, workload: Workload, slots: int, tool: PerfAnalyzer | None, timeout: float):
+    return PerfAnalyzerEngine(connection, workload, tool) if tool else BuiltinEngine(connection, workload, slots, timeout)
 
 
 def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions,
              on_level: Callable[[LevelResult], None] | None = None) -> PerfReport:
     """Sweep every model over every concurrency level. PerfInterrupted keeps the finished levels."""
-    report = PerfReport(connection.url, options)
     infos = [connection.model_for(name, options.preprocess) for name in models]  # unknown models fail before any load
     for info in infos:
         if info.max_batch_size and options.batch > info.max_batch_size:
@@ -335,14 +417,17 @@ def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions
             raise TritonizeError(f"{info.name} does not batch (max_batch_size 0); use --batch 1")
     if options.shared_memory == "system" and not connection.is_local:
         raise TritonizeError(f"--shared-memory system needs a server on this machine; {connection.url} is not local")
+    tool = choose_engine(options.engine)
+    report = PerfReport(connection.url, options, engine=str(tool) if tool else BuiltinEngine.name)
     for info in infos:
         batch = _request_batch(info, options)
         try:
             if options.shared_memory == "system":
-                report.shared_memory_savings[info.name] = _shared_memory_ab(connection, info, batch, options)
-            with closing(_Transport(connection, info, batch, max(options.concurrency), options.shared_memory == "system")) as transport:
+                report.shared_memory_savings[info.name] = _shared_memory_ab(connection, info, batch, options, tool)
+            workload = Workload(info, batch, options.shared_memory == "system")
+            with closing(open_engine(connection, workload, max(options.concurrency), tool, options.timeout)) as engine:
                 for level in options.concurrency:
-                    result = measure_level(connection, info, transport, level, options)
+                    result = engine.measure(level, options)
                     report.levels.append(result)
                     if on_level:
                         on_level(result)
@@ -366,15 +451,17 @@ def _request_batch(info: ModelInfo, options: PerfOptions) -> np.ndarray:
     return np.stack(loaded.arrays * options.batch)
 
 
-def _shared_memory_ab(connection: Connection, info: ModelInfo, batch: np.ndarray, options: PerfOptions) -> dict:
+def _shared_memory_ab(connection: Connection, info: ModelInfo, batch: np.ndarray, options: PerfOptions,
+                      tool: PerfAnalyzer | None) -> dict:
     """The same short run (concurrency 1) over plain gRPC and over system shared memory."""
     requests = options.requests or 50
     ab = PerfOptions(concurrency=(1,), batch=options.batch, requests=requests, duration=None, warmup=options.warmup,
-                     level_time_limit=options.level_time_limit, timeout=options.timeout)
+                     level_time_limit=options.level_time_limit, timeout=options.timeout, shared_memory=options.shared_memory,
+                     engine=options.engine, stability=options.stability)
     figures = {}
     for shared in (False, True):
-        with closing(_Transport(connection, info, batch, 1, shared)) as transport:
-            r = measure_level(connection, info, transport, 1, ab)
+        with closing(open_engine(connection, Workload(info, batch, shared), 1, tool, options.timeout)) as engine:
+            r = engine.measure(1, ab)
         figures["system_shared_memory" if shared else "grpc"] = {
             "p50_ms": r.latency["p50_ms"], "avg_ms": r.latency["avg_ms"], "client_us": r.client_send_us + r.client_recv_us,
             "client_send_us": r.client_send_us, "client_recv_us": r.client_recv_us, "tensor_bytes_on_wire": r.tensor_bytes_on_wire,

@@ -73,6 +73,13 @@ class ModelControl:
         self._call("load_model", name, what=f"load {name}")
         return self.state(name)
 
+    def load_config(self, name: str, config_json: str) -> ModelState:
+        """Load the model with this config (Triton's model JSON) in place of its files' config; the files are not
+        touched, and a later plain `load` reads them again. Returns once it is READY."""
+        self.state(name)
+        self._call("load_model", name, config=config_json, what=f"load {name} with a trial config")
+        return self.state(name)
+
     def unload(self, name: str, wait: bool = True) -> ModelState:
         """Unload the model; Triton answers at once and unloads in the background once the requests
         in flight are done: with `wait`, return when it is gone."""

@@ -1,4 +1,4 @@
-"""`tritonize convert trt`: options in, library call out."""
+"""`tritonize convert trt` and `tritonize convert cpu`: options in, library calls out."""
 
 from __future__ import annotations
 
@@ -78,3 +78,40 @@ def trt_command(
     if Manifest.load(artifacts).plan.status is Status.waiting_for_gpu and not dry_run:
         raise TritonizeError(f"TensorRT cannot run on this machine; {result.detail}", exit_code=WAITING_FOR_GPU_EXIT)
     typer.echo(f"tensorrt: {result.status.value} ({artifacts / 'manifest.json'})")
+
+
+@app.command("cpu")
+def cpu_command(
+    calib_images: Annotated[Optional[Path], typer.Option(help="Folder of real images: the first --calib-count calibrate, "
+                                                              "the rest are held out for the agreement gate "
+                                                              "(`synthetic` = noise, agreement unknown).")] = None,
+    calib_count: Annotated[int, typer.Option(help="How many images calibrate; the rest are held out.")] = 32,
+    batch: Annotated[int, typer.Option(help="Images per request in the speed gate.")] = 4,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight in the speed gate.")] = 2,
+    threads: Annotated[Optional[int], typer.Option(help="Intra-op threads of each model's one instance in the speed "
+                                                        "gate (default: the usable cores).", show_default=False)] = None,
+    duration: Annotated[float, typer.Option(help="Measured seconds per model and round.")] = 5.0,
+    rounds: Annotated[int, typer.Option(help="Rounds; FP32 and INT8 alternate which goes first.")] = 3,
+    min_speedup: Annotated[float, typer.Option(help="Serve the variant only when its throughput is at least this "
+                                                    "many times FP32's.")] = 1.1,
+    min_top1: Annotated[float, typer.Option(help="Serve the variant only when its top-1 agrees with FP32 on at "
+                                                 "least this fraction of the held-out images (pretrained weights; "
+                                                 "random-init: reported, not gated).")] = 0.99,
+    engine: Annotated[str, typer.Option(help="What measures the speed gate: perf_analyzer, builtin, or auto "
+                                             "(perf_analyzer when found).")] = "auto",
+    artifacts: Artifacts = DEFAULT_ARTIFACTS,
+    force: Force = False,
+) -> None:
+    """INT8 for onnxruntime on the CPU, served by `repo build` (as onnx_int8_model) only when it agrees with FP32
+    on held-out real images and serves faster than FP32 through the embedded Triton server.
+
+    Both gates are measured here (the speed gate runs the server for a minute or more) and recorded in the
+    manifest; `repo build` reads the verdict.
+    """
+    from tritonize.convert.cpu import CpuOptions, convert_cpu
+
+    options = CpuOptions(calib_images=calib_images, calib_count=calib_count, batch=batch, concurrency=concurrency,
+                         threads=threads, duration=duration, rounds=rounds, min_speedup=min_speedup, min_top1=min_top1,
+                         engine=engine, force=force)
+    result = convert_cpu(artifacts, options)
+    typer.echo(f"convert cpu: {result.status.value} ({result.detail})")

@@ -11,7 +11,12 @@ in the graph. Two variants are made here and checked against the FP32 export:
 - INT8 (`quantized_int8`): explicit Q/DQ from onnxruntime's `quantize_static` after
   `quant_pre_process`: per-channel symmetric int8 weights, symmetric int8 activations (zero point 0),
   biases left FP32 (int32 bias DQ nodes trouble older TensorRT). That is what TensorRT's explicit
-  quantization accepts.
+  quantization accepts. onnxruntime's CPU kernels gain little from that graph: with symmetric int8
+  activations every Relu stays a float op between Q/DQ pairs and only some convolutions fuse into
+  QLinearConv (resnet18: 9 of 20; measured ~1.0x FP32). `for_cpu=True` quantizes as onnxruntime
+  recommends for the CPU instead: uint8 activations with a zero point (the Relu folds into the
+  quantization range), int8 per-channel weights, int32 biases: every convolution fuses (20 of 20) and
+  it runs 2.5-3.5x faster than FP32 on AVX512-VNNI.
 
 onnxruntime's CPU kernels run most FP16 ops in FP32 and never round between them, so an FP16
 overflow does not show there. `run_true_fp16` executes the graph one node at a time, which forces
@@ -247,8 +252,10 @@ def modelopt_available() -> bool:
 # ---------------------------------------------------------------------------------------------- INT8
 
 
-def quantized_int8(source: Path, destination: Path, calibration: np.ndarray, input_name: str, work_dir: Path) -> str:
-    """Write a Q/DQ INT8 model of `source` to `destination`; returns the tool description."""
+def quantized_int8(source: Path, destination: Path, calibration: np.ndarray, input_name: str, work_dir: Path,
+                   for_cpu: bool = False) -> str:
+    """Write a Q/DQ INT8 model of `source` to `destination` (for TensorRT, or for onnxruntime's CPU
+    kernels); returns the tool description."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -275,10 +282,11 @@ def quantized_int8(source: Path, destination: Path, calibration: np.ndarray, inp
             Batches(calibration),
             quant_format=QuantFormat.QDQ,
             per_channel=True,
-            activation_type=QuantType.QInt8,
+            activation_type=QuantType.QUInt8 if for_cpu else QuantType.QInt8,
             weight_type=QuantType.QInt8,
             calibrate_method=CalibrationMethod.MinMax,
-            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
+            extra_options={"WeightSymmetric": True} if for_cpu else
+                          {"ActivationSymmetric": True, "WeightSymmetric": True, "QuantizeBias": False},
         )
     finally:
         prepared.unlink(missing_ok=True)

@@ -39,7 +39,21 @@ from tritonize.verify import Tolerance, VerificationReport, compare, verificatio
 
 PLAN_NAME = "model.plan"
 TIMING_CACHE_NAME = "timing.cache"
-VARIANT_FILES = {Precision.fp16: "model_fp16.onnx", Precision.int8: "model_int8.onnx"}
+
+
+@dataclass(frozen=True)
+class VariantKind:
+    """One precision variant of the FP32 ONNX: its manifest key (`onnx_<name>`), file and flavour."""
+
+    name: str
+    file: str
+    precision: Precision
+    for_cpu: bool = False  # INT8 laid out for onnxruntime's CPU kernels instead of for TensorRT
+
+
+VARIANTS = {Precision.fp16: VariantKind("fp16", "model_fp16.onnx", Precision.fp16),
+            Precision.int8: VariantKind("int8", "model_int8.onnx", Precision.int8)}
+CPU_INT8 = VariantKind("int8_cpu", "model_int8_cpu.onnx", Precision.int8, for_cpu=True)
 # FP16 keeps ~3 significant digits per value (unit roundoff 4.9e-4); over tens of layers the error
 # measured relative to the logit scale stays near 1e-3 (resnet18: 3.5e-4 in onnxruntime, 6.8e-4 in
 # true FP16). 1e-2 leaves room for deeper nets; a near-tie between two logits may still flip top-1.
@@ -195,8 +209,10 @@ def _built_detail(plan: Plan) -> str:
 # ------------------------------------------------------------------------------------ precision
 
 
-def prepare_precision(manifest: Manifest, network: Network, source: Path, options: ConvertOptions) -> Prepared:
-    """The ONNX the engine is built from, with its precision in the graph and verified on the CPU.
+def prepare_precision(manifest: Manifest, network: Network, source: Path, options: ConvertOptions,
+                      kind: VariantKind | None = None) -> Prepared:
+    """The ONNX with its precision in the graph, verified on the CPU: for the engine (`kind` None: the
+    variant of `options.precision`), or `CPU_INT8` for onnxruntime on the CPU.
 
     A variant recorded for the same source ONNX and calibration inputs is reused (unless --force).
     """
@@ -208,17 +224,18 @@ def prepare_precision(manifest: Manifest, network: Network, source: Path, option
         return Prepared(onnx_file=source.name)
     import onnx
 
-    name = VARIANT_FILES[options.precision]
+    kind = kind or VARIANTS[options.precision]
+    name = kind.file
     source_ref = FileRef(source.name, sha256_file(source))
     wanted_inputs = _inputs_fingerprint(options)
-    recorded = manifest.variant(options.precision.value)
+    recorded = manifest.variant(kind.name)
     if (not options.force and recorded is not None and recorded.source == source_ref
             and recorded.inputs == wanted_inputs and (out / name).is_file()
             and (out / name).stat().st_size == recorded.size_bytes):
         say(f"  = {name} is up to date (same source ONNX and calibration inputs); --force rebuilds it")
         return Prepared(onnx_file=name, fp32_layers=tuple(recorded.details.get("fp32_nodes", ())))
 
-    data = _cpu_data(network, options)
+    data = cpu_data(network, options)
     for note in data.notes:
         say(f"  ! {note}")
     session = prec.ort_session(source)
@@ -228,7 +245,7 @@ def prepare_precision(manifest: Manifest, network: Network, source: Path, option
             if options.precision is Precision.fp16:
                 fields, fp32_layers = _prepare_fp16(onnx.load(str(source)), source, tmp, network, session, data, options)
             else:
-                fields, fp32_layers = _prepare_int8(source, tmp, network, session, data, options), ()
+                fields, fp32_layers = _prepare_int8(source, tmp, network, session, data, options, kind.for_cpu), ()
             report: VerificationReport = fields.pop("verification")
             passed = report.passed and fields.get("true_fp16", {}).get("passed", True)
             if not passed and not data.synthetic:
@@ -248,7 +265,7 @@ def prepare_precision(manifest: Manifest, network: Network, source: Path, option
         created=now_iso(),
         details=fields,
     )
-    manifest.record(variant_key(options.precision.value), entry)
+    manifest.record(variant_key(kind.name), entry)
     say(f"  ✓ published {out / name} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}")
     return Prepared(onnx_file=name, fp32_layers=tuple(fp32_layers))
 
@@ -305,11 +322,12 @@ def _prepare_fp16(model, source, tmp, network: Network, reference_session, data:
     return entry, mixed.fp32_nodes
 
 
-def _prepare_int8(source, tmp, network: Network, reference_session, data: Data, options):
+def _prepare_int8(source, tmp, network: Network, reference_session, data: Data, options, for_cpu: bool):
     import onnx
 
-    with step(f"INT8 Q/DQ with onnxruntime quantize_static ({len(data.calibration)} calibration inputs)") as s_quant:
-        tool = prec.quantized_int8(source, tmp, data.calibration, network.input_name, tmp.parent)
+    flavour = "for onnxruntime's CPU kernels" if for_cpu else "for TensorRT"
+    with step(f"INT8 Q/DQ {flavour} with onnxruntime quantize_static ({len(data.calibration)} calibration inputs)") as s_quant:
+        tool = prec.quantized_int8(source, tmp, data.calibration, network.input_name, tmp.parent, for_cpu)
     tol = _int8_tolerance(network)
     if not network.pretrained:
         data.notes.append("random-init weights: top-1 agreement reported, not gated")
@@ -325,8 +343,9 @@ def _prepare_int8(source, tmp, network: Network, reference_session, data: Data, 
         "status": status,
         "tool": tool,
         "quantization": {
-            "format": "QDQ", "per_channel": True, "weights": "int8 symmetric", "activations": "int8 symmetric",
-            "calibration_method": "MinMax", "quantize_bias": False, **prec.qdq_facts(onnx.load(str(tmp))),
+            "format": "QDQ", "per_channel": True, "weights": "int8 symmetric",
+            "activations": "uint8 asymmetric" if for_cpu else "int8 symmetric",
+            "calibration_method": "MinMax", "quantize_bias": for_cpu, **prec.qdq_facts(onnx.load(str(tmp))),
         },
         "calibration_data": data.described,
         "verification": report,
@@ -367,7 +386,7 @@ def _verify_variant(path, network: Network, reference_session, data: Data, optio
     return report, held
 
 
-def _cpu_data(network: Network, options: ConvertOptions) -> Data:
+def cpu_data(network: Network, options: ConvertOptions) -> Data:
     """Calibration inputs and held-out real images (never the same files)."""
     pre = network.preprocessing
     if options.calib_images is None or options.synthetic_calibration:
@@ -402,7 +421,7 @@ def _build(manifest: Manifest, network: Network, fp32_onnx: Path, job: BuildJob,
            release: Release, options: ConvertOptions, entry: Plan) -> Plan:
     """Build with the first builder; with several (`auto`), fall through to the next when one fails.
     Each failure is recorded in the manifest as it happens: the entry never describes an older build."""
-    held_out = _cpu_data(network, options).held_out if options.precision is Precision.int8 else np.zeros(0)
+    held_out = cpu_data(network, options).held_out if options.precision is Precision.int8 else np.zeros(0)
     inputs, described = _check_inputs(network, held_out, options)
     check = PlanCheck(inputs, prec.run_onnx(prec.ort_session(fp32_onnx), inputs, network.input_name, network.output_name),
                       _plan_tolerance(job.precision, network), _plan_batches(options.profile, len(inputs)), described)

@@ -10,7 +10,7 @@ from pathlib import Path
 import tritonize
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
-from tritonize.manifest import Entry, Manifest, Plan, Status
+from tritonize.manifest import Entry, Manifest, Plan, PrecisionVariant, Status
 from tritonize.progress import say
 from tritonize.repository_builder.config import (
     CONFIG_NAME, LABELS_NAME, NOT_BUILT_SUFFIX, REQUIREMENTS_NAME, config_text, ensemble_config, kind_name, model_config,
@@ -100,15 +100,39 @@ def _why_not(backend: Backend, manifest: Manifest, options: RepoOptions) -> str 
     if entry is None:
         if backend.needs_gpu:
             return f"no TensorRT plan in {artifacts} (run `tritonize convert trt` on a GPU box)"
+        if backend.cpu_variant:
+            return f"no CPU INT8 variant in {artifacts} (`tritonize convert cpu --calib-images DIR` makes and gates one)"
         return f"no {backend.artifact} artifact in {artifacts}/manifest.json (run `tritonize export`)"
     if isinstance(entry, Plan) and entry.status is not Status.built:
         return f"TensorRT plan status is {entry.status.value!r}, not 'built' (run the convert step on a GPU box)"
+    if backend.cpu_variant:
+        why = _why_not_variant(entry, manifest)
+        if why:
+            return why
     path = manifest.path(entry)
     if not path.is_file():
         return f"{path} is missing (re-run the stage that writes it)"
     problem = manifest.file_problem(entry)
     if problem:
         return f"{problem} (re-run the stage that writes it)"
+    return None
+
+
+def _why_not_variant(entry: PrecisionVariant, manifest: Manifest) -> str | None:
+    """A CPU precision variant is served only when `convert cpu` measured both gates, against this FP32 export,
+    and both passed."""
+    gates = entry.cpu_serving
+    fp32 = manifest.onnx
+    if fp32 is None or entry.source.sha256 != fp32.sha256:
+        return f"{entry.file} was made from another FP32 export (run `tritonize convert cpu` again)"
+    if gates is None:
+        return f"{entry.file} has not passed the serving gates yet (run `tritonize convert cpu`)"
+    if gates.fp32.sha256 != fp32.sha256:
+        return f"{entry.file}'s gates compared it with another FP32 export (run `tritonize convert cpu` again)"
+    if not gates.agreement.passed:
+        return f"left out, it does not agree with FP32: {gates.agreement.reason}"
+    if not gates.speed.passed:
+        return f"left out, {gates.speed.reason}"
     return None
 
 
@@ -137,6 +161,9 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
     )
     default_kind = _default_kind(backend, options)
     variants = {CONFIG_NAME: default_kind, "configs/gpu.pbtxt": "gpu"}
+    if backend.cpu_variant:  # gated for onnxruntime's CPU kernels: never placed on a GPU
+        header += "\nA precision variant gated for the CPU (`tritonize convert cpu`): KIND_CPU in every config."
+        variants = {CONFIG_NAME: "cpu"}
     if not backend.needs_gpu:
         variants["configs/cpu.pbtxt"] = "cpu"
     texts = {}
@@ -155,7 +182,9 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
 
 
 def _default_kind(backend: Backend, options: RepoOptions) -> str:
-    """The instance kind of config.pbtxt: --kind, but a TensorRT plan always on a GPU."""
+    """The instance kind of config.pbtxt: --kind, but a TensorRT plan always on a GPU, a CPU variant on the CPU."""
+    if backend.cpu_variant:
+        return "cpu"
     return options.kind if options.kind != "auto" or not backend.needs_gpu else "gpu"
 
 

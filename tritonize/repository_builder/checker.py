@@ -14,8 +14,10 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   torchscript the module's forward() takes as many inputs as the config declares, names follow
               Triton's `<name>__<index>` rule, and a batch-1 forward gives the configured output dims
   plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names
-  hashes      (manifest) model files have the sha256 the manifest recorded, and so have the artifacts themselves
+  hashes      (manifest) model files have the sha256 the manifest recorded (the artifact a model names in its
+              `source.artifact` parameter, else its backend's export), and so have the artifacts themselves
               (an export killed mid-publish leaves a `pending` entry or another file)
+  gates       (manifest) a CPU precision variant is served only with `convert cpu`'s gates passed
   provenance  contract parameters present (and trt_model's plan provenance); (manifest) source.manifest_sha256
               is this manifest's hash
   ensemble    steps name models of the repository; each step maps every input of its model and only its
@@ -38,7 +40,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import Manifest, Plan, Status
+from tritonize.manifest import Manifest, Plan, PrecisionVariant, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, kind_name, parse_config
@@ -419,7 +421,8 @@ class _ModelCheck:
         if recorded and recorded != sha:
             self.add("warning", f"built from another manifest (sha256 {recorded[:12]}, artifacts now {sha[:12]})",
                      f"{REBUILD} after re-exporting")
-        key = ARTIFACT_KEYS.get(backend or "")
+        named = cfg.parameters["source.artifact"].string_value if "source.artifact" in cfg.parameters else ""
+        key = named or ARTIFACT_KEYS.get(backend or "")  # a precision variant names the artifact it serves
         entry = manifest.artifacts.get(key) if key else None
         if entry is None:
             if key:
@@ -432,6 +435,9 @@ class _ModelCheck:
                      f"{REBUILD} from the verified artifacts")
         if isinstance(entry, Plan):
             self._check_plan(cfg, entry)
+        if isinstance(entry, PrecisionVariant) and not (entry.cpu_serving and entry.cpu_serving.passed):
+            self.add("error", f"serves {entry.file}, which has not passed `convert cpu`'s gates (agreement with FP32, "
+                              "speed through the server)", f"run `tritonize convert cpu`, then {REBUILD}")
 
     def _check_plan(self, cfg, plan: Plan) -> None:
         profile = plan.profile

@@ -8,7 +8,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
-from tritonize.manifest import Entry, Plan
+from tritonize.manifest import Entry, Plan, PrecisionVariant
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder.options import LOGITS, PREPROCESSED, Backend, Preprocessor, RepoOptions
 from tritonize.spec import ModelSpec
@@ -52,6 +52,14 @@ def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: s
             "source.triton_release": entry.target.triton_release,
             "source.version_compatible": str(entry.options.version_compatible).lower(),
         })
+    if isinstance(entry, PrecisionVariant) and entry.cpu_serving is not None:
+        gates = entry.cpu_serving
+        params.update({
+            "source.precision": entry.precision,
+            "gate.agreement": gates.agreement.reason,
+            "gate.speed": gates.speed.reason,
+            "gate.measured": gates.measured,
+        })
     return params
 
 
@@ -86,6 +94,8 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
 
     for key, value in contract_parameters(spec, entry, manifest_sha256).items():
         cfg.parameters[key].string_value = value
+    if backend.cpu_variant:
+        cfg.parameters["source.artifact"].string_value = backend.artifact
     return cfg
 
 

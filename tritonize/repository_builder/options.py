@@ -1,5 +1,5 @@
-"""What the user can choose about the repository, validated once, the three backends it knows and the
-preprocessing models and ensembles built around them."""
+"""What the user can choose about the repository, validated once, the models it knows (three backends and
+the gated CPU precision variant) and the preprocessing models and ensembles built around them."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class Backend:
     default_output: str
     ensemble: str  # its ensemble taking encoded images; `<ensemble>_uint8` takes UINT8 pixels
     needs_gpu: bool = False  # TensorRT plans only run on a GPU
+    cpu_variant: bool = False  # a precision variant for the CPU: built when `convert cpu`'s gates passed, CPU only
 
 
 BACKENDS = {
@@ -31,6 +32,8 @@ BACKENDS = {
         Backend("torch_model", "torchscript", "pytorch_libtorch", "model.pt", "input__0", "output__0", "torch_classifier"),
         Backend("trt_model", "tensorrt", "tensorrt_plan", "model.plan", "input", "output", "trt_classifier",
                 needs_gpu=True),
+        Backend("onnx_int8_model", "onnx_int8_cpu", "onnxruntime_onnx", "model.onnx", "input", "output",
+                "onnx_int8_classifier", cpu_variant=True),
     )
 }
 

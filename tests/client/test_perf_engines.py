@@ -1,0 +1,95 @@
+"""`client perf` measured by the real perf_analyzer against the embedded server, and the built-in load process."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import pytest
+from PIL import Image
+
+from tests.client.test_reports import PERF_ANALYZER_HEADER
+from tests.conftest import run_cli
+from tritonize.tools import perf_analyzer
+
+NEEDS_PERF_ANALYZER = pytest.mark.skipif(
+    perf_analyzer.find() is None,
+    reason="perf_analyzer not found on PATH or where `tritonize tools get-perf-analyzer` puts it (make test runs it)")
+
+
+@NEEDS_PERF_ANALYZER
+def test_perf_analyzer_measures_and_its_own_csv_rows_are_kept(small_server, tmp_path):
+    out = tmp_path / "perf"
+    result = run_cli("client", "perf", "--model", "onnx_model", "--concurrency", "1,2", "--duration", "0.6",
+                     "--warmup", "1", "--engine", "perf_analyzer", "--preprocess", "client", "--out", out,
+                     "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    assert f"measured by perf_analyzer {perf_analyzer.TRITONCLIENT_VERSION}" in result.stdout
+    lines = (out / "onnx_model.csv").read_text().splitlines()
+    assert lines[0] == PERF_ANALYZER_HEADER  # perf_analyzer's own -f --verbose-csv header
+    rows = list(csv.DictReader(lines))
+    assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2]
+    throughputs = [float(r["Inferences/Second"]) for r in rows]
+    assert throughputs == sorted(throughputs)  # perf_analyzer's order: increasing throughput
+    for r in rows:
+        assert int(r["Client Send"]) > 0  # perf_analyzer times its own request preparation
+        assert 0 < int(r["Server Compute Infer"]) < int(r["Avg latency"]) and int(r["p50 latency"]) <= int(r["p99 latency"])
+    report = json.loads((out / "perf.json").read_text())
+    assert report["engine"].startswith("perf_analyzer 2.51.0") and len(report["levels"]) == 2
+    for level in report["levels"]:
+        assert level["engine"] == "perf_analyzer 2.51.0" and level["requests"] > 0 and level["server_batches"] >= 1
+    with Image.open(out / "latency_vs_throughput.png") as image:
+        assert image.format == "PNG"
+
+
+@NEEDS_PERF_ANALYZER
+def test_perf_analyzer_sends_the_encoded_photo_through_shared_memory(small_server, tmp_path):
+    # The server's preprocess model decodes every image: a BYTES element without its 4-byte length
+    # prefix, or anything but the photo, makes it refuse the request and perf_analyzer fail.
+    result = run_cli("client", "perf", "--model", "onnx_model", "--preprocess", "server", "--concurrency", "2",
+                     "--requests", "3", "--batch", "2", "--shared-memory", "system", "--engine", "perf_analyzer",
+                     "--json", "--out", tmp_path, "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    (level,) = report["levels"]
+    assert level["model"] == "onnx_classifier" and level["transport"] == "system shared memory"
+    assert level["batch"] == 2 and level["requests"] >= 3 and level["tensor_bytes_on_wire"] == 0
+    savings = report["shared_memory_savings"]["onnx_classifier"]
+    assert savings["grpc"]["tensor_bytes_on_wire"] > 2 * 60_000 and savings["system_shared_memory"]["tensor_bytes_on_wire"] == 0
+
+
+def test_auto_measures_with_the_builtin_engine_when_perf_analyzer_is_absent_and_says_so(small_server, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("TRITONIZE_TOOLS", str(tmp_path / "no-tools"))
+    result = run_cli("client", "perf", "--model", "onnx_model", "--concurrency", "1", "--requests", "4", "--warmup", "1",
+                     "--preprocess", "client", "--out", tmp_path / "perf", "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    assert "perf_analyzer not found" in result.stderr and "tritonize tools get-perf-analyzer" in result.stderr
+    assert "measured by builtin" in result.stdout
+    rows = list(csv.DictReader((tmp_path / "perf" / "onnx_model.csv").read_text().splitlines()))
+    assert [r["Concurrency"] for r in rows] == ["1"]
+
+
+def test_the_builtin_load_process_sends_prepared_requests_and_counts_its_window(small_server):
+    from tritonize.client.connection import Connection
+    from tritonize.client.load import LoadError, LoadProcess
+    from tritonize.client.perf import Workload, _request_batch, PerfOptions
+
+    with Connection(small_server.grpc_url) as connection:
+        info = connection.model_for("onnx_model", "client")
+        workload = Workload(info, _request_batch(info, PerfOptions(batch=2)), shared_memory=False)
+        before = connection.statistics("onnx_model")["success"][0]
+        with LoadProcess(connection.url, [workload.serialized(), workload.serialized()], timeout=30) as load:
+            assert load.process.pid != os.getpid()
+            first = load.run(concurrency=2, warmup=1, seconds=None, count=5, limit=60)
+            second = load.run(concurrency=1, warmup=1, seconds=0.5, count=None, limit=60)  # the same process again
+            assert load.process.poll() is None
+        served = connection.statistics("onnx_model")["success"][0] - before
+    assert len(first.requests) == 5 and all(done > sent for sent, done in first.requests)
+    assert first.seconds > 0 and second.seconds == pytest.approx(0.5, abs=0.2) and second.requests
+    # Everything sent reached the server: warm-up, measured, and the requests in flight when a window closed.
+    assert served >= 2 + 5 + 1 + len(second.requests)
+    wrong = workload.serialized().replace(b"onnx_model", b"nosuch_mdl")
+    with LoadProcess(small_server.grpc_url, [wrong], timeout=30) as load, pytest.raises(LoadError, match="nosuch_mdl"):
+        load.run(concurrency=1, warmup=1, seconds=0.2, count=None, limit=10)

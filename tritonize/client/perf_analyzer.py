@@ -1,0 +1,148 @@
+"""`client perf` measured by the real perf_analyzer: one run per level, read back from its own CSV.
+
+The options map onto its flags: `-b` batch, `--concurrency-range C`, `--shared-memory system` (with
+`--output-shared-memory-size`), `--duration S` -> three time windows of S/3 (`-p`), `--requests N` ->
+`--measurement-mode count_windows` with N/3 requests per window, `--stability` -> `-s`. Every request
+carries the same image as the built-in engine sends, in perf_analyzer's `--input-data` JSON (base64 of
+the tensor's bytes; a BYTES element with its 4-byte length first, as its docs require). The CSV row
+(`-f` with `--verbose-csv`) is kept as perf_analyzer wrote it; what the CSV lacks (request count, the
+batch the server executed) comes from its stdout.
+
+Exit codes seen with 2.51: 0 done; 2 no stable measurement within `-r` windows (no CSV written);
+99 anything else (unknown model, server unreachable, a refused request), with the reason on stdout.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import math
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from tritonize.errors import TritonizeError
+from tritonize.tools.perf_analyzer import PerfAnalyzer
+
+SERVER_COLUMNS = {"queue": "Server Queue", "compute_input": "Server Compute Input",
+                  "compute_infer": "Server Compute Infer", "compute_output": "Server Compute Output"}
+MAX_TRIALS = 10  # perf_analyzer's -r default: windows tried before it gives up on stability
+GONE = ("failed to connect", "Connection refused", "Socket closed", "UNAVAILABLE", "Couldn't connect")
+
+
+class PerfAnalyzerFailed(TritonizeError):
+    """perf_analyzer stopped with an error; `gone` when it lost the server."""
+
+    def __init__(self, message: str, gone: bool):
+        super().__init__(message)
+        self.gone = gone
+
+
+def input_data(name: str, sample: np.ndarray) -> dict:
+    """perf_analyzer's --input-data JSON for one input: `sample` is one image in the form the model takes
+    (perf_analyzer repeats it for every image of a batch)."""
+    if sample.dtype == np.object_:
+        from tritonclient.utils import serialize_byte_tensor
+
+        raw = serialize_byte_tensor(sample).item()  # 4-byte length + bytes, per element
+    else:
+        raw = np.ascontiguousarray(sample).tobytes()
+    return {"data": [{name: {"content": {"b64": base64.b64encode(raw).decode()}, "shape": list(sample.shape)}}]}
+
+
+def argv(tool: PerfAnalyzer, model: str, url: str, data_file: Path, csv_file: Path, *, concurrency: int, batch: int,
+         batching: bool, seconds: float | None, requests: int | None, stability: float, shared_memory: str,
+         output_bytes: int, headers: dict[str, str] | None = None, root_certificates: str | None = None) -> list[str]:
+    """The command line for one level. `headers`: gRPC metadata for every call (the control key for the
+    statistics it reads; 2.51's --help says -H is HTTP only, but its gRPC calls send it too, tested here);
+    `root_certificates`: the CA of a server serving gRPC over TLS."""
+    args = [str(tool.path), "-m", model, "-i", "grpc", "-u", url, "--input-data", str(data_file),
+            "--concurrency-range", str(concurrency), "-s", f"{stability:g}", "-r", str(MAX_TRIALS),
+            "-f", str(csv_file), "--verbose-csv"]
+    if batching:
+        args += ["-b", str(batch)]
+    if requests is not None:
+        args += ["--measurement-mode", "count_windows", "--measurement-request-count", str(max(1, math.ceil(requests / 3)))]
+    else:
+        args += ["-p", str(max(100, int(round((seconds or 5.0) * 1000 / 3))))]
+    for name, value in (headers or {}).items():
+        args += ["-H", f"{name}:{value}"]
+    if root_certificates:
+        args += ["--ssl-grpc-use-ssl", "true", "--ssl-grpc-root-certifications-file", root_certificates]
+    if shared_memory == "system":
+        args += ["--shared-memory", "system", "--output-shared-memory-size", str(output_bytes)]
+    return args
+
+
+def run_level(command: list[str], csv_file: Path, during: str, timeout: float) -> tuple[dict, dict]:
+    """Run perf_analyzer for one level: its CSV row (as written) and the figures parsed from stdout."""
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise PerfAnalyzerFailed(f"perf_analyzer did not finish {during} within {timeout:.0f} s", gone=False) from None
+    output = result.stdout + result.stderr
+    if result.returncode == 2:
+        raise PerfAnalyzerFailed(
+            f"perf_analyzer found no stable measurement {during} within {MAX_TRIALS} windows (the machine is busy?); "
+            "raise --stability or --duration", gone=False)
+    if result.returncode != 0 or not csv_file.is_file():
+        errors = [line.strip() for line in output.splitlines() if "error" in line.lower()] or output.strip().splitlines()[-1:]
+        reason = errors[0] if errors else f"exit code {result.returncode}"
+        raise PerfAnalyzerFailed(f"perf_analyzer failed {during}: {reason}", gone=any(g in reason for g in GONE))
+    with open(csv_file, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if len(rows) != 1:
+        raise PerfAnalyzerFailed(f"perf_analyzer wrote {len(rows)} CSV rows {during}, expected one", gone=False)
+    return rows[0], stdout_figures(result.stdout)
+
+
+def stdout_figures(text: str) -> dict:
+    """From the last level of perf_analyzer's summary: client request count, server inference and
+    execution counts."""
+    found = {}
+    for key, label in (("requests", "Request count"), ("inferences", "Inference count"), ("executions", "Execution count")):
+        values = re.findall(rf"{label}: (\d+)", text)
+        if values:
+            found[key] = int(values[-1])
+    return found
+
+
+def level_figures(row: dict, figures: dict, batch: int) -> dict:
+    """LevelResult fields from perf_analyzer's CSV row (microseconds) and stdout figures."""
+    us = lambda column: float(row[column])  # noqa: E731
+    throughput = float(row["Inferences/Second"])
+    requests = figures.get("requests", 0)
+    return {
+        "requests": requests,
+        "seconds": round(requests * batch / throughput, 4) if throughput else 0.0,
+        "throughput": throughput,
+        "latency": {"count": requests, "avg_ms": us("Avg latency") / 1e3,
+                    **{f"p{p}_ms": us(f"p{p} latency") / 1e3 for p in (50, 90, 95, 99)}},
+        "client_send_us": us("Client Send"),
+        "client_recv_us": us("Client Recv"),
+        "response_wait_us": us("response wait"),
+        "server_us": {part: us(column) for part, column in SERVER_COLUMNS.items()},
+        "server_batches": figures["inferences"] / figures["executions"] if figures.get("executions") else 0.0,
+    }
+
+
+class PerfAnalyzerRuns:
+    """The input data file and one perf_analyzer run per level, in a private temporary directory."""
+
+    def __init__(self, tool: PerfAnalyzer, input_name: str, sample: np.ndarray):
+        self.tool = tool
+        self._dir = tempfile.TemporaryDirectory(prefix="tritonize-perf-analyzer-")
+        self.data_file = Path(self._dir.name) / "input_data.json"
+        self.data_file.write_text(json.dumps(input_data(input_name, sample)))
+        self._runs = 0
+
+    def next_csv(self) -> Path:
+        self._runs += 1
+        return Path(self._dir.name) / f"level_{self._runs}.csv"
+
+    def close(self) -> None:
+        self._dir.cleanup()

@@ -1,0 +1,1 @@
+"""External tools tritonize uses when they are present, and how to get them."""
