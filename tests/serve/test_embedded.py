@@ -483,6 +483,7 @@ def test_stop_sends_sigterm_first_and_sigkill_only_after_the_grace(tmp_path, beh
     assert _group_members(process.pid) == {}
 
 
+@pytest.mark.timeout(180)  # a serve that is not refused would serve until stopped
 def test_numpy_2_is_refused_before_the_server_starts(onnx_repo, tmp_path, monkeypatch):
     """With numpy 2 the Python backend stub passes zeros; the installed distribution's version is what
     decides. A numpy-2.1.0.dist-info first on sys.path is what importlib.metadata then finds."""
