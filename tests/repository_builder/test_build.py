@@ -52,7 +52,7 @@ def test_repository_parses_back_with_every_field(small_repo, small_artifacts):
         assert (params["preprocess.resize"], params["preprocess.crop"]) == ("256", "224")
         assert params["preprocess.interpolation"] == "bilinear" and params["preprocess.channel_order"] == "RGB"
         assert float(params["preprocess.scale"]) == pytest.approx(1 / 255)
-        assert (params["source.arch"], params["source.weights"]) == ("resnet18", "none")
+        assert (params["source.arch"], params["source.weights"]) == (spec.arch, "none")
         assert params["source.manifest_sha256"] == manifest.sha256()
         assert (d / "labels.txt").read_text().splitlines() == list(spec.labels)
         # The model file is the verified artifact itself, hard-linked (no 500 MB copy).
