@@ -63,7 +63,7 @@ perf-analyzer: $(STAMP)
 # show NAME` shows one). The artifacts the tests share are exported once for every mutant's tests, from
 # squeezenet1_1 (5 MB, where resnet18 is 47 MB: each mutant's tests load them afresh, which halves the run);
 # torch runs one thread per test process (mutmut runs one process per core: more threads only wait on each other).
-MUTATION_ARTIFACTS := build/mutation-artifacts
+MUTATION_ARTIFACTS := build/mutation-squeezenet1_1
 mutation: $(STAMP)
 	$(PY) -m pip install -q -e ".[mutation]"
 	$(VENV)/bin/tritonize export --arch squeezenet1_1 --weights none --artifacts $(MUTATION_ARTIFACTS) > /dev/null
