@@ -107,6 +107,18 @@ def watched(small_server, small_repo, promtool, tmp_path_factory):
             process.kill()
 
 
+# Each per-request average rule and the counter it divides by the request count.
+AVERAGED = {promql.REQUEST_US: promql.REQUEST_AVG, promql.QUEUE_US: promql.QUEUE_AVG,
+            promql.COMPUTE_INPUT_US: promql.COMPUTE_INPUT_AVG, promql.COMPUTE_INFER_US: promql.COMPUTE_INFER_AVG,
+            promql.COMPUTE_OUTPUT_US: promql.COMPUTE_OUTPUT_AVG}
+
+
+def _samples(api: PrometheusAPI, metric: str, model: str, at: float) -> list[tuple[float, float]]:
+    """The (time, value) samples Prometheus holds of a model's counter in the minute before `at`."""
+    (series,) = api.query(f'{metric}{{model="{model}"}}[1m]', at)
+    return [(float(t), float(x)) for t, x in series["values"]]
+
+
 def _per_model(api: PrometheusAPI, expr: str, at: float) -> dict[str, float]:
     return {s["metric"]["model"]: float(s["value"][1]) for s in api.query(expr, at) if s["metric"].get("model") in MODELS}
 
@@ -135,22 +147,26 @@ def test_every_recording_rule_has_plausible_values(watched):
     for model in MODELS:
         v = {record: series[model] for record, series in values.items()}
         assert all(math.isfinite(x) and x >= 0 for x in v.values()), v
-        # The 1-minute window holds all of this load and nothing else (Prometheus started just before
-        # it): the scraped counter grew by exactly what was sent, and rate() spreads that over the minute,
-        # extrapolating from the sampled span by at most 1.1 scrape intervals at each end (fewer samples
-        # on a busy machine stretch that, so the bound comes from the samples Prometheus holds).
-        (series,) = api.query(f'{promql.SUCCESS}{{model="{model}"}}[1m]', at)
-        samples = [(float(t), float(x)) for t, x in series["values"]]
-        assert samples[-1][1] - samples[0][1] == sent[model], (samples, sent)
+        # The 1-minute window holds all of this load and nothing else (Prometheus started just before it):
+        # the scraped counters grew by exactly what was sent. rate() spreads a counter's growth over the
+        # minute, extrapolating it on its own by at most 1.1 scrape intervals at each end (less where it
+        # would reach zero), so a rule is checked against the growth of the samples Prometheus holds, within
+        # that stretch; Triton's own accounting is checked on the growth itself.
+        grew = {metric: _samples(api, metric, model, at) for metric in (promql.SUCCESS, promql.INFERENCES, *AVERAGED)}
+        samples = grew[promql.SUCCESS]
         sampled = samples[-1][0] - samples[0][0]
-        stretch = (sampled + 2 * 1.1 * sampled / (len(samples) - 1)) / sampled
-        assert 0.99 <= v[promql.REQUEST_RATE] * 60 / sent[model] <= 1.05 * stretch, (v, sent, samples)
+        stretch = 1.05 * (sampled + 2 * 1.1 * sampled / (len(samples) - 1)) / sampled
+        grew = {metric: s[-1][1] - s[0][1] for metric, s in grew.items()}
+        assert grew[promql.SUCCESS] == sent[model] and grew[promql.INFERENCES] == BATCH * sent[model], (grew, sent)
+        assert 0.99 <= v[promql.REQUEST_RATE] * 60 / sent[model] <= stretch, (v, sent, samples)
         assert v[promql.FAILURE_RATE] == 0
-        assert v[promql.INFERENCE_RATE] == pytest.approx(BATCH * v[promql.REQUEST_RATE], rel=0.15)
+        assert 1 / stretch <= v[promql.INFERENCE_RATE] / (BATCH * v[promql.REQUEST_RATE]) <= stretch, v
         assert BATCH * 0.8 <= v[promql.BATCH_SIZE] <= 32 * 1.25  # dynamic batching: up to max_batch_size
         assert v[promql.COMPUTE_INFER_AVG] > 100  # us: resnet18 on a CPU takes milliseconds
-        parts = v[promql.QUEUE_AVG] + v[promql.COMPUTE_INPUT_AVG] + v[promql.COMPUTE_INFER_AVG] + v[promql.COMPUTE_OUTPUT_AVG]
-        assert 0.5 * v[promql.REQUEST_AVG] <= parts <= 1.01 * v[promql.REQUEST_AVG], v
+        parts = sum(grew[metric] for metric in AVERAGED if metric != promql.REQUEST_US)
+        assert 0.5 * grew[promql.REQUEST_US] <= parts <= 1.01 * grew[promql.REQUEST_US], grew
+        for metric, record in AVERAGED.items():
+            assert 1 / stretch <= v[record] / (grew[metric] / sent[model]) <= stretch, (record, v, grew)
         assert v[promql.QUEUE_COMPUTE_RATIO] == pytest.approx(v[promql.QUEUE_AVG] / v[promql.COMPUTE_INFER_AVG], rel=1e-6)
 
 
