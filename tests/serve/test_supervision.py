@@ -24,13 +24,13 @@ from tritonize.serve.supervisor import RELOAD_DELAYS_S, stub_processes
 
 @pytest.fixture(scope="module")
 def serve(small_artifacts, tmp_path_factory):
-    """`tritonize serve` on three copies of the same ONNX model (quick to start, equal answers); each
-    test does its harm to its own copy: onnx_model, onnx_hung, onnx_crashy."""
+    """`tritonize serve` on four copies of the same ONNX model (quick to start, equal answers); each
+    test does its harm to its own copy: onnx_model, onnx_hung, onnx_crashy, onnx_tuned."""
     from tritonize.repository_builder import RepoOptions, build_repository
 
     repo = tmp_path_factory.mktemp("supervised") / "models"
     build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
-    for name in ("onnx_hung", "onnx_crashy"):
+    for name in ("onnx_hung", "onnx_crashy", "onnx_tuned"):
         shutil.copytree(repo / "onnx_model", repo / name)
         for config in [repo / name / "config.pbtxt", *(repo / name / "configs").glob("*.pbtxt")]:
             config.write_text(config.read_text().replace('name: "onnx_model"', f'name: "{name}"'))
@@ -105,3 +105,24 @@ def test_repeated_crashes_back_off_then_leave_the_model_unavailable_with_its_rea
     assert error.startswith("error: model 'onnx_crashy' is UNAVAILABLE: ") and "crashed 4 times within 10 min" in error
     assert "onnx_model (READY)" in error
     _infer(serve.grpc_url, "onnx_model")
+
+
+def test_a_config_loaded_with_fewer_instances_is_not_a_crash(serve):
+    """`tritonize tune` and `models load --config` load a config through the repository API: the stubs
+    of instances the new config drops exit, and the model must keep that config, not be reloaded."""
+    import json
+
+    import tritonclient.grpc as grpcclient
+
+    with grpcclient.InferenceServerClient(serve.grpc_url) as client:
+        config = client.get_model_config("onnx_tuned", as_json=True)["config"]
+        for count in (2, 1):
+            config["instance_group"] = [{"count": count, "kind": "KIND_CPU"}]
+            client.load_model("onnx_tuned", config=json.dumps(config))
+            time.sleep(10 * 0.5)  # ten rounds of the supervisor
+            # Triton updates the instances in place: which one a smaller count keeps is its choice.
+            assert len([i for i in stub_processes(serve.server_pid) if i.startswith("onnx_tuned_")]) == count
+        served = client.get_model_config("onnx_tuned", as_json=True)["config"]
+    assert [int(g["count"]) for g in served["instance_group"]] == [1]
+    assert not [line for line in serve.stderr if line.startswith("onnx_tuned: ")], serve.stderr
+    _infer(serve.grpc_url, "onnx_tuned")

@@ -3,10 +3,11 @@
 A model whose stub died (the kernel's OOM killer, a crash) stays READY in Triton but fails every
 request with "Stub process '<instance>' is not healthy." until it is unloaded and loaded again (a
 plain `load` of an unchanged model does nothing). Every POLL_S the supervisor looks at each READY
-model: a stub that is gone with none in its place is a crash; a stub replaced by another process, or
-a rise in the model's failed-request counter (Triton's metrics), is confirmed with one batch-1
-request of zeros, and only "is not healthy" counts, so a model reloaded on purpose or a client's bad
-request changes nothing. A crashed model is reloaded (unload + load through the model repository
+model: a stub gone or replaced by another process, or a rise in the model's failed-request counter
+(Triton's metrics), is confirmed with batch-1 requests of zeros (one per instance, and one more), and
+only "is not healthy" counts: a config loaded with fewer instances (`tritonize tune`, `models load
+--config`) drops stubs, a reload replaces them, a client sends a bad request, and none of that is a
+crash. A crashed model is reloaded (unload + load through the model repository
 API) while the others keep serving. One that keeps crashing is reloaded after the delays in
 RELOAD_DELAYS_S, then given up: UNAVAILABLE with the reason, in Triton's repository index where
 clients and `tritonize serve` read it.
@@ -95,12 +96,12 @@ class Supervisor:
                 if time.monotonic() >= model.reload_at:
                     self._reload(name, model)
                 continue
-            gone = sorted(i for i in model.stubs if i not in mine)
-            if gone:  # a stub died and none took its place
-                self._crashed(name, model, f"stub {', '.join(f'{i} (pid {model.stubs[i]})' for i in gone)} died")
-                continue
-            if mine != model.stubs or failures.get(name, 0.0) > model.failures:  # reloaded by someone, or failing
-                problem = self._probe(name)
+            if mine != model.stubs or failures.get(name, 0.0) > model.failures:  # a stub gone or replaced, or failing
+                problem = self._probe(name, len(model.stubs) + 1)
+                gone = sorted(i for i in model.stubs if i not in mine)
+                if problem and gone:  # a stub died and none took its place
+                    self._crashed(name, model, f"stub {', '.join(f'{i} (pid {model.stubs[i]})' for i in gone)} died")
+                    continue
                 hung = re.search(r"Stub process '([^']+)'", problem or "")
                 # The error names the stub; an ensemble failing in a step names the step's, whose own check acts.
                 if hung and hung[1] in mine:
@@ -112,9 +113,10 @@ class Supervisor:
                     continue
             model.stubs, model.failures = mine, failures.get(name, 0.0)
 
-    def _probe(self, name: str) -> str | None:
-        """The error of one batch-1 request of zeros if it says a stub is not healthy, else None. (JSON
-        carries the dtypes `repo build` serves, FP32, UINT8 and BYTES; Triton refuses FP16 in JSON.)"""
+    def _probe(self, name: str, requests: int = 1) -> str | None:
+        """The first error of up to `requests` batch-1 requests of zeros that says a stub is not healthy,
+        else None (the requests spread over the instances). (JSON carries the dtypes `repo build` serves,
+        FP32, UINT8 and BYTES; Triton refuses FP16 in JSON.)"""
         try:
             with urllib.request.urlopen(f"{self.http_url}/v2/models/{name}/config", timeout=REQUEST_TIMEOUT_S) as response:
                 config = json.loads(response.read())
@@ -127,8 +129,12 @@ class Supervisor:
             shape = batch + [max(1, int(d)) for d in spec.get("dims", [])]
             zero = {"BYTES": "", "BOOL": False}.get(dtype, 0)
             inputs.append({"name": spec["name"], "shape": shape, "datatype": dtype, "data": [zero] * math.prod(shape)})
-        problem = self._post(f"/v2/models/{name}/infer", json.dumps({"inputs": inputs}).encode())
-        return problem if problem and UNHEALTHY in problem else None
+        body = json.dumps({"inputs": inputs}).encode()
+        for _ in range(requests):
+            problem = self._post(f"/v2/models/{name}/infer", body)
+            if problem and UNHEALTHY in problem:
+                return problem
+        return None
 
     def _crashed(self, name: str, model: _Model, what: str) -> None:
         now = time.monotonic()
