@@ -139,3 +139,29 @@ def test_an_interrupted_directory_swap_puts_the_previous_one_back(tmp_path):
         with atomic_path(final) as tmp:
             pass  # no directory at the temporary path: the second rename fails
     assert _names(final) == ["old_model"] and _names(tmp_path) == ["models"]
+
+
+def test_replace_tree_swaps_a_whole_bundle_and_refuses_someone_elses_directory(tmp_path):
+    import os
+    import stat
+
+    from tritonize.files import replace_tree
+
+    bundle = tmp_path / "out" / "bundle"
+    written = replace_tree(bundle, {"a.yaml": "one", "sub/run.sh": "#!/bin/sh\n"}, ["a.yaml", "sub/run.sh", "old.yaml"],
+                           "a monitoring bundle", "--bundle", executables=["sub/run.sh"])
+    assert written == [bundle / "a.yaml", bundle / "sub" / "run.sh"]
+    assert (bundle / "a.yaml").read_text() == "one" and os.access(bundle / "sub" / "run.sh", os.X_OK)
+    assert not stat.S_IMODE((bundle / "a.yaml").stat().st_mode) & stat.S_IXUSR
+    (bundle / "old.yaml").write_text("a file an earlier version wrote")
+    replace_tree(bundle, {"a.yaml": "two"}, ["a.yaml", "sub/run.sh", "old.yaml"], "a monitoring bundle", "--bundle")
+    assert sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()) == ["a.yaml"]
+    assert (bundle / "a.yaml").read_text() == "two"
+    (bundle / "mine.txt").write_text("the user's")
+    with pytest.raises(TritonizeError, match=r"bundle exists and holds files that are not a monitoring bundle \(mine.txt\); "
+                                             r"choose another --bundle or remove it"):
+        replace_tree(bundle, {"a.yaml": "three"}, ["a.yaml"], "a monitoring bundle", "--bundle")
+    assert (bundle / "a.yaml").read_text() == "two" and (bundle / "mine.txt").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(TritonizeError, match="not a directory"):
+        replace_tree(tmp_path / "file", {"a.yaml": "x"}, ["a.yaml"], "a bundle", "--bundle")

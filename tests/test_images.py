@@ -252,3 +252,26 @@ def test_batches_never_exceed_max_batch():
     assert [(s.start, s.stop) for s in batches(10, 4)] == [(0, 4), (4, 8), (8, 10)]
     assert [(s.start, s.stop) for s in batches(2, 0)] == [(0, 1), (1, 2)]
     assert batches(0, 8) == []
+
+
+def test_calibration_folder_lists_images_in_a_stable_order_and_loads_them_as_one_batch(tmp_path):
+    from tritonize.images import image_files, load_batch
+
+    photo = Image.open(PHOTO)
+    (tmp_path / "sub").mkdir()
+    for name in ("b.JPG", "sub/a.png", "c.webp"):
+        photo.save(tmp_path / name)
+    (tmp_path / "notes.txt").write_text("not an image")
+    files = image_files(tmp_path)
+    assert files == [tmp_path / "b.JPG", tmp_path / "c.webp", tmp_path / "sub" / "a.png"]
+    pre = Preprocessing(256, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    batch = load_batch(files, pre)
+    assert batch.shape == (3, 3, 224, 224) and batch.dtype == np.float32
+    np.testing.assert_array_equal(batch[1], pre(load_rgb(tmp_path / "c.webp")))  # lossless: the same pixels
+    assert load_batch([], pre).shape == (0, 3, 224, 224)
+    (tmp_path / "broken.jpg").write_bytes(b"not a jpeg")
+    with pytest.raises(TritonizeError, match="cannot use calibration image .*broken.jpg.*remove it from the image folder"):
+        load_batch(image_files(tmp_path), pre)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TritonizeError, match="no images in .*empty.*--calib-images"):
+        image_files(tmp_path / "empty")
