@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tritonize.errors import TritonizeError
@@ -22,6 +24,11 @@ def test_odd_values_round_trip_too():
     contract = Preprocessing(300, 299, (0.1, 1 / 3, 0.7), (0.2, 2 / 7, 0.5), "bicubic", False, "BGR", "NHWC", 1 / 65535)
     assert Preprocessing.from_parameters(contract.to_parameters()) == contract
     assert contract.input_shape == (299, 299, 3)
+    # The manifest's form: plain JSON types, every field, read back equal.
+    data = contract.to_dict()
+    assert data == {"resize": 300, "crop": 299, "mean": [0.1, 1 / 3, 0.7], "std": [0.2, 2 / 7, 0.5], "interpolation": "bicubic",
+                    "antialias": False, "channel_order": "BGR", "layout": "NHWC", "scale": 1 / 65535}
+    assert Preprocessing.from_dict(json.loads(json.dumps(data))) == contract
 
 
 def test_a_missing_contract_says_how_to_get_one():
