@@ -48,6 +48,14 @@ def run_cli(*args: str):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
+def error_line(result) -> str:
+    """The one `error:` line of a CLI run that failed as users should see it (exit 1, no traceback)."""
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.output, result.output
+    return errors[0]
+
+
 @pytest.fixture(scope="session")
 def small_artifacts(tmp_path_factory) -> Path:
     """resnet18 (random init) exported to TorchScript and ONNX, verified, with its manifest.

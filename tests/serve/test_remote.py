@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tests.client.conftest import PHOTO
-from tests.conftest import run_cli
+from tests.conftest import error_line, run_cli
 from tests.serve.helpers import Serve, children, make_certificates
 from tritonize.access import GRPC_KEY_HEADER, KEY_ENV, KEY_HEADER
 from tritonize.serve.supervisor import stub_processes
@@ -55,13 +55,6 @@ def _http(serve: Serve, path: str, key: str | None = None, body: bytes | None = 
         return e.code
 
 
-def _error_line(result) -> str:
-    assert result.exit_code == 1, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
-
-
 def test_the_key_is_in_a_file_only_the_user_reads_and_on_no_command_line_but_tritonservers(remote):
     assert "  (TLS)" in next(line for line in remote.table if line.startswith("gRPC "))
     assert stat.S_IMODE(remote.key_file.stat().st_mode) == 0o600
@@ -90,7 +83,7 @@ def test_unload_without_the_key_is_refused_and_with_it_works(remote, tls, monkey
     assert _http(remote, "/v2/models/onnx_model/stats", body=None) == 403
 
     url = ["--url", remote.grpc_url, "--tls-ca", tls / "ca.pem"]
-    line = _error_line(run_cli("models", "unload", "onnx_model", *url))
+    line = error_line(run_cli("models", "unload", "onnx_model", *url))
     assert "restricts the repository index to holders of its control key" in line and "--control-key-file" in line
     unloaded = run_cli("models", "unload", "onnx_model", *url, "--control-key-file", remote.key_file)
     assert unloaded.exit_code == 0 and "unloaded onnx_model: UNAVAILABLE" in unloaded.output, unloaded.output
@@ -98,7 +91,7 @@ def test_unload_without_the_key_is_refused_and_with_it_works(remote, tls, monkey
     loaded = run_cli("models", "load", "onnx_model", *url)
     assert loaded.exit_code == 0 and "loaded onnx_model: READY" in loaded.output, loaded.output
     monkeypatch.setenv(KEY_ENV, "not-the-key-but-long-enough")
-    assert "is not this server's" in _error_line(run_cli("models", "list", *url))
+    assert "is not this server's" in error_line(run_cli("models", "list", *url))
 
 
 def test_inference_metadata_config_and_health_need_no_key(remote, tls, tmp_path):
@@ -112,7 +105,7 @@ def test_inference_metadata_config_and_health_need_no_key(remote, tls, tmp_path)
     # Statistics are restricted: `client perf` reads them with the key.
     perf = ["client", "perf", "--url", remote.grpc_url, "--tls-ca", tls / "ca.pem", "--concurrency", "1",
             "--requests", "4", "--warmup", "1", "--out", tmp_path]
-    assert "restricts its statistics to holders of its control key" in _error_line(run_cli(*perf))
+    assert "restricts its statistics to holders of its control key" in error_line(run_cli(*perf))
     measured = run_cli(*perf, "--control-key-file", remote.key_file, "--json")
     assert measured.exit_code == 0, measured.output
 
@@ -130,8 +123,8 @@ def test_grpc_is_tls_and_a_client_without_the_ca_is_refused(remote, tls):
         x = grpcclient.InferInput("input", [1, 3, 224, 224], "FP32")
         x.set_data_from_numpy(np.zeros((1, 3, 224, 224), np.float32))
         assert client.infer("onnx_model", [x], client_timeout=60).as_numpy("output").shape == (1, 1000)
-    assert "needs --tls-ca" in _error_line(run_cli("client", "classify", PHOTO, "--url", remote.grpc_url))
-    wrong = _error_line(run_cli("client", "classify", PHOTO, "--url", remote.grpc_url, "--tls-ca", tls / "other_ca.pem"))
+    assert "needs --tls-ca" in error_line(run_cli("client", "classify", PHOTO, "--url", remote.grpc_url))
+    wrong = error_line(run_cli("client", "classify", PHOTO, "--url", remote.grpc_url, "--tls-ca", tls / "other_ca.pem"))
     assert "signed by the --tls-ca given" in wrong
 
 

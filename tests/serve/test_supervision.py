@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from tests.client.conftest import PHOTO
-from tests.conftest import run_cli
+from tests.conftest import error_line, run_cli
 from tests.serve.helpers import Serve
 from tritonize.serve.supervisor import RELOAD_DELAYS_S, stub_processes
 
@@ -57,13 +57,6 @@ def _new_stub(serve: Serve, instance: str, old: int | None = None, timeout: floa
     return pid
 
 
-def _error_line(result) -> str:
-    assert result.exit_code == 1, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.output, result.output
-    return errors[0]
-
-
 def test_killed_stub_is_reloaded_while_the_other_models_serve(serve):
     stubs = stub_processes(serve.server_pid)
     os.kill(stubs["onnx_model_0_0"], signal.SIGKILL)
@@ -81,7 +74,7 @@ def test_killed_stub_is_reloaded_while_the_other_models_serve(serve):
 def test_client_tells_a_failed_model_from_a_dead_server(serve):
     url = serve.grpc_url
     os.kill(stub_processes(serve.server_pid)["onnx_hung_0_0"], signal.SIGSTOP)  # alive, answers nothing
-    line = _error_line(run_cli("client", "classify", PHOTO, "--model", "onnx_hung", "--url", url))
+    line = error_line(run_cli("client", "classify", PHOTO, "--model", "onnx_hung", "--url", url))
     # (a server that is gone gives "lost the Triton server at URL ...; is it still running?")
     assert line == f"error: model 'onnx_hung' failed on the server at {url}: Stub process 'onnx_hung_0_0' is not healthy."
     # The supervisor saw the failed request, confirmed it, ended the stopped stub and reloaded the model.
@@ -101,7 +94,7 @@ def test_repeated_crashes_back_off_then_leave_the_model_unavailable_with_its_rea
     os.kill(_new_stub(serve, "onnx_crashy_0_0", pid), signal.SIGKILL)
     line = serve.expect("onnx_crashy: ")
     assert line.startswith("onnx_crashy: UNAVAILABLE: stub onnx_crashy_0_0") and "crashed 4 times within 10 min" in line
-    error = _error_line(run_cli("client", "classify", PHOTO, "--model", "onnx_crashy", "--url", serve.grpc_url))
+    error = error_line(run_cli("client", "classify", PHOTO, "--model", "onnx_crashy", "--url", serve.grpc_url))
     assert error.startswith("error: model 'onnx_crashy' is UNAVAILABLE: ") and "crashed 4 times within 10 min" in error
     assert "onnx_model (READY)" in error
     _infer(serve.grpc_url, "onnx_model")
