@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.conftest import run_cli
-from tests.repository_builder.helpers import add_trt_model, copy_repo
+from tests.repository_builder.helpers import add_trt_model
 from tritonize.deploy.k8s import FILES, DeployOptions, write_k8s_bundle
 from tritonize.monitor import promql
 

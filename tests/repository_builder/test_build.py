@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.conftest import plan_entry, record, run_cli
 from tests.repository_builder.helpers import copy_repo
-from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder import RepoOptions, build_repository

@@ -11,7 +11,6 @@ import os
 import shutil
 import signal
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
