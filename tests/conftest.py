@@ -130,3 +130,13 @@ def standins(tmp_path, monkeypatch) -> Path:
             os.kill(int(container.read_text()), signal.SIGKILL)
         except (ValueError, ProcessLookupError):
             pass
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `make mutation` (mutmut sets MUTANT_UNDER_TEST): the fastest tests first, by the durations mutmut
+    recorded, so that a mutant costs only the tests up to the first that fails (mutmut runs pytest with -x)."""
+    stats = Path("mutmut-stats.json")  # mutmut runs the tests in its mutants/ copy
+    if "MUTANT_UNDER_TEST" not in os.environ or not stats.is_file():
+        return
+    durations = json.loads(stats.read_text()).get("duration_by_test", {})
+    items.sort(key=lambda item: durations.get(item.nodeid, 0.0))

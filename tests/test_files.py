@@ -44,8 +44,11 @@ def test_a_directory_is_swapped_whole(tmp_path):
 def test_unwritable_directory_names_the_option(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    with pytest.raises(TritonizeError, match="cannot write to output directory .* choose another with --artifacts"):
+    with pytest.raises(TritonizeError, match=f"^cannot write to output directory {blocker}/out: Not a directory; "
+                                             "choose another with --artifacts$"):
         ensure_writable_dir(blocker / "out", "--artifacts")
+    nested = ensure_writable_dir(tmp_path / "new" / "deeper", "--artifacts")  # parents are created
+    assert nested.is_dir() and list(nested.iterdir()) == []  # and the write probe removed
 
 
 def test_sha256_of_a_known_content(tmp_path):
@@ -148,20 +151,23 @@ def test_replace_tree_swaps_a_whole_bundle_and_refuses_someone_elses_directory(t
     from tritonize.files import replace_tree
 
     bundle = tmp_path / "out" / "bundle"
-    written = replace_tree(bundle, {"a.yaml": "one", "sub/run.sh": "#!/bin/sh\n"}, ["a.yaml", "sub/run.sh", "old.yaml"],
+    known = ["a.yaml", "sub/run.sh", "sub/b.txt", "old.yaml"]
+    written = replace_tree(bundle, {"a.yaml": "one", "sub/run.sh": "#!/bin/sh\n", "sub/b.txt": "b"}, known,
                            "a monitoring bundle", "--bundle", executables=["sub/run.sh"])
-    assert written == [bundle / "a.yaml", bundle / "sub" / "run.sh"]
-    assert (bundle / "a.yaml").read_text() == "one" and os.access(bundle / "sub" / "run.sh", os.X_OK)
+    assert written == [bundle / "a.yaml", bundle / "sub" / "run.sh", bundle / "sub" / "b.txt"]
+    assert (bundle / "a.yaml").read_text() == "one" and (bundle / "sub" / "b.txt").read_text() == "b"
+    assert stat.S_IMODE((bundle / "sub" / "run.sh").stat().st_mode) == 0o755
     assert not stat.S_IMODE((bundle / "a.yaml").stat().st_mode) & stat.S_IXUSR
     (bundle / "old.yaml").write_text("a file an earlier version wrote")
-    replace_tree(bundle, {"a.yaml": "two"}, ["a.yaml", "sub/run.sh", "old.yaml"], "a monitoring bundle", "--bundle")
+    replace_tree(bundle, {"a.yaml": "two"}, known, "a monitoring bundle", "--bundle")
     assert sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()) == ["a.yaml"]
     assert (bundle / "a.yaml").read_text() == "two"
-    (bundle / "mine.txt").write_text("the user's")
-    with pytest.raises(TritonizeError, match=r"bundle exists and holds files that are not a monitoring bundle \(mine.txt\); "
-                                             r"choose another --bundle or remove it"):
+    for name in ("mine.txt", "z.txt", "notes.md", "b.txt"):
+        (bundle / name).write_text("the user's")
+    with pytest.raises(TritonizeError, match=r"bundle exists and holds files that are not a monitoring bundle "
+                                             r"\(b.txt, mine.txt, notes.md\); choose another --bundle or remove it$"):
         replace_tree(bundle, {"a.yaml": "three"}, ["a.yaml"], "a monitoring bundle", "--bundle")
     assert (bundle / "a.yaml").read_text() == "two" and (bundle / "mine.txt").exists()
     (tmp_path / "file").write_text("x")
-    with pytest.raises(TritonizeError, match="not a directory"):
+    with pytest.raises(TritonizeError, match=r"file exists and holds files that are not a bundle \(not a directory\)"):
         replace_tree(tmp_path / "file", {"a.yaml": "x"}, ["a.yaml"], "a bundle", "--bundle")

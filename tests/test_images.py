@@ -267,10 +267,34 @@ def test_calibration_folder_lists_images_in_a_stable_order_and_loads_them_as_one
     batch = load_batch(files, pre)
     assert batch.shape == (3, 3, 224, 224) and batch.dtype == np.float32
     np.testing.assert_array_equal(batch[1], pre(load_rgb(tmp_path / "c.webp")))  # lossless: the same pixels
-    assert load_batch([], pre).shape == (0, 3, 224, 224)
+    empty = load_batch([], pre)
+    assert empty.shape == (0, 3, 224, 224) and empty.dtype == np.float32
     (tmp_path / "broken.jpg").write_bytes(b"not a jpeg")
     with pytest.raises(TritonizeError, match="cannot use calibration image .*broken.jpg.*remove it from the image folder"):
         load_batch(image_files(tmp_path), pre)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(TritonizeError, match="no images in .*empty.*--calib-images"):
+    with pytest.raises(TritonizeError, match=r"no images in .*empty \(looked for \.jpg, \.jpeg, \.png, .*\); "
+                                             "point --calib-images at real photos$"):
         image_files(tmp_path / "empty")
+
+
+def test_float_and_32_bit_images_are_rounded_and_clipped_into_8_bits():
+    """Pillow's own convert() truncates floats and clips 32-bit integers; these round to nearest, and bring the
+    16-bit range down as for 16-bit PNGs."""
+    from tritonize.images import _to_rgb
+
+    floats = Image.fromarray(np.array([[-3.2, 0.4, 100.6, 255.6, 300.0]], dtype=np.float32), mode="F")
+    np.testing.assert_array_equal(np.asarray(_to_rgb(floats))[0, :, 0], [0, 0, 101, 255, 255])
+    wide = Image.fromarray(np.array([[-1000, 0, 300, 65535, 70000]], dtype=np.int32), mode="I")
+    np.testing.assert_array_equal(np.asarray(_to_rgb(wide))[0, :, 0], [0, 0, 1, 255, 255])
+
+
+def test_bytes_form_sends_the_file_exactly_as_read_and_tensors_respect_the_pixel_limit(tmp_path):
+    path = tmp_path / "padded.png"
+    Image.open(PHOTO).save(path)
+    path.write_bytes(path.read_bytes() + b"\x00\x00")  # trailing NULs: a fixed-width bytes array would drop them
+    pre = Preprocessing(256, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    (element,) = load_images([path], pre, form="bytes").arrays
+    assert element.dtype == object and element.shape == (1,) and element[0] == path.read_bytes()
+    small = load_images([path], pre, max_pixels=1000)
+    assert small.arrays == [] and len(small.failures) == 1 and "pixels" in small.failures[0]

@@ -105,10 +105,9 @@ def _to_rgb(image):
 
     if image.mode in _SIXTEEN_BIT_MODES:
         # Pillow's convert() clips 16-bit values at 255; scale the full range down instead.
-        wide = np.asarray(image, dtype=np.float64)
-        image = Image.fromarray(np.clip(np.rint(wide / 257.0), 0, 255).astype(np.uint8), mode="L")
-    elif image.mode == "F":
-        image = Image.fromarray(np.clip(np.rint(np.asarray(image)), 0, 255).astype(np.uint8), mode="L")
+        image = Image.fromarray(np.clip(np.rint(np.asarray(image) / 257.0), 0, 255).astype(np.uint8))
+    elif image.mode == "F":  # convert() would truncate: round to nearest as for 16 bits
+        image = Image.fromarray(np.clip(np.rint(np.asarray(image)), 0, 255).astype(np.uint8))
     # Alpha is dropped, not composited: the same as torchvision's ImageFolder loader (convert("RGB")).
     return image if image.mode == "RGB" else image.convert("RGB")
 

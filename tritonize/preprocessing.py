@@ -125,7 +125,7 @@ class Preprocessing:
         width, height = image.size
         top = int(round((height - self.crop) / 2.0))
         left = int(round((width - self.crop) / 2.0))
-        return np.asarray(image.crop((left, top, left + self.crop, top + self.crop)), dtype=np.uint8)
+        return np.asarray(image.crop((left, top, left + self.crop, top + self.crop)))  # RGB: uint8
 
     def normalize(self, pixels: np.ndarray) -> np.ndarray:
         """uint8 RGB pixels (..., H, W, 3) -> float32 model input: scale, mean, std, channel order, layout.

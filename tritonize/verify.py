@@ -95,18 +95,21 @@ class VerificationReport:
         )
 
 
+# Outputs are compared as rows: (batch, values); axis 1 is each sample's values.
+
 def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float64) - logits.max(axis=-1, keepdims=True)
+    """Probabilities per row of (batch, classes) logits, computed in float64."""
+    z = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
     e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
+    return e / e.sum(axis=1, keepdims=True)
 
 
 def topk(logits: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest logits per row, best first."""
-    k = min(k, logits.shape[-1])
-    idx = np.argpartition(-logits, k - 1, axis=-1)[:, :k]
-    order = np.argsort(-np.take_along_axis(logits, idx, axis=-1), axis=-1)
-    return np.take_along_axis(idx, order, axis=-1)
+    """Indices of the k largest logits per row of (batch, classes), best first."""
+    k = min(k, logits.shape[1])
+    idx = np.argpartition(-logits, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(logits, idx, axis=1), axis=1)
+    return np.take_along_axis(idx, order, axis=1)
 
 
 def compare(reference: np.ndarray, candidate: np.ndarray, tol: Tolerance = FP32) -> Comparison:
@@ -119,12 +122,12 @@ def compare(reference: np.ndarray, candidate: np.ndarray, tol: Tolerance = FP32)
     max_abs = float(diff.max()) if finite else float("inf")
     scale = float(np.abs(reference).max()) or 1.0
     rel = max_abs / scale
-    top1 = float((reference.argmax(-1) == candidate.argmax(-1)).mean()) if finite else 0.0
+    top1 = float((reference.argmax(1) == candidate.argmax(1)).mean()) if finite else 0.0
     ref5, cand5 = topk(reference, 5), topk(np.nan_to_num(candidate), 5)
     overlap = float(np.mean([len(set(a) & set(b)) / ref5.shape[1] for a, b in zip(ref5, cand5)]))
     if finite:
         p, q = softmax(reference), softmax(candidate)
-        kl = float(np.mean(np.sum(p * (np.log(p + 1e-300) - np.log(q + 1e-300)), axis=-1)))
+        kl = float(np.mean(np.sum(p * (np.log(p + 1e-300) - np.log(q + 1e-300)), axis=1)))
     else:
         kl = float("inf")
     passed = finite and rel <= tol.max_rel_to_scale and top1 >= tol.min_top1_agreement

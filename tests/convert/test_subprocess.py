@@ -3,8 +3,16 @@ TensorRT: exit codes, log capture, timeout, and a crash mid-build leaving no pla
 
 from __future__ import annotations
 
+import _thread
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
 import pytest
 
+from tritonize.convert import trtexec
 from tritonize.convert.builders import LOG_NAME, TrtexecBuilder, pick_builders
 from tritonize.convert.trtexec import BuildJob, run_trtexec, trtexec_argv
 from tritonize.errors import TritonizeError
@@ -78,3 +86,67 @@ def test_auto_picks_the_builders_that_can_run_and_says_why(standin_trtexec, job)
     usable, why = pick_builders("auto", builders, job)
     assert usable == [builders["trtexec"]] and "container: no docker engine" in why
     assert pick_builders("container", builders, job) == ([], "container: no docker engine")
+
+
+def test_errors_trtexec_writes_to_stderr_land_in_the_log(standin_trtexec, tmp_path, job, monkeypatch):
+    """trtexec's logger sends warnings and errors to stderr: the log must hold them next to stdout."""
+    run(standin_trtexec, tmp_path, job, monkeypatch, "fail")
+    lines = (tmp_path / LOG_NAME).read_text().splitlines()
+    assert lines[0] == "$ " + " ".join(trtexec_argv(job, "10.5.0", executable=str(standin_trtexec)))
+    assert lines[-1] == "[E] Error[4]: stand-in parse failure"
+
+
+def test_an_empty_engine_file_is_not_published(standin_trtexec, tmp_path, job, monkeypatch):
+    result = run(standin_trtexec, tmp_path, job, monkeypatch, "empty")
+    assert result.returncode == 0 and not (tmp_path / "model.plan").exists()
+    assert not (tmp_path / job.partial_plan).exists()
+
+
+def _kill_command(marker):
+    """What `docker kill <name>` stands for: a command that stops the build from outside (here it leaves a mark)."""
+    return [sys.executable, "-c", f"import pathlib, sys; pathlib.Path({str(marker)!r}).touch(); print('noise')"]
+
+
+def test_timeout_runs_the_kill_command_and_kills_what_ignores_sigterm(standin_trtexec, tmp_path, job, monkeypatch,
+                                                                        capfd):
+    monkeypatch.setattr(trtexec, "STOP_GRACE_S", 0.5)
+    (tmp_path / job.onnx_file).write_bytes(b"")
+    monkeypatch.setenv("STANDIN_MODE", "stubborn")
+    argv = trtexec_argv(job, "10.5.0", executable=str(standin_trtexec))
+    result = run_trtexec(argv, tmp_path, job, LOG_NAME, 2, kill=_kill_command(tmp_path / "killed"))
+    assert result.timed_out and result.returncode == -signal.SIGKILL  # SIGTERM ignored, SIGKILL after the grace
+    assert (tmp_path / "killed").exists() and "noise" not in capfd.readouterr().out  # the kill command's output kept
+    assert not (tmp_path / "model.plan").exists() and not (tmp_path / job.partial_plan).exists()
+
+
+def test_ctrl_c_stops_the_build_runs_the_kill_command_and_leaves_no_partial_plan(standin_trtexec, tmp_path, job,
+                                                                                   monkeypatch):
+    (tmp_path / job.onnx_file).write_bytes(b"")
+    monkeypatch.setenv("STANDIN_MODE", "hang")
+    argv = trtexec_argv(job, "10.5.0", executable=str(standin_trtexec))
+    partial = tmp_path / job.partial_plan
+
+    def interrupt_once_the_engine_file_exists():
+        deadline = time.monotonic() + 30
+        while not partial.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _thread.interrupt_main()  # KeyboardInterrupt in the waiting thread, as Ctrl-C raises it
+
+    threading.Thread(target=interrupt_once_the_engine_file_exists, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        run_trtexec(argv, tmp_path, job, LOG_NAME, 60, kill=_kill_command(tmp_path / "killed"))
+    assert (tmp_path / "killed").exists() and not partial.exists() and not (tmp_path / "model.plan").exists()
+
+
+@pytest.mark.parametrize("lines, tail", [
+    (["[I] a", "", "[I] b", "  [I] c  ", "[I] d"], "[I] b | [I] c | [I] d"),
+    (["[E] one", "[I] x", "[E] Error[2]: two", "ERROR: three", "[I] y", "[E] four error"],
+     "[E] Error[2]: two | ERROR: three | [E] four error"),
+])
+def test_log_tail_lines(tmp_path, lines, tail):
+    from tritonize.convert.trtexec import log_tail
+
+    log = tmp_path / "trtexec.log"
+    log.write_bytes(b"\xff\n" + "\n".join(lines).encode())  # an undecodable byte does not hide the rest
+    assert log_tail(log) == tail
+    assert log_tail(tmp_path / "missing.log") == ""

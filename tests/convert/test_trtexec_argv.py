@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tritonize.convert.trtexec import BuildJob, parse_banner_version, trtexec_argv
+from tritonize.convert.trtexec import BuildJob, parse_banner_version, probe_trtexec, trtexec_argv
 from tritonize.errors import TritonizeError
 
 PRECISION_FLAGS = ("--fp16", "--int8", "--best", "--bf16", "--fp8", "--calib")
@@ -63,12 +63,35 @@ def test_tensorrt_8_uses_precision_flags(precision, expected):
 def test_workspace_before_8_4_is_the_old_flag():
     argv = trtexec_argv(job("fp16"), "8.2.5")
     assert "--workspace=4096" in argv and not any(a.startswith("--memPoolSize") for a in argv)
+    assert "--memPoolSize=workspace:4096" in trtexec_argv(job("fp16"), "8.4.0")  # from 8.4 on
+
+
+SHAPES = ["--onnx=model_fp16.onnx", "--saveEngine=.model.plan.partial", "--minShapes=input:1x3x224x224",
+          "--optShapes=input:16x3x224x224", "--maxShapes=input:32x3x224x224"]
+
+
+@pytest.mark.parametrize("version,precision,rest", [
+    ("10.5.0", "fp16", ["--memPoolSize=workspace:4096", "--stronglyTyped", "--timingCacheFile=timing.cache",
+                        "--builderOptimizationLevel=3", "--skipInference"]),
+    ("11.0.0", "fp32", ["--memPoolSize=workspace:4096", "--noTF32", "--timingCacheFile=timing.cache",
+                        "--builderOptimizationLevel=3", "--skipInference"]),
+    ("8.6.1", "int8", ["--memPoolSize=workspace:4096", "--int8", "--timingCacheFile=timing.cache",
+                       "--builderOptimizationLevel=3", "--skipInference"]),
+    ("8.2.5", "fp16", ["--workspace=4096", "--fp16", "--timingCacheFile=timing.cache", "--buildOnly"]),
+])
+def test_the_whole_argv_of_a_default_job(version, precision, rest):
+    """Nothing more than asked for: no compatibility flags unless the job wants them."""
+    assert trtexec_argv(job(precision), version) == ["trtexec", *SHAPES, *rest]
 
 
 def test_tensorrt_8_pins_fp32_islands_of_mixed_precision():
     argv = trtexec_argv(job("fp16", fp32_layers=("node_conv7", "node_add9")), "8.6.1")
-    assert "--precisionConstraints=obey" in argv
+    assert "--fp16" in argv and "--precisionConstraints=obey" in argv
     assert "--layerPrecisions=node_conv7:fp32,node_add9:fp32" in argv
+    assert "--precisionConstraints=obey" in trtexec_argv(job("fp16", fp32_layers=("x",)), "8.4.0")
+    with pytest.raises(TritonizeError, match=r"^TensorRT 8.3 cannot pin the 2 FP32 layers of the mixed-precision graph "
+                                             r"\(needs 8.4\+ --precisionConstraints\); target a newer Triton release$"):
+        trtexec_argv(job("fp16", fp32_layers=("node_conv7", "node_add9")), "8.3.1")
     assert not any("layerPrecisions" in a for a in trtexec_argv(job("fp16", fp32_layers=("x",)), "10.5.0"))
 
 
@@ -85,9 +108,13 @@ def test_compatibility_flags():
     assert {"--versionCompatible", "--hardwareCompatibilityLevel=ampere+", "--builderOptimizationLevel=5"} <= set(argv)
 
 
-@pytest.mark.parametrize("version", ["7.2.3", "9.3.0", "12.0.0", "ten"])
-def test_unsupported_versions(version):
-    with pytest.raises(TritonizeError):
+@pytest.mark.parametrize("version,message", [
+    *[(v, f"^TensorRT {v} is not supported \\(supported majors: 8, 10, 11; Triton containers ship 8, 10 or 11\\)$")
+      for v in ("7.2.3", "9.3.0", "12.0.0")],
+    ("ten", r"^cannot read TensorRT version 'ten'; expected MAJOR.MINOR\[.PATCH\]$"),
+])
+def test_unsupported_versions(version, message):
+    with pytest.raises(TritonizeError, match=message):
         trtexec_argv(job(), version)
 
 
@@ -95,11 +122,20 @@ def test_unsupported_versions(version):
     ("&&&& RUNNING TensorRT.trtexec [TensorRT v100500] [b18] # trtexec --help", "10.5.0.18"),  # 10.4+: build number
     ("&&&& RUNNING TensorRT.trtexec [TensorRT v100300] # trtexec", "10.3.0"),
     ("&&&& RUNNING TensorRT.trtexec [TensorRT v8601] # trtexec", "8.6.1"),
+    ("&&&& RUNNING TensorRT.trtexec [TensorRT v8001] # trtexec", "8.0.1"),
     ("&&&& RUNNING TensorRT.trtexec [TensorRT v110100] [b106] # trtexec", "11.1.0.106"),
     ("no banner here", None),
 ])
 def test_banner_version(banner, version):
     assert parse_banner_version(banner) == version
+
+
+def test_probe_gives_up_on_a_binary_that_hangs(tmp_path):
+    hangs = tmp_path / "trtexec"
+    hangs.write_text("#!/bin/sh\necho '[TensorRT v100500]'; exec sleep 30\n")
+    hangs.chmod(0o755)
+    assert probe_trtexec(str(hangs), timeout_s=0.5) is None
+    assert probe_trtexec(str(tmp_path / "missing")) is None
 
 
 @pytest.mark.parametrize("version,banner", VERSIONS.items())

@@ -6,6 +6,7 @@ import onnx
 import pytest
 
 from tests.conftest import run_cli
+from tests.golden import Golden
 from tests.repository_builder.helpers import add_trt_model, copy_repo, edit_config, record_plan, restamp, rewrite
 from tritonize.errors import TritonizeError
 from tritonize.repository_builder import check_repository
@@ -26,11 +27,17 @@ ANOTHER_MANIFEST = [(m, "built from another manifest", "warning") for m in (
     "torch_classifier", "torch_classifier_uint8", "trt_model")]
 
 
+# Every finding's whole text (what is wrong and what to do) as a person reviewed it.
+FINDINGS = Golden("check_findings")
+
+
 def _exactly(findings, *expected):
     """The findings are exactly `expected`, each (model, fragment) for an error or (model, fragment, "warning"),
-    every one matched by one finding, and no other finding, error or warning; every finding carries a fix.
+    every one matched by one finding, and no other finding, error or warning; every finding carries a fix, and
+    their whole text is the reviewed one (tests/golden/check_findings.json).
     Returns the matched findings, in the order expected."""
     assert all(f.fix for f in findings)
+    FINDINGS.check([f"{f.severity} {f.model}: {f.message} -> {f.fix}" for f in findings])
     left, matched = list(findings), []
     for model, fragment, *severity in expected:
         hits = [f for f in left if f.model == model and f.severity == (severity or ["error"])[0] and fragment in f.message]

@@ -12,7 +12,8 @@ read in NVIDIA/TensorRT's sources (tests/data/trtexec_options.json names tag, co
   written only at --saveEngine (bytes labelled as NOT an engine), all through the container's view
   of the file system when the docker stand-in runs it (STANDIN_MOUNTS).
 
-Environment: STANDIN_TRT_VERSION (default 10.5.0.18); STANDIN_MODE ok | fail | crash | hang.
+Environment: STANDIN_TRT_VERSION (default 10.5.0.18); STANDIN_MODE ok | fail | crash | hang | stubborn (hangs
+and ignores SIGTERM) | empty (exits 0 with an empty engine file).
 """
 
 import json
@@ -72,7 +73,7 @@ def host_path(path):
 
 
 def fail(message):
-    print(message, flush=True)
+    print(message, file=sys.stderr, flush=True)  # trtexec's logger: warnings and errors to stderr, the rest to stdout
     sys.exit(1)
 
 
@@ -112,8 +113,12 @@ def main():
         f.flush()
         if mode == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
-        if mode == "hang":
+        if mode == "stubborn":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if mode in ("hang", "stubborn"):
             time.sleep(600)
+    if mode == "empty":
+        engine.write_bytes(b"")
     if cache is not None:
         cache.write_bytes(b"STAND-IN TIMING CACHE, NOT TENSORRT DATA")
     print("[I] Engine built in 0.1 sec.", flush=True)

@@ -197,6 +197,9 @@ def run_trtexec(argv: list[str], cwd: Path, job: BuildJob, log_name: str, timeou
     return TrtexecRun(returncode=returncode, seconds=seconds, log=log, timed_out=timed_out)
 
 
+STOP_GRACE_S = 10  # between SIGTERM and SIGKILL
+
+
 def _stop(proc: subprocess.Popen, kill: list[str] | None = None) -> None:
     """Stop trtexec and anything it started (its own process group)."""
     if kill:
@@ -206,7 +209,7 @@ def _stop(proc: subprocess.Popen, kill: list[str] | None = None) -> None:
             pass  # still stop the client below; its log names the container
     try:
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
+        proc.wait(timeout=STOP_GRACE_S)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

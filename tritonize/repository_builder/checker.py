@@ -294,7 +294,7 @@ class _ModelCheck:
                              for key, tensor in step.output_map.items() if key in outputs})
             if cfg.max_batch_size > 0 and not 0 < cfg.max_batch_size <= model.max_batch_size:
                 self.add("error", f"max_batch_size {cfg.max_batch_size} but step {number}'s {name} takes at most "
-                                  f"{model.max_batch_size} (0: no batch axis)",
+                                  f"{model.max_batch_size}" + (" (no batch axis)" if model.max_batch_size == 0 else ""),
                          f"set the ensemble's max_batch_size <= {model.max_batch_size} or {REBUILD}")
         for tensor, declared, reader in read:
             if tensor not in produced:
