@@ -132,9 +132,14 @@ def test_ctrl_c_stops_the_build_runs_the_kill_command_and_leaves_no_partial_plan
             time.sleep(0.05)
         _thread.interrupt_main()  # KeyboardInterrupt in the waiting thread, as Ctrl-C raises it
 
-    threading.Thread(target=interrupt_once_the_engine_file_exists, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        run_trtexec(argv, tmp_path, job, LOG_NAME, 60, kill=_kill_command(tmp_path / "killed"))
+    # Python's own handler: a background job (CI, `make mutation &`) starts with SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_once_the_engine_file_exists, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_trtexec(argv, tmp_path, job, LOG_NAME, 60, kill=_kill_command(tmp_path / "killed"))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert (tmp_path / "killed").exists() and not partial.exists() and not (tmp_path / "model.plan").exists()
 
 

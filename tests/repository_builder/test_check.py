@@ -429,3 +429,115 @@ def test_plan_tensor_names_and_unknown_tensorrt_version(repo, artifacts_copy):
              ("trt_model", "the plan's output is 'logits'; the config names ['output']"),
              ("trt_model", "the manifest does not say which TensorRT built the plan; cannot check it against release "
                            "24.04", "warning"))
+
+
+def test_a_config_without_a_batch_axis_whose_dims_hold_the_batch_passes(repo):
+    """max_batch_size 0: the dims include the batch axis, and the model files are checked with them as they are."""
+    import shutil
+
+    for ensemble in ("onnx_classifier", "onnx_classifier_uint8", "torch_classifier", "torch_classifier_uint8"):
+        shutil.rmtree(repo / ensemble)
+
+    def no_batch_axis(c):
+        c.max_batch_size = 0
+        c.ClearField("dynamic_batching")
+        for tensor, dims in ((c.input[0], [1, 3, 224, 224]), (c.output[0], [1, 1000])):
+            del tensor.dims[:]
+            tensor.dims.extend(dims)
+        del c.model_warmup[1:]  # batch_1 stays, with the batch in its dims
+        warmup = next(iter(c.model_warmup[0].inputs.values()))
+        del warmup.dims[:]
+        warmup.dims.extend([1, 3, 224, 224])
+    for model in ("onnx_model", "torch_model"):
+        for name in ("config.pbtxt", "configs/cpu.pbtxt", "configs/gpu.pbtxt"):
+            edit_config(repo / model, no_batch_axis, name)
+    _exactly(check_repository(repo))
+
+
+def test_hidden_directories_and_loose_files_at_the_top_are_not_models(repo):
+    (repo / ".git").mkdir()
+    (repo / "README.md").write_text("notes")
+    _exactly(check_repository(repo))
+
+
+def test_the_latest_version_is_the_highest_number_and_leading_zeros_are_not_versions(repo):
+    onnx_dir = repo / "onnx_model"
+    (onnx_dir / "9").mkdir()
+    (onnx_dir / "9" / "model.onnx").write_bytes(b"an old, broken file")
+    (onnx_dir / "1").rename(onnx_dir / "10")  # 10 > 9: the good file is the one served and checked
+    (repo / "torch_model" / "01").mkdir()
+    _exactly(check_repository(repo),
+             ("torch_model", "directory '01' is not a version number; Triton ignores it", "warning"))
+
+
+def test_a_cpu_precision_variant_is_served_only_after_convert_cpus_gates_passed(repo, artifacts_copy):
+    import os
+    from dataclasses import replace
+
+    from tests.conftest import record
+    from tritonize.manifest import FileRef, Gate, Manifest, PrecisionVariant, ServingGates, Status
+    from tritonize.repository_builder.config import config_text, model_config
+    from tritonize.repository_builder.options import BACKENDS, RepoOptions
+
+    fp32 = Manifest.load(artifacts_copy).onnx
+    variant = PrecisionVariant(status=Status.verified, precision="int8", file=fp32.file, size_bytes=fp32.size_bytes,
+                               sha256=fp32.sha256, input_name="input", output_name="output",
+                               verification=fp32.verification, source=FileRef(fp32.file, fp32.sha256), inputs={},
+                               created=fp32.created)
+    model_dir = repo / "onnx_int8_model"
+    (model_dir / "1").mkdir(parents=True)
+    os.link(repo / "onnx_model" / "1" / "model.onnx", model_dir / "1" / "model.onnx")
+    os.link(repo / "onnx_model" / "labels.txt", model_dir / "labels.txt")
+
+    def serve(entry):
+        record(artifacts_copy, "onnx_int8_cpu", entry)
+        restamp(repo, artifacts_copy)
+        manifest = Manifest.load(artifacts_copy)
+        cfg = model_config(BACKENDS["onnx_int8_model"], manifest.spec, entry, RepoOptions(), "cpu", manifest.sha256())
+        (model_dir / "config.pbtxt").write_text(config_text(cfg))
+        return check_repository(repo, artifacts_copy)
+
+    gate = Gate(True, "top-1 agreement 100% >= 98%")
+    gates = ServingGates(agreement=gate, speed=Gate(False, "0.9x FP32 < 1.2x"), fp32=variant.source, settings={},
+                         measured=fp32.created)
+    not_gated = ("onnx_int8_model", "serves model.onnx, which has not passed `convert cpu`'s gates (agreement with "
+                                    "FP32, speed through the server)")
+    _exactly(serve(variant), not_gated)  # never measured
+    (f,) = _exactly(serve(replace(variant, cpu_serving=gates)), not_gated)  # measured, too slow
+    assert f.fix == "run `tritonize convert cpu`, then rebuild with `tritonize repo build --force`"
+    _exactly(serve(replace(variant, cpu_serving=replace(gates, speed=gate))))
+
+
+def test_variable_dims_match_any_size(repo):
+    def variable(c):
+        del c.input[0].dims[:]
+        c.input[0].dims.extend([3, -1, -1])
+        del c.output[0].dims[:]
+        c.output[0].dims.append(-1)
+        c.output[0].label_filename = ""  # a label file needs a known class count
+    for model in ("onnx_model", "torch_model"):
+        edit_config(repo / model, variable, "configs/cpu.pbtxt")
+    _exactly(check_repository(repo))
+
+
+def test_the_libtorch_naming_rule_allows_forward_argument_names_and_indices_below_the_count(repo):
+    def rename(c):
+        c.input[0].name = "x"  # forward(x)
+        c.output[0].name = "output__1"  # one output: index 1 is out of range
+    edit_config(repo / "torch_model", rename, "configs/cpu.pbtxt")
+    _exactly(check_repository(repo),
+             ("torch_model", "configs/cpu.pbtxt: output 'output__1' does not follow the libtorch naming rule "
+                             "`<name>__<index>` (index < 1)"))
+
+
+def test_an_unknown_onnx_type_is_named_by_its_number(repo):
+    path = repo / "onnx_model" / "1" / "model.onnx"
+    model = onnx.load(str(path))
+    model.graph.input[0].type.tensor_type.elem_type = onnx.TensorProto.COMPLEX64
+    rewrite(path, model.SerializeToString())
+    _exactly(check_repository(repo), ("onnx_model", "input 'input': config says TYPE_FP32, the graph has onnx elem_type 14"))
+
+
+def test_a_python_model_without_model_py(repo):
+    (repo / "preprocess" / "1" / "model.py").unlink()
+    _exactly(check_repository(repo), ("preprocess", "version 1/ has no model.py"))  # and nothing about its imports
