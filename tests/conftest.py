@@ -132,6 +132,13 @@ def standins(tmp_path, monkeypatch) -> Path:
             pass
 
 
+@pytest.fixture(autouse=True)
+def _golden_calls_per_test():
+    from tests.golden import Golden
+
+    Golden.new_test()
+
+
 def pytest_collection_modifyitems(config, items):
     """Under `make mutation` (mutmut sets MUTANT_UNDER_TEST): the fastest tests first, by the durations mutmut
     recorded, so that a mutant costs only the tests up to the first that fails (mutmut runs pytest with -x)."""

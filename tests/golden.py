@@ -27,9 +27,19 @@ def normalize(text: str) -> str:
 class Golden:
     """One JSON file of reviewed texts, keyed by test and by call within the test."""
 
+    every: list["Golden"] = []
+
     def __init__(self, name: str):
         self.path = DIRECTORY / f"{name}.json"
         self.calls: dict[str, int] = {}
+        Golden.every.append(self)
+
+    @classmethod
+    def new_test(cls) -> None:
+        """Count calls afresh (tests/conftest.py calls this before each test: pytest may run a test twice in one
+        process, as mutmut does)."""
+        for golden in cls.every:
+            golden.calls.clear()
 
     def _key(self) -> str:
         test = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0].split("::", 1)[1]
