@@ -150,12 +150,12 @@ def test_replace_tree_swaps_a_whole_bundle_and_refuses_someone_elses_directory(t
 
     from tritonize.files import replace_tree
 
-    bundle = tmp_path / "out" / "bundle"
-    known = ["a.yaml", "sub/run.sh", "sub/b.txt", "old.yaml"]
-    written = replace_tree(bundle, {"a.yaml": "one", "sub/run.sh": "#!/bin/sh\n", "sub/b.txt": "b"}, known,
+    bundle = tmp_path / "out" / "deeper" / "bundle"  # parents that do not exist yet, two levels of them
+    known = ["a.yaml", "sub/run.sh", "sub/deep/b.txt", "old.yaml"]
+    written = replace_tree(bundle, {"sub/deep/b.txt": "b", "a.yaml": "one", "sub/run.sh": "#!/bin/sh\n"}, known,
                            "a monitoring bundle", "--bundle", executables=["sub/run.sh"])
-    assert written == [bundle / "a.yaml", bundle / "sub" / "run.sh", bundle / "sub" / "b.txt"]
-    assert (bundle / "a.yaml").read_text() == "one" and (bundle / "sub" / "b.txt").read_text() == "b"
+    assert written == [bundle / "sub" / "deep" / "b.txt", bundle / "a.yaml", bundle / "sub" / "run.sh"]
+    assert (bundle / "a.yaml").read_text() == "one" and (bundle / "sub" / "deep" / "b.txt").read_text() == "b"
     assert stat.S_IMODE((bundle / "sub" / "run.sh").stat().st_mode) == 0o755
     assert not stat.S_IMODE((bundle / "a.yaml").stat().st_mode) & stat.S_IXUSR
     (bundle / "old.yaml").write_text("a file an earlier version wrote")

@@ -96,12 +96,13 @@ def test_every_weights_preset_matches_torchvision_on_wide_and_square_images(pres
 
     arch, weights = PRESETS[preset]
     pre = resolve_spec(arch, weights).preprocessing  # what the manifest and every config.pbtxt carry
+    # first: a wrong size (e.g. long * short) would make the resize below allocate gigabytes
+    assert pre.resized_size(*size) == ((int(pre.resize * 613 / 409), pre.resize) if size[0] == 613 else (pre.resize,) * 2)
     image = _textured(*size)
     reference = torchvision.models.get_model_weights(arch)[weights].transforms()(image).numpy()
     ours = pre(image)
     assert ours.shape == reference.shape == (3, pre.crop, pre.crop)
     assert np.abs(ours - reference).max() <= 1e-6 * max(1.0, np.abs(reference).max())
-    assert pre.resized_size(*size)[0] == (int(pre.resize * 613 / 409) if size[0] == 613 else pre.resize)
 
 
 def test_the_presets_cover_the_contracts_that_differ():

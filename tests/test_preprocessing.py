@@ -71,3 +71,14 @@ def test_each_broken_contract_is_refused_with_its_reason(change, message):
 
 def test_the_smallest_contract_is_allowed():
     assert Preprocessing(1, 1, (0, 0, 0), (1, 1, 1)).input_shape == (3, 1, 1)
+
+
+@pytest.mark.parametrize("width, height, resized", [
+    (613, 409, (383, 256)),  # wide: 256 * 613 / 409 = 383.69, rounded down as torchvision does
+    (409, 613, (256, 383)),  # tall
+    (300, 300, (256, 256)),  # square
+    (256, 600, (256, 600)),  # the short side already at the size
+])
+def test_resized_size_scales_the_short_side_and_keeps_the_aspect(width, height, resized):
+    pre = Preprocessing(resize=256, crop=224, mean=(0.5,) * 3, std=(0.5,) * 3)
+    assert pre.resized_size(width, height) == resized

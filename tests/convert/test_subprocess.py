@@ -143,6 +143,36 @@ def test_ctrl_c_stops_the_build_runs_the_kill_command_and_leaves_no_partial_plan
     assert (tmp_path / "killed").exists() and not partial.exists() and not (tmp_path / "model.plan").exists()
 
 
+def test_ctrl_c_before_trtexec_writes_anything_is_still_the_interrupt(tmp_path, job):
+    """No partial plan exists yet: the cleanup must not turn Ctrl-C into a FileNotFoundError."""
+    started = tmp_path / "started"
+    slow = tmp_path / "trtexec"
+    slow.write_text(f"#!/bin/sh\ntouch {started}\nexec sleep 60\n")
+    slow.chmod(0o755)
+
+    def interrupt_once_it_runs():
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        _thread.interrupt_main()
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_once_it_runs, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            run_trtexec([str(slow)], tmp_path, job, LOG_NAME, 60)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not (tmp_path / job.partial_plan).exists() and not (tmp_path / "model.plan").exists()
+
+
+def test_a_trtexec_that_cannot_start_is_one_line(tmp_path, job):
+    missing = tmp_path / "bin" / "trtexec"
+    with pytest.raises(TritonizeError) as e:
+        run_trtexec([str(missing), "--onnx=model.onnx"], tmp_path, job, LOG_NAME, 60)
+    assert str(e.value) == f"cannot start {missing}: No such file or directory"
+
+
 @pytest.mark.parametrize("lines, tail", [
     (["[I] a", "", "[I] b", "  [I] c  ", "[I] d"], "[I] b | [I] c | [I] d"),
     (["[E] one", "[I] x", "[E] Error[2]: two", "ERROR: three", "[I] y", "[E] four error"],

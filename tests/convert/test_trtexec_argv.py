@@ -138,6 +138,14 @@ def test_probe_gives_up_on_a_binary_that_hangs(tmp_path):
     assert probe_trtexec(str(tmp_path / "missing")) is None
 
 
+def test_probe_asks_for_help_only(tmp_path):
+    """--help: the one invocation that prints the banner and builds nothing."""
+    picky = tmp_path / "trtexec"
+    picky.write_text("#!/bin/sh\n[ \"$*\" = --help ] && echo '[TensorRT v8601]'\n")
+    picky.chmod(0o755)
+    assert probe_trtexec(str(picky)) == "8.6.1"
+
+
 @pytest.mark.parametrize("version,banner", VERSIONS.items())
 def test_every_version_accepts_its_argv_and_reads_the_workspace_as_asked(version, banner, standin_trtexec, tmp_path):
     """The argv for each precision (with FP32 islands and compatibility flags) goes through the trtexec

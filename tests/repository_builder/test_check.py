@@ -111,12 +111,13 @@ def test_onnx_fixed_batch_axis(repo):
 
 def test_torchscript_input_count(repo):
     def change(c):
-        extra = c.input.add()
-        extra.CopyFrom(c.input[0])
-        extra.name = "input__1"
+        for name in ("input__1", "input__2"):
+            extra = c.input.add()
+            extra.CopyFrom(c.input[0])
+            extra.name = name
     edit_config(repo / "torch_model", change)
-    _exactly(check_repository(repo), ("torch_model", "config declares 2 input(s); model.pt forward(x) takes 1"),
-             *[(ensemble, "step 2: torch_model's input(s) input__1 are not mapped")
+    _exactly(check_repository(repo), ("torch_model", "config declares 3 input(s); model.pt forward(x) takes 1"),
+             *[(ensemble, "step 2: torch_model's input(s) input__1, input__2 are not mapped")
                for ensemble in ("torch_classifier", "torch_classifier_uint8")])
 
 
@@ -173,17 +174,23 @@ def test_artifact_that_differs_from_its_manifest_entry(repo, artifacts_copy):
 
 
 def test_contract_parameters_missing_is_a_warning(repo):
-    edit_config(repo / "onnx_model", lambda c: c.parameters.pop("preprocess.mean"))
-    _exactly(check_repository(repo),
-             ("onnx_model", "parameters lack preprocess.mean: clients cannot fetch the preprocessing contract", "warning"))
+    def lose_two(c):
+        c.parameters.pop("preprocess.mean")
+        c.parameters.pop("preprocess.std")
+    edit_config(repo / "onnx_model", lose_two)
+    _exactly(check_repository(repo), ("onnx_model", "parameters lack preprocess.mean, preprocess.std: clients cannot "
+                                                    "fetch the preprocessing contract", "warning"))
 
 
 def test_plan_provenance_missing_is_a_warning(repo, artifacts_copy):
     add_trt_model(repo, artifacts_copy)
     _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE)
-    edit_config(repo / "trt_model", lambda c: c.parameters.pop("source.tensorrt_version"))
+    def lose_two(c):
+        c.parameters.pop("source.tensorrt_version")
+        c.parameters.pop("source.version_compatible")
+    edit_config(repo / "trt_model", lose_two)
     _exactly(check_repository(repo), NO_PLAN_FILE,
-             ("trt_model", "parameters lack source.tensorrt_version: `tritonize serve --engine docker` cannot choose the "
+             ("trt_model", "parameters lack source.tensorrt_version, source.version_compatible: `tritonize serve --engine docker` cannot choose the "
                            "container release whose TensorRT runs the plan", "warning"))
 
 
@@ -209,10 +216,12 @@ def test_plan_tensorrt_version_against_triton_release(repo, artifacts_copy):
     assert result.exit_code == 1 and '"errors": 2' in result.output  # the version, and the absent plan file
 
     record_plan(artifacts_copy, tensorrt_version="8.6.3.1")  # the plan rebuilt with 24.02's TensorRT
+    restamp(repo, artifacts_copy)
     assert not [m for m in _errors(check_repository(repo, artifacts_copy, "24.03")) if "TensorRT" in m]
     # A release whose TensorRT no stored source confirmed: a warning, never a silent pass.
-    warnings = [f.message for f in check_repository(repo, artifacts_copy, "24.11") if f.severity == "warning"]
-    assert "the compatibility table has no confirmed TensorRT version for release 24.11" in warnings
+    (f, _) = _exactly(check_repository(repo, artifacts_copy, "24.11"), ("trt_model", "the compatibility table has no "
+                      "confirmed TensorRT version for release 24.11", "warning"), NO_PLAN_FILE)
+    assert f.fix == "check NVIDIA's Frameworks Support Matrix for that release"
 
 
 def test_version_compatible_plan_runs_on_later_releases(repo, artifacts_copy):
@@ -247,21 +256,28 @@ def test_ensemble_steps_and_tensors(repo):
     edit_config(repo / "onnx_classifier", lambda c: setattr(c.ensemble_scheduling.step[1], "model_name", "onnx_modle"))
     edit_config(repo / "torch_classifier", lambda c: setattr(c.input[0], "data_type", pb.TYPE_UINT8))
 
-    def rename_key(c):
+    def rename_key(c):  # and a missing model in step 1: step 2 is still checked
+        c.ensemble_scheduling.step[0].model_name = "preprocess_uint9"
         step = c.ensemble_scheduling.step[1]
         step.input_map["image"] = step.input_map.pop("input")
     edit_config(repo / "onnx_classifier_uint8", rename_key)
-    edit_config(repo / "torch_classifier_uint8", lambda c: c.ensemble_scheduling.step[1].output_map.update({"output__0": "LOGIT"}))
+
+    def unproduced_and_mismatched(c):  # the first tensor read goes unproduced: the others are still checked
+        c.ensemble_scheduling.step[1].output_map.update({"output__0": "LOGIT"})
+        c.input[0].data_type = pb.TYPE_INT8
+    edit_config(repo / "torch_classifier_uint8", unproduced_and_mismatched)
     f, *_ = _exactly(check_repository(repo),
                      ("onnx_classifier", "step 2 names model 'onnx_modle', which is not in the repository"),
                      ("torch_classifier", "tensor 'IMAGE': the ensemble's input is TYPE_UINT8 [1], preprocess's input "
                                           "'IMAGE' is TYPE_STRING [1]"),
                      ("onnx_classifier_uint8", "step 2: 'image' is not an input of onnx_model (its inputs: input)"),
+                     ("onnx_classifier_uint8", "step 1 names model 'preprocess_uint9', which is not in the repository"),
                      ("onnx_classifier_uint8", "step 2: onnx_model's input(s) input are not mapped"),
-                     ("torch_classifier_uint8", "the ensemble's output reads tensor 'LOGITS', which no step produces"))
+                     ("torch_classifier_uint8", "the ensemble's output reads tensor 'LOGITS', which no step produces"),
+                     ("torch_classifier_uint8", "tensor 'PIXELS': the ensemble's input is TYPE_INT8"))
     assert "onnx_model" in f.fix
     result = run_cli("repo", "check", repo)
-    assert result.exit_code == 1 and "5 error(s)" in result.output
+    assert result.exit_code == 1 and "7 error(s)" in result.output
 
 
 def test_ensemble_dims_and_batch_sizes(repo):
@@ -318,6 +334,15 @@ def _instances(count):
     return lambda c: setattr(c.instance_group[0], "count", count)
 
 
+def _no_batch_axis_but_preferred_sizes(c):
+    c.max_batch_size = 0
+    c.dynamic_batching.preferred_batch_size.append(4)  # said once: the batching itself is the fault
+
+
+def _no_steps(c):
+    c.ensemble_scheduling.ClearField("step")
+
+
 def _fp16_input(c):
     from tritonclient.grpc import model_config_pb2 as pb
 
@@ -346,13 +371,13 @@ PLANTED = {
                                                 "match the graph's ['?', 3, 224, 224]"),
                                  ("onnx_model", "configs/cpu.pbtxt: output 'output': config dims [1000]")]),
     "dynamic batching without a batch axis": (
-        "preprocess_uint8", "config.pbtxt", _set("max_batch_size", 0),
+        "preprocess_uint8", "config.pbtxt", _no_batch_axis_but_preferred_sizes,
         [("preprocess_uint8", "config.pbtxt: dynamic_batching with max_batch_size 0"),
          *[(e, "max_batch_size 32 but step 1's preprocess_uint8 takes at most 0") for e in ENSEMBLES_OF["preprocess_uint8"]]]),
     "preferred and warmup batches in a variant": (
-        "torch_model", "configs/cpu.pbtxt", _set("max_batch_size", 16),
-        [("torch_model", "configs/cpu.pbtxt: preferred_batch_size [32] outside 1..max_batch_size 16"),
-         ("torch_model", "configs/cpu.pbtxt: warmup 'batch_32' uses batch 32 > max_batch_size 16")]),
+        "torch_model", "configs/cpu.pbtxt", _set("max_batch_size", 1),
+        [("torch_model", "configs/cpu.pbtxt: preferred_batch_size [4, 8, 16, 32] outside 1..max_batch_size 1"),
+         ("torch_model", "configs/cpu.pbtxt: warmup 'batch_32' uses batch 32 > max_batch_size 1")]),
     "no instances": ("onnx_model", "configs/gpu.pbtxt", _instances(0),
                      [("onnx_model", "configs/gpu.pbtxt: instance_group count 0")]),
     "ONNX dtype": ("onnx_model", "config.pbtxt", _fp16_input,
@@ -365,6 +390,8 @@ PLANTED = {
         [("torch_model", "configs/cpu.pbtxt: model.pt fails on an input of the configured shape [[1, 1, 224, 224]]")]),
     "TorchScript output count": ("torch_model", "configs/gpu.pbtxt", _second_output,
                                  [("torch_model", "configs/gpu.pbtxt: model.pt returns 1 output(s); the config declares 2")]),
+    "ensemble without steps": ("onnx_classifier", "config.pbtxt", _no_steps,
+                               [("onnx_classifier", "an ensemble without ensemble_scheduling steps")]),
     "label count in a variant": ("onnx_model", "configs/cpu.pbtxt", _dims("output", 0, [999]),
                                  [("onnx_model", "configs/cpu.pbtxt: output 'output': labels.txt has 1000 labels for 999 outputs"),
                                   ("onnx_model", "configs/cpu.pbtxt: output 'output': config dims [999] do not match")]),
@@ -386,8 +413,11 @@ def test_a_variant_that_does_not_parse(repo):
 
 def test_missing_config_and_missing_label_file(repo):
     (repo / "torch_model" / "config.pbtxt").unlink()
+    variant = repo / "torch_model" / "configs" / "gpu.pbtxt"  # still read: a variant's own faults are reported too
+    rewrite(variant, variant.read_text().replace("max_batch_size: 32", "max_batch_size: many"))
     (repo / "onnx_model" / "labels.txt").unlink()
     _exactly(check_repository(repo), ("torch_model", "no config.pbtxt: Triton cannot load the model"),
+             ("torch_model", "configs/gpu.pbtxt does not parse against Triton's ModelConfig schema"),
              ("onnx_model", "output 'output': label file labels.txt is missing"))
 
 
@@ -509,14 +539,15 @@ def test_a_cpu_precision_variant_is_served_only_after_convert_cpus_gates_passed(
 
 
 def test_variable_dims_match_any_size(repo):
-    def variable(c):
+    def variable(c):  # the label file stays: a variable class count cannot be checked against it
         del c.input[0].dims[:]
         c.input[0].dims.extend([3, -1, -1])
         del c.output[0].dims[:]
         c.output[0].dims.append(-1)
-        c.output[0].label_filename = ""  # a label file needs a known class count
     for model in ("onnx_model", "torch_model"):
         edit_config(repo / model, variable, "configs/cpu.pbtxt")
+    edit_config(repo / "torch_model", _dims("output", 0, [-1]), "configs/gpu.pbtxt")  # checked by a real forward
+    edit_config(repo / "preprocess_uint8", _dims("output", 0, [3, -1, -1]))  # the ensembles' tensor: fits 3x224x224
     _exactly(check_repository(repo))
 
 
@@ -541,3 +572,116 @@ def test_an_unknown_onnx_type_is_named_by_its_number(repo):
 def test_a_python_model_without_model_py(repo):
     (repo / "preprocess" / "1" / "model.py").unlink()
     _exactly(check_repository(repo), ("preprocess", "version 1/ has no model.py"))  # and nothing about its imports
+
+
+def test_a_repository_built_for_max_batch_1_passes(small_artifacts, tmp_path):
+    """Batch axis present, but of size at most 1: every rule that looks at max_batch_size still holds."""
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    repo = tmp_path / "models"
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", max_batch=1, preferred=(1,)))
+    _exactly(check_repository(repo, small_artifacts))
+
+
+# ------------------------------------------------------------------ models with more than one tensor of a kind
+
+def _model(repo, name, config, files):
+    model_dir = repo / name
+    (model_dir / "1").mkdir(parents=True)
+    (model_dir / "config.pbtxt").write_text(f'name: "{name}"\n{config}')
+    for rel, write in files.items():
+        write(model_dir / rel)
+    return model_dir
+
+
+TORCH_TWO_BY_TWO = """platform: "pytorch_libtorch"
+max_batch_size: 4
+input [ { name: "image" data_type: TYPE_FP32 dims: [ 3, 8, 8 ] },
+        { name: "scale__1" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "output__1" data_type: TYPE_FP32 dims: [ 1 ] %s},
+         { name: "output__0" data_type: TYPE_FP32 dims: [ 3, 1 ] %s} ]
+"""
+
+
+def test_a_torchscript_model_with_two_inputs_and_two_outputs(repo):
+    """Outputs are matched to forward()'s results by index, whatever their order in the config; inputs may be
+    named after forward()'s arguments; every output's labels are checked."""
+    import torch
+
+    class TwoByTwo(torch.nn.Module):
+        def forward(self, image, scale):
+            return (image.mean(dim=(2, 3)) * scale).unsqueeze(-1), image.amax(dim=(1, 2, 3)).unsqueeze(-1)
+
+    model_dir = _model(repo, "two_by_two", TORCH_TWO_BY_TWO % ("", 'label_filename: "classes.txt" '), {
+        "1/model.pt": lambda path: torch.jit.script(TwoByTwo()).save(str(path)),
+        "classes.txt": lambda path: path.write_text("red\ngreen\nblue\n"),
+        "two.txt": lambda path: path.write_text("red\ngreen\n"),
+    })
+    (model_dir / "configs").mkdir()
+    variants = {
+        "renamed": (TORCH_TWO_BY_TWO % ("", "")).replace('"scale__1"', '"factor"'),
+        "three_inputs": (TORCH_TWO_BY_TWO % ("", "")).replace(
+            "dims: [ 1 ] } ]", 'dims: [ 1 ] }, { name: "extra__2" data_type: TYPE_FP32 dims: [ 1 ] } ]', 1),
+        "labels_missing": TORCH_TWO_BY_TWO % ('label_filename: "missing.txt" ', 'label_filename: "two.txt" '),
+        "labels_short": TORCH_TWO_BY_TWO % ("", 'label_filename: "two.txt" '),
+        "labels_one": TORCH_TWO_BY_TWO % ('label_filename: "two.txt" ', ""),
+    }
+    for variant, text in variants.items():
+        (model_dir / "configs" / f"{variant}.pbtxt").write_text(f'name: "two_by_two"\n{text}')
+    _exactly(check_repository(repo),
+             ("two_by_two", "parameters lack preprocess.resize", "warning"),
+             ("two_by_two", "configs/renamed.pbtxt: input 'factor' does not follow the libtorch naming rule "
+                            "`<name>__<index>` (index < 2) nor name a forward() argument (image, scale)"),
+             ("two_by_two", "configs/three_inputs.pbtxt: config declares 3 input(s); model.pt forward(image, scale) "
+                            "takes 2"),
+             ("two_by_two", "configs/labels_missing.pbtxt: output 'output__1': label file missing.txt is missing"),
+             ("two_by_two", "configs/labels_missing.pbtxt: output 'output__0': two.txt has 2 labels for 3 outputs"),
+             ("two_by_two", "configs/labels_short.pbtxt: output 'output__0': two.txt has 2 labels for 3 outputs"),
+             ("two_by_two", "configs/labels_one.pbtxt: output 'output__1': two.txt has 2 labels for 1 outputs"))
+
+
+def test_onnx_models_with_two_inputs_and_with_none_and_ensembles_of_them(repo):
+    from onnx import TensorProto, helper
+
+    def save(graph):
+        return lambda path: onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+    vector = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 4]) for n in ("a", "b", "c")]
+    _model(repo, "sum", """platform: "onnxruntime_onnx"
+max_batch_size: 4
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] }, { name: "b" data_type: TYPE_FP16 dims: [ 4 ] } ]
+output [ { name: "c" data_type: TYPE_FP32 dims: [ 4 ] } ]
+""", {"1/model.onnx": save(helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"])], "sum", vector[:2], vector[2:]))})
+    constant = helper.make_node("Constant", [], ["c"], value=helper.make_tensor("v", TensorProto.FLOAT, [1, 4], [0.0] * 4))
+    _model(repo, "constant", """platform: "onnxruntime_onnx"
+max_batch_size: 0
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+output [ { name: "c" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+""", {"1/model.onnx": save(helper.make_graph([constant], "constant", [],
+                                             [helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 4])]))})
+    _model(repo, "sum_ensemble", """platform: "ensemble"
+max_batch_size: 4
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "C" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ { model_name: "sum" model_version: -1 input_map { key: "y" value: "X" }
+                               output_map { key: "c" value: "C" } } ] }
+""", {})
+    _model(repo, "constant_ensemble", """platform: "ensemble"
+max_batch_size: 1
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+output [ { name: "C" data_type: TYPE_FP32 dims: [ 1, 4 ] } ]
+ensemble_scheduling { step [ { model_name: "constant" model_version: -1 input_map { key: "x" value: "X" }
+                               output_map { key: "c" value: "C" } } ] }
+""", {})
+    _exactly(check_repository(repo),
+             ("sum", "parameters lack preprocess.resize", "warning"),
+             ("sum", "config input 'x' is not an input of model.onnx (graph inputs: a, b)"),
+             ("sum", "input 'b': config says TYPE_FP16, the graph has TYPE_FP32"),  # still checked after 'x'
+             ("sum", "model.onnx input 'a' is missing from the config"),
+             ("constant", "parameters lack preprocess.resize", "warning"),
+             ("constant", "config input 'x' is not an input of model.onnx (graph inputs: none)"),
+             ("sum_ensemble", "parameters lack preprocess.resize", "warning"),
+             ("sum_ensemble", "step 1: 'y' is not an input of sum (its inputs: x, b)"),
+             ("sum_ensemble", "step 1: sum's input(s) x, b are not mapped"),
+             ("constant_ensemble", "parameters lack preprocess.resize", "warning"),
+             ("constant_ensemble", "max_batch_size 1 but step 1's constant takes at most 0 (no batch axis)"))

@@ -248,7 +248,7 @@ class _ModelCheck:
             size = _product(out.dims)
             if size > 0 and count != size:
                 self.add("error", f"output {out.name!r}: {out.label_filename} has {count} labels for {size} outputs",
-                         f"write one label per class ({size} lines) or {REBUILD}")
+                         f"write one label per class ({size} in all) or {REBUILD}")
 
     def _check_parameters(self, cfg, backend: str | None) -> None:
         missing = [k for k in CONTRACT_KEYS if k not in cfg.parameters]
