@@ -165,6 +165,13 @@ def test_file_hash_against_manifest(repo, small_artifacts):
 
 def test_artifact_that_differs_from_its_manifest_entry(repo, artifacts_copy):
     """The artifact itself replaced after it was published (the repository still holds the verified one)."""
+    from tritonize.manifest import Manifest
+
+    record_plan(artifacts_copy, status="pending")  # no file to check yet; the entries after it still are
+    manifest = Manifest.load(artifacts_copy)
+    manifest.artifacts["onnx"] = manifest.artifacts.pop("onnx")  # after the plan
+    manifest.save()
+    restamp(repo, artifacts_copy)
     path = artifacts_copy / "model.onnx"
     model = onnx.load(str(path))
     model.doc_string = "replaced after export"
@@ -180,6 +187,12 @@ def test_contract_parameters_missing_is_a_warning(repo):
     edit_config(repo / "onnx_model", lose_two)
     _exactly(check_repository(repo), ("onnx_model", "parameters lack preprocess.mean, preprocess.std: clients cannot "
                                                     "fetch the preprocessing contract", "warning"))
+
+
+def test_a_config_that_does_not_name_its_manifest_is_not_said_to_come_from_another(repo, small_artifacts):
+    edit_config(repo / "onnx_model", lambda c: c.parameters.pop("source.manifest_sha256"))
+    _exactly(check_repository(repo, small_artifacts),
+             ("onnx_model", "parameters lack source.manifest_sha256: clients cannot", "warning"))
 
 
 def test_plan_provenance_missing_is_a_warning(repo, artifacts_copy):

@@ -70,3 +70,8 @@ def test_the_text_parses_back_to_the_same_message(tmp_path):
     path = tmp_path / "config.pbtxt"
     path.write_text(config_text(cfg, "a header"))
     assert parse_config(path) == cfg
+
+
+def test_a_plan_whose_tensorrt_version_is_unknown_says_so_with_an_empty_parameter():
+    cfg = model_config(BACKENDS["trt_model"], SPEC, replace(PLAN, tensorrt_version=None), OPTIONS, "gpu", SHA)
+    assert cfg.parameters["source.tensorrt_version"].string_value == ""
