@@ -145,15 +145,29 @@ def _onnx_model_counters(metrics_url: str) -> dict[str, float]:
     return counters
 
 
+def _settled_counters(metrics_url: str) -> dict[str, float]:
+    """The counters once two reads 0.3 s apart agree: the backend reports a batch's statistics after its
+    responses left, so an earlier test's last request may still be landing (a half-reported one made the
+    difference below 1 image instead of 3 once)."""
+    deadline = time.monotonic() + 10
+    previous = _onnx_model_counters(metrics_url)
+    while True:
+        time.sleep(0.3)
+        current = _onnx_model_counters(metrics_url)
+        if current == previous:
+            return current
+        assert time.monotonic() < deadline, f"the counters keep moving: {previous} -> {current}"
+        previous = current
+
+
 def test_metrics_count_inferences(small_server, client):
     """The counters move by exactly one request of three images run as one execution (earlier tests used
     the same server: only the difference says what this request did)."""
-    before = _onnx_model_counters(small_server.metrics_url)
+    before = _settled_counters(small_server.metrics_url)
     _infer(client, "onnx_model", "input", "output", _inputs(3))
-    # The backend reports a batch's statistics after its responses left.
     _wait_for(lambda: all(v > before[k] for k, v in _onnx_model_counters(small_server.metrics_url).items()),
               "the counters", timeout=10)
-    after = _onnx_model_counters(small_server.metrics_url)
+    after = _settled_counters(small_server.metrics_url)
     assert set(before) == set(after) == {"nv_inference_count", "nv_inference_exec_count", "nv_inference_request_success"}
     assert {name: after[name] - before[name] for name in after} == {
         "nv_inference_count": 3, "nv_inference_exec_count": 1, "nv_inference_request_success": 1}
