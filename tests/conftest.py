@@ -139,29 +139,6 @@ def _golden_calls_per_test():
     Golden.new_test()
 
 
-MUTATION_DEADLINE_S = 15  # the slowest selected test takes ~3 s alone, ~6 s beside another mutant's run
-
-
-@pytest.fixture(autouse=True)
-def _mutation_deadline():
-    """Under `make mutation`: a test that runs past MUTATION_DEADLINE_S fails. A mutant that removes a timeout
-    (`proc.wait(timeout=None)`) would otherwise hang until mutmut's own CPU-time limit, minutes later."""
-    if "MUTANT_UNDER_TEST" not in os.environ:
-        yield
-        return
-
-    def fail(signum, frame):
-        pytest.fail(f"over {MUTATION_DEADLINE_S} s under mutation testing: the mutant hangs", pytrace=False)
-
-    previous = signal.signal(signal.SIGALRM, fail)
-    signal.setitimer(signal.ITIMER_REAL, MUTATION_DEADLINE_S)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def pytest_collection_modifyitems(config, items):
     """Under `make mutation` (mutmut sets MUTANT_UNDER_TEST): the fastest tests first, by the durations mutmut
     recorded, so that a mutant costs only the tests up to the first that fails (mutmut runs pytest with -x)."""

@@ -198,13 +198,14 @@ def test_a_config_that_does_not_name_its_manifest_is_not_said_to_come_from_anoth
 def test_plan_provenance_missing_is_a_warning(repo, artifacts_copy):
     add_trt_model(repo, artifacts_copy)
     _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE)
+
     def lose_two(c):
         c.parameters.pop("source.tensorrt_version")
         c.parameters.pop("source.version_compatible")
     edit_config(repo / "trt_model", lose_two)
     _exactly(check_repository(repo), NO_PLAN_FILE,
-             ("trt_model", "parameters lack source.tensorrt_version, source.version_compatible: `tritonize serve --engine docker` cannot choose the "
-                           "container release whose TensorRT runs the plan", "warning"))
+             ("trt_model", "parameters lack source.tensorrt_version, source.version_compatible: `tritonize serve "
+                           "--engine docker` cannot choose the container release whose TensorRT runs the plan", "warning"))
 
 
 def test_tensorrt_on_cpu_instances(repo, artifacts_copy):

@@ -147,8 +147,8 @@ def _onnx_model_counters(metrics_url: str) -> dict[str, float]:
 
 def _settled_counters(metrics_url: str) -> dict[str, float]:
     """The counters once two reads 0.3 s apart agree: the backend reports a batch's statistics after its
-    responses left, so an earlier test's last request may still be landing (a half-reported one made the
-    difference below 1 image instead of 3 once)."""
+    responses left, so an earlier test's last request may still be landing (once, a half-reported one made
+    the difference 1 image instead of 3)."""
     deadline = time.monotonic() + 10
     previous = _onnx_model_counters(metrics_url)
     while True:
