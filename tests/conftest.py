@@ -132,6 +132,22 @@ def standins(tmp_path, monkeypatch) -> Path:
             pass
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_working_directory(tmp_path_factory):
+    """The session's fixtures run in an empty directory too (see `_private_working_directory`)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path_factory.mktemp("session-cwd"))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _private_working_directory(tmp_path_factory, monkeypatch):
+    """Each test runs in an empty directory of its own. The CLI's default directories (build/, models/) are
+    relative to it, so the checkout's own build/ and models/ (what `make demo` leaves) are never read or
+    written, and no test sees another's. tests/test_working_directory.py proves it."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
 @pytest.fixture(autouse=True)
 def _golden_calls_per_test():
     from tests.golden import Golden
