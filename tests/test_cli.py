@@ -38,3 +38,15 @@ def test_old_spelling_still_works_and_says_the_new_one(small_artifacts, tmp_path
     assert result.exit_code == 0, result.output
     assert "--out is the old spelling of --repository" in result.output
     assert (tmp_path / "models" / "onnx_model" / "config.pbtxt").is_file()
+
+
+def test_front_door_version_short_help_and_module_entry():
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    assert run_cli("--version").output.strip() == f"tritonize {version('tritonize')}"
+    short = run_cli("-h")
+    assert short.exit_code == 0 and "Make a repository" in short.output and "Examples" in short.output
+    as_module = subprocess.run([sys.executable, "-m", "tritonize", "--version"], capture_output=True, text=True, timeout=120)
+    assert as_module.returncode == 0 and as_module.stdout.strip() == f"tritonize {version('tritonize')}"

@@ -19,13 +19,43 @@ class _UserErrorsAsOneLine(TyperGroup):
             raise typer.Exit(e.exit_code) from None
 
 
+EXAMPLES = """Examples (build, then serve, then classify):
+
+  tritonize build                # build/ (verified exports) and models/
+
+  tritonize serve models/        # a real Triton on localhost:8000/8001/8002
+
+  tritonize client classify goldfish.jpg --model onnx_model
+"""
+
+# The top-level help groups the commands by what a user is doing.
+MAKE, USE, OPERATE, SETUP = "Make a repository", "Serve and use it", "Operate", "Setup"
+
 app = typer.Typer(
     cls=_UserErrorsAsOneLine,
     help="Take a torchvision classifier to a served, verified Triton model repository.",
+    epilog=EXAMPLES,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"tritonize {version('tritonize')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print tritonize's version and exit."),
+) -> None:
+    """Take a torchvision classifier to a served, verified Triton model repository."""
 
 
 def _mount() -> None:
@@ -41,17 +71,21 @@ def _mount() -> None:
     from tritonize.tools.cli import app as tools_app
     from tritonize.tune.cli import tune_command
 
-    app.command("export")(export_command)
-    app.add_typer(convert_app, name="convert", help="Convert the ONNX export: `convert trt` builds TensorRT plans, `convert cpu` a gated INT8 variant for the CPU.")
-    app.add_typer(repo_app, name="repo", help="Build and check the Triton model repository.")
-    app.command("serve")(serve_command)
-    app.add_typer(client_app, name="client", help="gRPC client: classify, compare backends, perf sweeps.")
-    app.command("build")(build_command)
-    app.command("monitor")(monitor_command)
-    app.add_typer(models_app, name="models", help="List, load, unload and reload the models of a running server.")
-    app.command("tune")(tune_command)
-    app.add_typer(tools_app, name="tools", help="Get the external tools tritonize uses when present (perf_analyzer).")
-    app.add_typer(deploy_app, name="deploy", help="Kubernetes / KServe bundle for a repository pushed with `repo push`.")
+    app.command("build", rich_help_panel=MAKE)(build_command)
+    app.command("export", rich_help_panel=MAKE)(export_command)
+    app.add_typer(convert_app, name="convert", rich_help_panel=MAKE,
+                  help="Convert the ONNX export: `convert trt` builds TensorRT plans, `convert cpu` a gated INT8 variant for the CPU.")
+    app.add_typer(repo_app, name="repo", rich_help_panel=MAKE, help="Build and check the Triton model repository.")
+    app.command("serve", rich_help_panel=USE)(serve_command)
+    app.add_typer(client_app, name="client", rich_help_panel=USE, help="gRPC client: classify, compare backends, perf sweeps.")
+    app.add_typer(models_app, name="models", rich_help_panel=OPERATE,
+                  help="List, load, unload and reload the models of a running server.")
+    app.command("monitor", rich_help_panel=OPERATE)(monitor_command)
+    app.command("tune", rich_help_panel=OPERATE)(tune_command)
+    app.add_typer(deploy_app, name="deploy", rich_help_panel=OPERATE,
+                  help="Kubernetes / KServe bundle for a repository pushed with `repo push`.")
+    app.add_typer(tools_app, name="tools", rich_help_panel=SETUP,
+                  help="Get the external tools tritonize uses when present (perf_analyzer).")
 
 
 _mount()
