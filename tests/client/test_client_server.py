@@ -234,6 +234,21 @@ def test_unreachable_server_is_one_line_with_the_url_and_hint(command):
     assert len(lines) == 1 and url in lines[0] and "tritonize serve" in lines[0] and lines[0].startswith("error:")
 
 
+@pytest.mark.parametrize("url, says", [("", "it is empty"), ("127.0.0.1:99999", "port 99999 is out of range"),
+                                       ("127.0.0.1", "no port"), ("localhost:80a", "port '80a' is not a number"),
+                                       (":8001", "no host"), ("http://localhost:8001", "gRPC takes no scheme")])
+def test_a_malformed_url_is_one_line_that_names_what_was_given(url, says):
+    """Run as users run it (gRPC logs from C before Python sees an error; it reads its verbosity once per process)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "tritonize.cli", "client", "classify", str(PHOTO), "--url", url,
+                             "--timeout", "2"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: --url {url!r}: {says}") and "HOST:PORT" in line, line
+
+
 def test_unknown_model_lists_the_available_ones(small_server):
     for command in (["classify", PHOTO, "--model", "resnet_model"], ["perf", "--model", "resnet_model"],
                     ["compare", PHOTO, "--models", "onnx_model,resnet_model"]):
@@ -390,3 +405,13 @@ def test_trt_model_waiting_for_a_gpu_says_why_and_what_to_run(artifacts_copy, tm
         assert "On a GPU box run `tritonize convert trt`" in line and "then `tritonize repo build` again" in line
         assert "onnx_model (READY)" in line
         assert run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--url", info.grpc_url).exit_code == 0
+
+
+@pytest.mark.parametrize("model", ["trt_model", "trt_classifier"])
+def test_trt_model_of_a_repository_built_without_a_plan_says_where_plans_are_built(small_server, model):
+    result = run_cli("client", "classify", PHOTO, "--model", model, "--url", small_server.grpc_url)
+    assert result.exit_code == 1
+    [line] = result.output.strip().splitlines()
+    assert line.startswith(f"error: model {model!r} is not in the repository at {small_server.grpc_url}: "), line
+    assert "TensorRT plan is built on a GPU box: run `tritonize convert trt` there, then `tritonize repo build`" in line
+    assert "onnx_model (READY)" in line

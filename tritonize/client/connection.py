@@ -23,12 +23,35 @@ from tritonize.access import KEY_ENV, client_key, is_restricted_error, pem_file
 from tritonize.errors import TritonizeError
 from tritonize.images import batches
 from tritonize.preprocessing import Preprocessing
-from tritonize.repository_builder.options import model_names
+from tritonize.repository_builder.options import model_names, why_absent
 
 DEFAULT_URL = "localhost:8001"
 # --preprocess paths, by what they send per image (images.load_images' forms).
 PATH_OF_FORM = {"tensor": "client", "bytes": "server", "uint8": "uint8"}
 PATHS = tuple(PATH_OF_FORM.values())
+
+
+def check_url(url: str) -> str:
+    """`url` as given, when it is HOST:PORT with a port gRPC can reach (a name, an IPv4 address or an [IPv6]
+    address, then 1..65535); else one line that says what is wrong with it. gRPC itself would log from C
+    about an empty one and take port 99999 for 34463 (it keeps the low 16 bits)."""
+    def bad(what: str) -> TritonizeError:
+        return TritonizeError(f"--url {url!r}: {what}; give the server's gRPC endpoint as HOST:PORT, e.g. {DEFAULT_URL}")
+
+    if not url.strip():
+        raise bad("it is empty")
+    host, colon, port = url.rpartition(":")
+    if not colon or host.startswith("[") and not host.endswith("]") or not host and not port:
+        raise bad("no port")
+    if "/" in url:
+        raise bad("gRPC takes no scheme or path")
+    if not host.strip("[]").strip():
+        raise bad("no host")
+    if not port.isdigit():
+        raise bad(f"port {port!r} is not a number")
+    if not 1 <= int(port) <= 65535:
+        raise bad(f"port {port} is out of range (1..65535)")
+    return url
 
 
 def short_reason(error: Exception) -> str:
@@ -132,7 +155,7 @@ class Connection:
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 
-        self.url, self.timeout = url, timeout
+        self.url, self.timeout = check_url(url), timeout
         self._grpc = grpcclient
         self._error = InferenceServerException
         self.key = client_key(key_file)
@@ -227,12 +250,14 @@ class Connection:
         if states.get(name) != "READY":
             listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items()) if n != name) or "none"
             what = "is not in the repository" if name not in states else f"is {states[name]}"
+            hint = why_absent(name) if name not in states else None
             if self.index_restricted:
                 ready = ", ".join(n for n, s in sorted(states.items()) if s == "READY") or "none of the names repo build gives"
                 raise TritonizeError(f"model {name!r} is not READY at {self.url} (READY there: {ready}); which models the "
                                      "server has, and why one is not READY, is in its repository index, which needs its "
                                      f"control key: --control-key-file or {KEY_ENV}")
-            raise TritonizeError(f"model {name!r} {what} at {self.url}; models there: {listing}")
+            raise TritonizeError(f"model {name!r} {what} at {self.url}" + (f": {hint}" if hint else "")
+                                 + f"; models there: {listing}")
         return ModelInfo.from_config(self._config(name))
 
     def model_for(self, name: str, preprocess: str | None = None) -> ModelInfo:

@@ -63,6 +63,25 @@ def model_names() -> list[str]:
     return [*BACKENDS, *(p.name for p in PREPROCESSORS), *(p.ensemble(b) for b in BACKENDS.values() for p in PREPROCESSORS)]
 
 
+def why_absent(name: str) -> str | None:
+    """Why a model that `repo build` names may be missing from a repository, and what builds it (None: a name
+    `repo build` does not give)."""
+    for backend in BACKENDS.values():
+        if name in (backend.name, *(p.ensemble(backend) for p in PREPROCESSORS)):
+            if backend.needs_gpu:
+                return ("its TensorRT plan is built on a GPU box: run `tritonize convert trt` there, then "
+                        "`tritonize repo build`")
+            if backend.cpu_variant:
+                return ("it is built only once `tritonize convert cpu --calib-images DIR` made the INT8 variant and its "
+                        "gates passed, then `tritonize repo build`")
+            if name != backend.name:
+                return "`tritonize repo build` builds the ensembles unless --no-ensembles (or --models left it out)"
+            return "`tritonize repo build` builds it unless --models left it out"
+    if name in (p.name for p in PREPROCESSORS):
+        return "`tritonize repo build` builds it unless --no-ensembles"
+    return None
+
+
 @dataclass(frozen=True)
 class RepoOptions:
     """Options of `tritonize repo build`; each maps onto a field of Triton's ModelConfig proto
