@@ -87,7 +87,7 @@ class RepoOptions:
     """Options of `tritonize repo build`; each maps onto a field of Triton's ModelConfig proto
     (https://github.com/triton-inference-server/common/blob/main/protobuf/model_config.proto)."""
 
-    max_batch: int = 32  # max_batch_size (capped at a plan's profile max)
+    max_batch: int | None = None  # max_batch_size; None: what each model's artifact was verified at (config.batch_bound)
     preferred: tuple[int, ...] = (4, 8, 16, 32)  # dynamic_batching.preferred_batch_size, capped at max_batch
     queue_delay_us: int = 100  # dynamic_batching.max_queue_delay_microseconds
     instances: int = 1  # instance_group.count
@@ -99,7 +99,7 @@ class RepoOptions:
     overwrite: bool = False  # replace an existing repository that differs from what this build writes
 
     def __post_init__(self):
-        if self.max_batch < 1:
+        if self.max_batch is not None and self.max_batch < 1:
             raise TritonizeError(f"--max-batch must be >= 1 (got {self.max_batch})")
         preferred = tuple(self.preferred)
         if any(p < 1 for p in preferred):
