@@ -120,6 +120,23 @@ def test_classify_json_every_mode_and_bad_files(small_server, tmp_path):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("path", ["client", "uint8", "server"])
+def test_thin_and_tall_images_are_one_line_on_every_preprocessing_path(small_server, tmp_path, path):
+    """Resized to 256 on their shorter side, 1x12000 and 20x20000 would become 786 and 66 Mpx: the client refuses
+    them before decoding where it preprocesses, the server's preprocess model where it does, in the same line."""
+    thin, tall = tmp_path / "thin.png", tmp_path / "tall.png"
+    Image.new("RGB", (1, 12000)).save(thin)
+    Image.new("RGB", (20000, 20)).save(tall)
+    result = run_cli("client", "classify", thin, PHOTO, tall, "--preprocess", path, "--url", small_server.grpc_url)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped: ")]
+    assert sorted(skipped) == sorted([f"skipped: {thin}: 1x12000 has an aspect ratio of 1:12000; no classifier needs more "
+                                      "than 1:50 (crop it to what should be classified)",
+                                      f"skipped: {tall}: 20000x20 has an aspect ratio of 1:1000; no classifier needs "
+                                      "more than 1:50 (crop it to what should be classified)"])
+    assert f"{PHOTO}  (onnx_" in result.stdout  # the photo between them is classified
+
+
 def test_requests_respect_max_batch_size(small_server, tmp_path):
     from tritonize.client.classify import classify
     from tritonize.client.connection import Connection
