@@ -6,7 +6,9 @@ import contextlib
 import csv
 import json
 import socket
+import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -310,6 +312,82 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path, en
     assert [r["Concurrency"] for r in rows] == ["1"] and len(written) == 3
     with pytest.raises(TritonizeError, match="tritonize serve"):
         Connection(info.grpc_url, timeout=2)
+
+
+def _kill_stub_in_the_window(connection, server_pid: int, model: str, after_successes: int, delay: float) -> threading.Thread:
+    """A thread that kills -9 the model's stub (as the OOM killer would) once the server counted `after_successes` more
+    successful requests of it (the level's window has begun), and then `delay` seconds (a window of it is over)."""
+    import os
+    import signal
+
+    from tests.serve.helpers import children
+
+    start = connection.statistics(model)["success"][0]
+    [stub] = [pid for pid, command in children(server_pid).items() if f" {model}_0_0 " in command]
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while connection.statistics(model)["success"][0] < start + after_successes and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(delay)
+        os.kill(stub, signal.SIGKILL)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("engine", ["builtin", "perf_analyzer"])
+def test_a_stub_killed_mid_level_is_reported_with_its_successes_and_the_sweep_goes_on(small_repo, tmp_path, engine):
+    """kill -9 of the model's stub during the level at concurrency 2: that level keeps the requests that succeeded, its
+    failure count and the first error; the sweep goes on to concurrency 4 (the server heals the stub meanwhile);
+    with --stop-on-error it ends there."""
+    import shutil
+
+    from tritonize.client.connection import Connection
+    from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
+    from tritonize.serve.embedded import embedded_server
+    from tritonize.tools.perf_analyzer import find
+
+    if engine == "perf_analyzer" and find() is None:
+        pytest.skip("perf_analyzer not found: `tritonize tools get-perf-analyzer` (make test runs it) gets it")
+    repo = tmp_path / "models"
+    shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")
+    window = 1.0  # perf_analyzer measures a 3 s level in three 1 s windows; the kill comes after the first
+    with embedded_server(repo) as info, Connection(info.grpc_url, timeout=30) as connection:
+        killers = []
+
+        def at(level) -> None:
+            if level.concurrency == 1:  # the next level's warm-up is 2 x 2 requests at most
+                killers.append(_kill_stub_in_the_window(connection, info.pid, "onnx_model", 8, window + 0.3))
+
+        options = PerfOptions(concurrency=(1, 2, 4), duration=3 * window, warmup=2, engine=engine, stop_on_error=False)
+        report = run_perf(connection, ["onnx_model"], options, on_level=at)
+        killers[0].join()
+        assert [level.concurrency for level in report.levels] == [1, 2, 4]  # the sweep went on
+        first, killed = report.levels[:2]
+        assert first.failures == 0 and first.error is None and first.requests > 0
+        assert killed.failures >= 1 and killed.requests >= 2 and killed.throughput > 0, killed
+        assert "onnx_model_0_0" in killed.error and "not healthy" in killed.error, killed.error
+        text = report.to_text()
+        assert f"onnx_model at concurrency 2: {killed.failures} request(s) failed, {killed.requests} succeeded; " \
+               f"first error: {killed.error}" in text
+        write_outputs(report, tmp_path / "perf")
+        rows = list(csv.DictReader((tmp_path / "perf" / "onnx_model.csv").read_text().splitlines()))
+        assert "2" not in [r["Concurrency"] for r in rows]  # perf_analyzer's CSV has no column for failures
+        saved = json.loads((tmp_path / "perf" / "perf.json").read_text())["levels"][1]
+        assert (saved["failures"], saved["requests"], saved["error"]) == (killed.failures, killed.requests, killed.error)
+
+        if engine == "builtin":  # once healed, the same with --stop-on-error: the sweep ends at the failed level
+            deadline = time.monotonic() + 60
+            while not connection.client.is_model_ready("onnx_model") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            with pytest.raises(PerfInterrupted, match="request\\(s\\) failed during onnx_model at concurrency 2 .*"
+                                                      "stopped there \\(--stop-on-error\\)") as caught:
+                run_perf(connection, ["onnx_model"], replace(options, stop_on_error=True), on_level=at)
+            killers[1].join()
+            assert [level.concurrency for level in caught.value.report.levels] == [1, 2]
+            assert caught.value.report.levels[1].failures >= 1
 
 
 def test_server_dying_between_batches_keeps_the_logits_received(small_repo, tmp_path):

@@ -54,14 +54,14 @@ def check_url(url: str) -> str:
     return url
 
 
-def short_reason(error: Exception) -> str:
+def short_reason(error: Exception | str) -> str:
     """The useful first line of a tritonclient/gRPC error."""
     text = error.message() if hasattr(error, "message") and callable(error.message) else str(error)
     text = (text or type(error).__name__).strip().splitlines()[0]
     return re.sub(r"^\[StatusCode\.\w+\]\s*", "", text)
 
 
-def server_gone(url: str, error: Exception, during: str = "") -> TritonizeError:
+def server_gone(url: str, error: Exception | str, during: str = "") -> TritonizeError:
     where = f" during {during}" if during else ""
     return TritonizeError(f"lost the Triton server at {url}{where} ({short_reason(error)}); is it still running? (`tritonize serve`)")
 
@@ -192,13 +192,16 @@ class Connection:
         host = self.url.rsplit(":", 1)[0].strip("[]")
         return host in ("localhost", "127.0.0.1", "::1")
 
-    def failure(self, error: Exception, model: str, during: str = "") -> TritonizeError:
-        """What a failed call about `model` means: the server is down, or it is up and the model failed."""
+    def live(self) -> bool:
+        """Whether the server answers its liveness call."""
         try:
-            live = self.client.is_server_live(client_timeout=min(self.timeout, 5.0))
+            return self.client.is_server_live(client_timeout=min(self.timeout, 5.0))
         except self._error:
-            live = False
-        if not live:
+            return False
+
+    def failure(self, error: Exception | str, model: str, during: str = "") -> TritonizeError:
+        """What a failed call about `model` means: the server is down, or it is up and the model failed."""
+        if not self.live():
             return server_gone(self.url, error, during)
         where = f" during {during}" if during else ""
         return TritonizeError(f"model {model!r} failed on the server at {self.url}{where}: {short_reason(error)}")
