@@ -306,7 +306,9 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path, en
             run_perf(server, ["onnx_model"], options, on_level=lambda level: stack.close() if level.concurrency == 1 else None)
     error = caught.value
     assert f"lost the Triton server at {info.grpc_url} during onnx_model at concurrency 2" in str(error)
-    assert [level.concurrency for level in error.report.levels] == [1] and error.report.error
+    assert [level.concurrency for level in error.report.levels] == [1, 2] and error.report.error
+    gone = error.report.levels[1]  # its warm-up found no server: nothing measured, one failure, then the sweep ended
+    assert (gone.requests, gone.failures) == (0, 1) and gone.error
     written = write_outputs(error.report, tmp_path / "partial")
     rows = list(csv.DictReader((tmp_path / "partial" / "onnx_model.csv").read_text().splitlines()))
     assert [r["Concurrency"] for r in rows] == ["1"] and len(written) == 3
