@@ -13,8 +13,8 @@ from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.manifest import Entry, Manifest, Plan, PrecisionVariant, Status
 from tritonize.progress import say
 from tritonize.repository_builder.config import (
-    CONFIG_NAME, LABELS_NAME, NOT_BUILT_SUFFIX, REQUIREMENTS_NAME, batch_bound, config_text, ensemble_config, kind_name, model_config,
-    not_built_notes, preprocessor_config,
+    CONFIG_NAME, LABELS_NAME, NOT_BUILT_SUFFIX, REQUIREMENTS_NAME, batch_bound, config_text, ensemble_config, kind_name,
+    model_config, not_built_notes, preprocessor_config,
 )
 from tritonize.repository_builder.options import BACKENDS, PREPROCESSORS, Backend, RepoOptions
 from tritonize.spec import ModelSpec

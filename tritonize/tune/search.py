@@ -238,6 +238,7 @@ class Search:
     stopped: str = ""  # why the search ended early
     checks: int = 0  # back-to-back checks made (numbers their trials)
     clock: Callable[[], float] = time.monotonic
+    swept: dict[str, Candidate] = field(default_factory=dict)  # the configs whose sweep ran or began
     lost: dict[str, Candidate] = field(default_factory=dict)  # led in their sweep, not back to back
     unchecked: Candidate | None = None  # the winner, when the budget ended before it was measured back to back
     leading: Candidate | None = None  # the config the search holds so far (None: the default)
@@ -259,6 +260,7 @@ class Search:
         """Best throughput within the p99 budget over the concurrency levels (0, 0 when none is within)."""
         if candidate.key in self.scores:
             return self.scores[candidate.key]
+        self.swept[candidate.key] = candidate
         best, at, peak = 0.0, 0, 0.0
         for level in self.space.concurrency:
             try:
@@ -307,22 +309,12 @@ class Search:
         """When the budget ended in a sweep or before a back-to-back check: the config with the best score measured
         within the p99 budget, when it beats the one held by MIN_GAIN and did not lose a check."""
         held = self.scores.get(current.key, (0.0, 0))[0]
-        measured = {c.key: c for c in (*self._swept(), current)}
-        best = max((key for key in measured if key not in self.lost and self.scores.get(key, (0, 0))[1]),
+        best = max((key for key in self.swept if key not in self.lost and self.scores.get(key, (0, 0))[1]),
                    key=lambda key: self.scores[key][0], default=None)
         if best is None or best == current.key or self.scores[best][0] <= held * (1 + MIN_GAIN):
             return current
-        self.unchecked = measured[best]
+        self.unchecked = self.swept[best]
         return self.unchecked
-
-    def _swept(self) -> list[Candidate]:
-        """The candidates whose sweeps ran (or began), from their trials."""
-        found = {}
-        for t in self.trials:
-            if t.phase == "search":
-                found[t.config] = Candidate(t.instances, t.threads, t.queue_delay_us,
-                                            tuple(int(v) for v in t.preferred.split("-")) if t.preferred != "none" else ())
-        return list(found.values())
 
     def verdict(self, winner: Candidate) -> str:
         """One line on how the winner was decided, for the report (never "the default is best" when a measured
@@ -339,7 +331,7 @@ class Search:
         if not faster:
             return "the default config is the best found" + (" so far" if self.stopped else "")
         score, key = faster[0]
-        name = self.lost[key].describe() if key in self.lost else key
+        name = self.swept[key].describe()
         gain = f"{MIN_GAIN * 100:.0f} %"
         why = f"but not {gain} more back to back" if key in self.lost else f"less than the {gain} more a change must serve"
         return f"the default stays: {name} served {score:.1f} infer/s in its sweep, the default {default:.1f}, {why}"
