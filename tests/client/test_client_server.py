@@ -355,13 +355,13 @@ def test_a_stub_killed_mid_level_is_reported_with_its_successes_and_the_sweep_go
         pytest.skip("perf_analyzer not found: `tritonize tools get-perf-analyzer` (make test runs it) gets it")
     repo = tmp_path / "models"
     shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")
-    window = 1.0  # perf_analyzer measures a 3 s level in three 1 s windows; the kill comes after the first
+    window = 2.0  # perf_analyzer measures a 6 s level in three 2 s windows; the kill comes after the first
     with embedded_server(repo) as info, Connection(info.grpc_url, timeout=30) as connection:
         killers = []
 
         def at(level) -> None:
             if level.concurrency == 1:  # the next level's warm-up is 2 x 2 requests at most
-                killers.append(_kill_stub_in_the_window(connection, info.pid, "onnx_model", 8, window + 0.3))
+                killers.append(_kill_stub_in_the_window(connection, info.pid, "onnx_model", 8, window + 0.5))
 
         options = PerfOptions(concurrency=(1, 2, 4), duration=3 * window, warmup=2, engine=engine, stop_on_error=False)
         report = run_perf(connection, ["onnx_model"], options, on_level=at)
