@@ -336,7 +336,7 @@ def test_the_pixel_limit_counts_the_resized_image(tmp_path):
 
 def test_the_server_decodes_no_more_pixels_than_the_request_size_allows(tmp_path):
     """Beyond 4096x4096, the server decodes at most 16 pixels per byte it received: a flat 9000x9000 PNG (81 Mpx,
-    under Pillow's limit, about 80 KB) is refused unread; a client decoding its own file keeps its --max-pixels."""
+    under Pillow's limit, 99 KB) is refused unread; a client decoding its own file keeps its --max-pixels."""
     from tritonize.images import FREE_PIXELS, SERVER_PIXELS_PER_BYTE
 
     flat = _png(tmp_path / "flat.png", 9000, 9000, "L").read_bytes()

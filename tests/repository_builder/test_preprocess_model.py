@@ -118,7 +118,7 @@ def _peak_mb(pid: int, reset: bool = False) -> float:
 
 def test_thin_tall_and_huge_images_are_refused_before_they_take_the_servers_memory(small_repo, tmp_path):
     """Small files that would cost gigabytes once decoded or resized: thin (1x12000, 786 Mpx once its shorter side is
-    resized to 256), tall (20x20000), huge (9000x9000, under Pillow's pixel limit, 80 KB). The preprocess stub's peak
+    resized to 256), tall (20x20000), huge (9000x9000, under Pillow's pixel limit, 99 KB). The preprocess stub's peak
     memory, read from /proc, grows by less than PEAK_GROWTH_MB, and each request gets its one line."""
     import shutil
 
