@@ -299,3 +299,52 @@ def test_bytes_form_sends_the_file_exactly_as_read_and_tensors_respect_the_pixel
     assert element.dtype == object and element.shape == (1,) and element[0] == path.read_bytes()
     small = load_images([path], pre, max_pixels=1000)
     assert small.arrays == [] and len(small.failures) == 1 and "pixels" in small.failures[0]
+
+
+IMAGENET = Preprocessing(256, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+def _png(path, width: int, height: int, mode: str = "RGB"):
+    Image.new(mode, (width, height), "white" if mode != "1" else 1).save(path)
+    return path
+
+
+def test_an_image_no_classifier_needs_is_refused_from_its_header_on_every_path(tmp_path):
+    """Resizing the shorter side up to 256 multiplies the pixels of a thin image (1x12000: 786 Mpx, 2.4 GB):
+    beyond 1:50 it is refused before it is decoded, in the one line every path gives."""
+    thin, tall = _png(tmp_path / "thin.png", 1, 12000), _png(tmp_path / "tall.png", 20000, 20)
+    fine = _png(tmp_path / "panorama.png", 5000, 100)  # 1:50 is still a picture
+    for path, size, ratio in ((thin, "1x12000", "12000"), (tall, "20000x20", "1000")):
+        for form in ("tensor", "uint8"):
+            loaded = load_images([path], IMAGENET, form=form)
+            [line] = loaded.failures
+            assert line.startswith(f"{path}: {size} has an aspect ratio of 1:{ratio}; no classifier needs more than 1:50")
+        with pytest.raises(BadImage, match=rf"^IMAGE\[0\]: {size} has an aspect ratio of 1:{ratio};"):
+            decode_rgb(path.read_bytes(), "IMAGE[0]", preprocess=IMAGENET)
+    assert load_images([fine], IMAGENET).failures == []
+
+
+def test_the_pixel_limit_counts_the_resized_image(tmp_path):
+    """A contract that resizes to 2048: a 100x4000 image (0.4 Mpx, 1:40) would become 2048x81920 = 168 Mpx."""
+    path = _png(tmp_path / "strip.png", 100, 4000)
+    large = Preprocessing(2048, 224, IMAGENET.mean, IMAGENET.std)
+    with pytest.raises(BadImage, match=r"strip\.png: 100x4000 becomes 2048x81920 = 167,772,160 pixels when resized "
+                                       r"to 2048 on its shorter side, above the limit of 89,478,485"):
+        load_rgb(path, preprocess=large)
+    assert load_rgb(path, preprocess=IMAGENET).size == (100, 4000)  # 256x10240 = 2.6 Mpx
+
+
+def test_the_server_decodes_no_more_pixels_than_the_request_size_allows(tmp_path):
+    """Beyond 4096x4096, the server decodes at most 16 pixels per byte it received: a flat 9000x9000 PNG (81 Mpx,
+    under Pillow's limit, 99 KB) is refused unread; a client decoding its own file keeps its --max-pixels."""
+    from tritonize.images import FREE_PIXELS, SERVER_PIXELS_PER_BYTE
+
+    flat = _png(tmp_path / "flat.png", 9000, 9000, "L").read_bytes()
+    with pytest.raises(BadImage, match=rf"IMAGE\[0\]: 9000x9000 = 81,000,000 pixels from {len(flat):,} bytes: more "
+                                       rf"than 16 pixels per byte sent \(beyond 4096x4096\); the server refuses"):
+        decode_rgb(flat, "IMAGE[0]", bomb_hint="the server refuses it", preprocess=IMAGENET,
+                   pixels_per_byte=SERVER_PIXELS_PER_BYTE)
+    at_floor = _png(tmp_path / "floor.png", 4096, 4096, "L").read_bytes()
+    assert FREE_PIXELS == 4096 * 4096 and len(at_floor) * SERVER_PIXELS_PER_BYTE < FREE_PIXELS
+    assert decode_rgb(at_floor, "IMAGE[0]", preprocess=IMAGENET, pixels_per_byte=SERVER_PIXELS_PER_BYTE).size == (4096, 4096)
+    assert decode_rgb(flat, "flat.png", preprocess=IMAGENET).size == (9000, 9000)

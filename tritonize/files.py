@@ -22,19 +22,34 @@ def staged_path(final: Path) -> Iterator[Path]:
     back in place.
     """
     final = Path(final)
-    for stale in [*final.parent.glob(f".{final.name}.tmp-*"), *final.parent.glob(f".{final.name}.old-*")]:
-        pid = stale.name.rpartition("-")[2]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            if ".old-" in stale.name and not final.exists():
-                os.replace(stale, final)
-            else:
-                _remove(stale)
+    sweep_stale(final)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     _remove(tmp)
     try:
         yield tmp
     finally:
         _remove(tmp)
+
+
+def sweep_stale(final: Path) -> tuple[list[Path], list[Path]]:
+    """Remove the temporaries of `final` that killed processes left (their pid is in the name), except a
+    previous directory that a process killed between the two renames of a swap moved aside: it goes back
+    in place. Returns (what was removed or put back, the temporaries of processes that still run)."""
+    final = Path(final)
+    swept, running = [], []
+    for stale in sorted([*final.parent.glob(f".{final.name}.tmp-*"), *final.parent.glob(f".{final.name}.old-*")]):
+        pid = stale.name.rpartition("-")[2]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        if pid_alive(int(pid)):
+            running.append(stale)
+            continue
+        if ".old-" in stale.name and not final.exists():
+            os.replace(stale, final)
+        else:
+            _remove(stale)
+        swept.append(stale)
+    return swept, running
 
 
 @contextlib.contextmanager

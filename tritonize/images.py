@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,16 @@ from tritonize.errors import TritonizeError
 from tritonize.preprocessing import Preprocessing
 
 # Pillow's own default limit (about 89.5 Mpx, a 0.25 GB RGB buffer): above it a file is treated as a
-# possible decompression bomb unless the user raises the limit.
+# possible decompression bomb unless the user raises the limit. It also bounds the image once resized (a thin
+# image grows when its shorter side is resized up).
 DEFAULT_MAX_PIXELS = 89_478_485
+# The longest side at most 50 times the shorter: beyond, no classifier needs the image, and resizing its shorter
+# side up multiplies its pixels (1x12000 -> 256x3072000).
+MAX_ASPECT = 50
+# What the server decodes is bounded by the request too: beyond FREE_PIXELS (a 48 MB RGB buffer), at most this
+# many pixels per byte received. Photos carry 2-10 pixels per byte; a flat 9000x9000 PNG, about 1000.
+SERVER_PIXELS_PER_BYTE = 16
+FREE_PIXELS = 4096 * 4096
 
 _SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm")
@@ -49,9 +58,9 @@ def _pillow_pixel_limit(max_pixels: int) -> Iterator[None]:
         Image.MAX_IMAGE_PIXELS = saved
 
 
-def load_rgb(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS):
+def load_rgb(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS, preprocess: Preprocessing | None = None):
     """Decode the file at `path` into an RGB PIL image, EXIF orientation applied; BadImage says why not."""
-    return decode_rgb(read_image_file(path), str(path), max_pixels)
+    return decode_rgb(read_image_file(path), str(path), max_pixels, preprocess=preprocess)
 
 
 def read_image_file(path: Path) -> bytes:
@@ -67,10 +76,13 @@ def read_image_file(path: Path) -> bytes:
 BOMB_HINT = "raise --max-pixels if you trust the file"
 
 
-def decode_rgb(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS, bomb_hint: str = BOMB_HINT):
+def decode_rgb(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS, bomb_hint: str = BOMB_HINT,
+               preprocess: Preprocessing | None = None, pixels_per_byte: int | None = None):
     """Decode an encoded image (JPEG, PNG, ... any format Pillow reads) into an RGB PIL image, EXIF
     orientation applied. `name` (a path, or the server's `IMAGE[i]`) starts each BadImage line;
-    `bomb_hint` says how to get past the pixel limit where this runs.
+    `bomb_hint` says how to get past the pixel limit where this runs. What the image will cost is
+    judged from its header, before it is decoded (`check_size`): with `preprocess`, also once resized;
+    with `pixels_per_byte` (the server), also against the bytes received.
 
     The client decodes files with it and the repository's `preprocess` model decodes request
     bytes with it, so both give the same pixels and the same reasons."""
@@ -81,12 +93,8 @@ def decode_rgb(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS, bom
     with _pillow_pixel_limit(max_pixels):
         try:
             with Image.open(io.BytesIO(data)) as image:
-                pixels = image.width * image.height
-                if pixels > max_pixels:
-                    raise BadImage(
-                        f"{name}: {image.width}x{image.height} = {pixels:,} pixels is above the limit of "
-                        f"{max_pixels:,} (possible decompression bomb); {bomb_hint}"
-                    )
+                check_size(image.width, image.height, name, max_pixels, bomb_hint, preprocess,
+                           len(data) if pixels_per_byte else None, pixels_per_byte or 0)
                 image.load()
                 image = ImageOps.exif_transpose(image)
                 return _to_rgb(image)
@@ -98,6 +106,31 @@ def decode_rgb(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS, bom
             raise BadImage(f"{name}: not an image Pillow can read") from None
         except (OSError, SyntaxError, ValueError, EOFError) as e:
             raise BadImage(f"{name}: cannot decode ({e}); the file is truncated or corrupt") from None
+
+
+def check_size(width: int, height: int, name: str, max_pixels: int = DEFAULT_MAX_PIXELS, bomb_hint: str = BOMB_HINT,
+               preprocess: Preprocessing | None = None, received: int | None = None, pixels_per_byte: int = 0) -> None:
+    """BadImage when an image of this size would cost more than it may: above `max_pixels` as decoded or as
+    resized by `preprocess`, longer than MAX_ASPECT times its width, or (`received` bytes) more pixels than
+    `pixels_per_byte` per byte beyond FREE_PIXELS."""
+    pixels = width * height
+    size = f"{width}x{height}"
+    if pixels > max_pixels:
+        raise BadImage(f"{name}: {size} = {pixels:,} pixels is above the limit of {max_pixels:,} (possible "
+                       f"decompression bomb); {bomb_hint}")
+    short, long = sorted((width, height))
+    if long > MAX_ASPECT * short:
+        raise BadImage(f"{name}: {size} has an aspect ratio of 1:{long / short:.0f}; no classifier needs more than "
+                       f"1:{MAX_ASPECT} (crop it to what should be classified)")
+    if preprocess is not None:
+        resized_width, resized_height = preprocess.resized_size(width, height)
+        if resized_width * resized_height > max_pixels:
+            raise BadImage(f"{name}: {size} becomes {resized_width}x{resized_height} = {resized_width * resized_height:,} "
+                           f"pixels when resized to {preprocess.resize} on its shorter side, above the limit of "
+                           f"{max_pixels:,}; {bomb_hint}")
+    if received is not None and pixels > max(FREE_PIXELS, pixels_per_byte * received):
+        raise BadImage(f"{name}: {size} = {pixels:,} pixels from {received:,} bytes: more than {pixels_per_byte} pixels "
+                       f"per byte sent (beyond {math.isqrt(FREE_PIXELS)}x{math.isqrt(FREE_PIXELS)}); {bomb_hint}")
 
 
 def _to_rgb(image):
@@ -131,7 +164,7 @@ def load_images(paths: Sequence[Path], preprocess: Preprocessing, max_pixels: in
             if form == "bytes":
                 array = np.array([read_image_file(Path(path))], dtype=np.object_)
             else:
-                image = load_rgb(Path(path), max_pixels)
+                image = load_rgb(Path(path), max_pixels, preprocess)
                 array = preprocess(image) if form == "tensor" else preprocess.crop_pixels(image)
         except BadImage as e:
             loaded.failures.append(str(e))
@@ -156,7 +189,7 @@ def load_batch(files: Sequence[Path], preprocess: Preprocessing) -> np.ndarray:
     if not files:
         return np.zeros((0, *preprocess.input_shape), np.float32)
     try:
-        return np.stack([preprocess(load_rgb(f)) for f in files])
+        return np.stack([preprocess(load_rgb(f, preprocess=preprocess)) for f in files])
     except BadImage as e:
         raise TritonizeError(f"cannot use calibration image {e}; remove it from the image folder") from None
 

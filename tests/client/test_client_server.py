@@ -6,7 +6,9 @@ import contextlib
 import csv
 import json
 import socket
+import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -118,6 +120,23 @@ def test_classify_json_every_mode_and_bad_files(small_server, tmp_path):
         assert expected in line, line
     assert f"{len(bad)} of {len(good) + len(bad) + 1} inputs could not be read" in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("path", ["client", "uint8", "server"])
+def test_thin_and_tall_images_are_one_line_on_every_preprocessing_path(small_server, tmp_path, path):
+    """Resized to 256 on their shorter side, 1x12000 and 20x20000 would become 786 and 66 Mpx: the client refuses
+    them before decoding where it preprocesses, the server's preprocess model where it does, in the same line."""
+    thin, tall = tmp_path / "thin.png", tmp_path / "tall.png"
+    Image.new("RGB", (1, 12000)).save(thin)
+    Image.new("RGB", (20000, 20)).save(tall)
+    result = run_cli("client", "classify", thin, PHOTO, tall, "--preprocess", path, "--url", small_server.grpc_url)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    skipped = [line for line in result.stderr.splitlines() if line.startswith("skipped: ")]
+    assert sorted(skipped) == sorted([f"skipped: {thin}: 1x12000 has an aspect ratio of 1:12000; no classifier needs more "
+                                      "than 1:50 (crop it to what should be classified)",
+                                      f"skipped: {tall}: 20000x20 has an aspect ratio of 1:1000; no classifier needs "
+                                      "more than 1:50 (crop it to what should be classified)"])
+    assert f"{PHOTO}  (onnx_" in result.stdout  # the photo between them is classified
 
 
 def test_requests_respect_max_batch_size(small_server, tmp_path):
@@ -234,6 +253,21 @@ def test_unreachable_server_is_one_line_with_the_url_and_hint(command):
     assert len(lines) == 1 and url in lines[0] and "tritonize serve" in lines[0] and lines[0].startswith("error:")
 
 
+@pytest.mark.parametrize("url, says", [("", "it is empty"), ("127.0.0.1:99999", "port 99999 is out of range"),
+                                       ("127.0.0.1", "no port"), ("localhost:80a", "port '80a' is not a number"),
+                                       (":8001", "no host"), ("http://localhost:8001", "gRPC takes no scheme")])
+def test_a_malformed_url_is_one_line_that_names_what_was_given(url, says):
+    """Run as users run it (gRPC logs from C before Python sees an error; it reads its verbosity once per process)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "tritonize.cli", "client", "classify", str(PHOTO), "--url", url,
+                             "--timeout", "2"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: --url {url!r}: {says}") and "HOST:PORT" in line, line
+
+
 def test_unknown_model_lists_the_available_ones(small_server):
     for command in (["classify", PHOTO, "--model", "resnet_model"], ["perf", "--model", "resnet_model"],
                     ["compare", PHOTO, "--models", "onnx_model,resnet_model"]):
@@ -272,12 +306,90 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path, en
             run_perf(server, ["onnx_model"], options, on_level=lambda level: stack.close() if level.concurrency == 1 else None)
     error = caught.value
     assert f"lost the Triton server at {info.grpc_url} during onnx_model at concurrency 2" in str(error)
-    assert [level.concurrency for level in error.report.levels] == [1] and error.report.error
+    assert [level.concurrency for level in error.report.levels] == [1, 2] and error.report.error
+    gone = error.report.levels[1]  # its warm-up found no server: nothing measured, one failure, then the sweep ended
+    assert (gone.requests, gone.failures) == (0, 1) and gone.error
     written = write_outputs(error.report, tmp_path / "partial")
     rows = list(csv.DictReader((tmp_path / "partial" / "onnx_model.csv").read_text().splitlines()))
     assert [r["Concurrency"] for r in rows] == ["1"] and len(written) == 3
     with pytest.raises(TritonizeError, match="tritonize serve"):
         Connection(info.grpc_url, timeout=2)
+
+
+def _kill_stub_in_the_window(connection, server_pid: int, model: str, after_successes: int, delay: float) -> threading.Thread:
+    """A thread that kills -9 the model's stub (as the OOM killer would) once the server counted `after_successes` more
+    successful requests of it (the level's window has begun), and then `delay` seconds (a window of it is over)."""
+    import os
+    import signal
+
+    from tests.serve.helpers import children
+
+    start = connection.statistics(model)["success"][0]
+    [stub] = [pid for pid, command in children(server_pid).items() if f" {model}_0_0 " in command]
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while connection.statistics(model)["success"][0] < start + after_successes and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(delay)
+        os.kill(stub, signal.SIGKILL)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("engine", ["builtin", "perf_analyzer"])
+def test_a_stub_killed_mid_level_is_reported_with_its_successes_and_the_sweep_goes_on(small_repo, tmp_path, engine):
+    """kill -9 of the model's stub during the level at concurrency 2: that level keeps the requests that succeeded, its
+    failure count and the first error; the sweep goes on to concurrency 4 (the server heals the stub meanwhile);
+    with --stop-on-error it ends there."""
+    import shutil
+
+    from tritonize.client.connection import Connection
+    from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
+    from tritonize.serve.embedded import embedded_server
+    from tritonize.tools.perf_analyzer import find
+
+    if engine == "perf_analyzer" and find() is None:
+        pytest.skip("perf_analyzer not found: `tritonize tools get-perf-analyzer` (make test runs it) gets it")
+    repo = tmp_path / "models"
+    shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")
+    window = 2.0  # perf_analyzer measures a 6 s level in three 2 s windows; the kill comes after the first
+    with embedded_server(repo) as info, Connection(info.grpc_url, timeout=30) as connection:
+        killers = []
+
+        def at(level) -> None:
+            if level.concurrency == 1:  # the next level's warm-up is 2 x 2 requests at most
+                killers.append(_kill_stub_in_the_window(connection, info.pid, "onnx_model", 8, window + 0.5))
+
+        options = PerfOptions(concurrency=(1, 2, 4), duration=3 * window, warmup=2, engine=engine, stop_on_error=False)
+        report = run_perf(connection, ["onnx_model"], options, on_level=at)
+        killers[0].join()
+        assert [level.concurrency for level in report.levels] == [1, 2, 4]  # the sweep went on
+        first, killed = report.levels[:2]
+        assert first.failures == 0 and first.error is None and first.requests > 0
+        assert killed.failures >= 1 and killed.requests >= 2 and killed.throughput > 0, killed
+        assert "onnx_model_0_0" in killed.error and "not healthy" in killed.error, killed.error
+        text = report.to_text()
+        assert f"onnx_model at concurrency 2: {killed.failures} request(s) failed, {killed.requests} succeeded; " \
+               f"first error: {killed.error}" in text
+        write_outputs(report, tmp_path / "perf")
+        rows = list(csv.DictReader((tmp_path / "perf" / "onnx_model.csv").read_text().splitlines()))
+        assert "2" not in [r["Concurrency"] for r in rows]  # perf_analyzer's CSV has no column for failures
+        saved = json.loads((tmp_path / "perf" / "perf.json").read_text())["levels"][1]
+        assert (saved["failures"], saved["requests"], saved["error"]) == (killed.failures, killed.requests, killed.error)
+
+        if engine == "builtin":  # once healed, the same with --stop-on-error: the sweep ends at the failed level
+            deadline = time.monotonic() + 60
+            while not connection.client.is_model_ready("onnx_model") and time.monotonic() < deadline:
+                time.sleep(0.2)
+            with pytest.raises(PerfInterrupted, match="request\\(s\\) failed during onnx_model at concurrency 2 .*"
+                                                      "stopped there \\(--stop-on-error\\)") as caught:
+                run_perf(connection, ["onnx_model"], replace(options, stop_on_error=True), on_level=at)
+            killers[1].join()
+            assert [level.concurrency for level in caught.value.report.levels] == [1, 2]
+            assert caught.value.report.levels[1].failures >= 1
 
 
 def test_server_dying_between_batches_keeps_the_logits_received(small_repo, tmp_path):
@@ -390,3 +502,13 @@ def test_trt_model_waiting_for_a_gpu_says_why_and_what_to_run(artifacts_copy, tm
         assert "On a GPU box run `tritonize convert trt`" in line and "then `tritonize repo build` again" in line
         assert "onnx_model (READY)" in line
         assert run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--url", info.grpc_url).exit_code == 0
+
+
+@pytest.mark.parametrize("model", ["trt_model", "trt_classifier"])
+def test_trt_model_of_a_repository_built_without_a_plan_says_where_plans_are_built(small_server, model):
+    result = run_cli("client", "classify", PHOTO, "--model", model, "--url", small_server.grpc_url)
+    assert result.exit_code == 1
+    [line] = result.output.strip().splitlines()
+    assert line.startswith(f"error: model {model!r} is not in the repository at {small_server.grpc_url}: "), line
+    assert "TensorRT plan is built on a GPU box: run `tritonize convert trt` there, then `tritonize repo build`" in line
+    assert "onnx_model (READY)" in line

@@ -161,6 +161,23 @@ def test_rerun_skips_up_to_date_artifacts(artifacts_copy):
     assert (artifacts_copy / "model.onnx").stat().st_mtime_ns == before
 
 
+def test_an_up_to_date_export_removes_what_a_killed_one_left_and_names_what_a_running_one_writes(artifacts_copy):
+    import os
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    killed = artifacts_copy / f".model.onnx.tmp-{dead.pid}"  # a killed export's half-written ONNX (33 MB for resnet18)
+    running = artifacts_copy / f".model.pt.tmp-{os.getppid()}"  # the temporary of an export that still runs
+    for path in (killed, running):
+        path.write_bytes(b"half-written")
+    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts_copy)
+    assert result.exit_code == 0 and "model.onnx is up to date" in result.output, result.output
+    assert _leftovers(artifacts_copy) == [running.name]
+    assert f"removed {killed.name}, left by an interrupted run (pid {dead.pid})" in result.output
+    assert f"{running.name} belongs to a running process (pid {os.getppid()})" in result.output
+
+
 def test_another_model_in_the_same_directory_needs_force(artifacts_copy):
     result = run_cli("export", "--arch", "resnet34", "--weights", "none", "--artifacts", artifacts_copy)
     assert result.exit_code == 1

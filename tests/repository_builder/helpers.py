@@ -52,7 +52,7 @@ def restamp(repo: Path, artifacts: Path) -> None:
             rewrite(path, text_format.MessageToString(cfg))
 
 
-def add_trt_model(repo: Path, artifacts: Path, *, kind="gpu", max_batch=32, **plan) -> dict:
+def add_trt_model(repo: Path, artifacts: Path, *, kind="gpu", max_batch=None, **plan) -> dict:
     """Record a plan entry and write the trt_model directory the builder would write for it, minus the plan;
     the other models' configs name the changed manifest (restamp)."""
     entry = record_plan(artifacts, **plan)

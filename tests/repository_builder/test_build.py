@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.conftest import plan_entry, record, run_cli
 from tests.repository_builder.helpers import copy_repo
+from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder import RepoOptions, build_repository
@@ -95,8 +97,11 @@ def test_options_shape_the_config(small_artifacts, tmp_path):
 def test_trt_config_follows_the_plan_profile(small_artifacts):
     spec = Manifest.load(small_artifacts).spec
     entry = plan_entry(profile={"min": 1, "opt": 8, "max": 16})
-    cfg = model_config(BACKENDS["trt_model"], spec, entry, RepoOptions(max_batch=32), "gpu", "x" * 64)
-    assert (cfg.platform, cfg.max_batch_size) == ("tensorrt_plan", 16)  # never above the profile max
+    cfg = model_config(BACKENDS["trt_model"], spec, entry, RepoOptions(), "gpu", "x" * 64)
+    assert (cfg.platform, cfg.max_batch_size) == ("tensorrt_plan", 16)  # by default, the profile max
+    with pytest.raises(TritonizeError, match="--max-batch 32: trt_model serves at most 16, the plan's profile max"):
+        model_config(BACKENDS["trt_model"], spec, entry, RepoOptions(max_batch=32), "gpu", "x" * 64)
+    assert model_config(BACKENDS["trt_model"], spec, entry, RepoOptions(max_batch=8), "gpu", "x" * 64).max_batch_size == 8
     assert list(cfg.dynamic_batching.preferred_batch_size) == [4, 8, 16]
     assert [w.batch_size for w in cfg.model_warmup] == [1, 16]
     assert [t.name for t in cfg.input] == ["input"] and _kinds(cfg) == ["KIND_GPU"]
@@ -165,6 +170,52 @@ def test_existing_repository_needs_force_and_readme_is_kept(small_artifacts, tmp
     assert forced.exit_code == 0, forced.output
     assert parse_config(out / "onnx_model" / "config.pbtxt").max_batch_size == 16
     assert (out / "README.md").read_text() == "generated, not committed\n"
+
+
+def test_the_served_batch_bound_is_the_verified_one_built_checked_and_served(artifacts_copy, tmp_path):
+    """`export --max-batch 8` verifies model.onnx up to batch 8 (model.pt stays verified at 32): `repo build`
+    serves each at what it was verified at, refuses more, `repo check` flags a config above it, and the real
+    server refuses a batch of 9."""
+    from tritonize.client.connection import Connection
+    from tritonize.serve.embedded import embedded_server
+
+    exported = run_cli("export", "--format", "onnx", "--arch", "resnet18", "--weights", "none", "--max-batch", "8",
+                       "--artifacts", artifacts_copy)
+    assert exported.exit_code == 0, exported.output
+    repo = tmp_path / "models"
+    built = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", repo, "--kind", "cpu", "--no-warmup")
+    assert built.exit_code == 0, built.output
+    bounds = {name: parse_config(repo / name / "config.pbtxt").max_batch_size
+              for name in ("onnx_model", "torch_model", "onnx_classifier", "torch_classifier", "preprocess")}
+    assert bounds == {"onnx_model": 8, "torch_model": 32, "onnx_classifier": 8, "torch_classifier": 32, "preprocess": 32}
+    assert "built onnx_model: onnxruntime_onnx, max_batch_size 8 (the batch model.onnx was verified at)" in built.output
+    for asked, refused in ((16, "onnx_model"), (64, "onnx_model")):
+        more = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "more",
+                       "--max-batch", str(asked))
+        [line] = [line for line in more.output.splitlines() if line.startswith("error:")]
+        assert more.exit_code == 1 and "Traceback" not in more.output
+        assert f"--max-batch {asked}: {refused} serves at most 8, the batch model.onnx was verified at" in line
+        assert f"`tritonize export --max-batch {asked} --force`" in line and not (tmp_path / "more").exists()
+    assert run_cli("repo", "check", repo, "--artifacts", artifacts_copy).exit_code == 0
+
+    config = repo / "onnx_model" / "configs" / "cpu.pbtxt"  # what the embedded engine serves here
+    config.write_text(config.read_text().replace("max_batch_size: 8", "max_batch_size: 32"))
+    check = run_cli("repo", "check", repo, "--artifacts", artifacts_copy)
+    assert check.exit_code == 1
+    [finding] = [line for line in check.output.splitlines() if line.startswith("error:")]
+    assert "onnx_model: configs/cpu.pbtxt: max_batch_size 32 is above the batch model.onnx was verified at (8)" in finding
+    config.write_text(config.read_text().replace("max_batch_size: 32", "max_batch_size: 8"))
+
+    (repo / "torch_model").rename(tmp_path / "torch_model")  # a fast start: onnxruntime models only
+    for name in ("torch_classifier", "torch_classifier_uint8"):
+        (repo / name).rename(tmp_path / name)
+    with embedded_server(repo) as info, Connection(info.grpc_url) as connection:
+        served = connection.model("onnx_model")
+        assert served.max_batch_size == 8 and connection.model("onnx_classifier").max_batch_size == 8
+        x = np.zeros((9, *served.input_dims), np.float32)
+        with pytest.raises(TritonizeError, match="batch-size must be <= 8"):
+            connection.infer(served, x)
+        assert connection.infer(served, x[:8]).shape == (8, 1000)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -272,10 +323,10 @@ def test_trt_model_gets_its_ensembles_capped_at_the_plan_profile(small_artifacts
 
     spec = Manifest.load(small_artifacts).spec
     trt = model_config(BACKENDS["trt_model"], spec, plan_entry(profile={"min": 1, "opt": 8, "max": 16}),
-                       RepoOptions(max_batch=32), "gpu", "x" * 64)
+                       RepoOptions(), "gpu", "x" * 64)
     names = []
     for pre in PREPROCESSORS:
-        cfg = ensemble_config(pre.ensemble(BACKENDS["trt_model"]), preprocessor_config(pre, spec, RepoOptions(), "x" * 64),
+        cfg = ensemble_config(pre.ensemble(BACKENDS["trt_model"]), preprocessor_config(pre, spec, 32, RepoOptions(), "x" * 64),
                               trt, spec, "x" * 64)
         assert cfg.max_batch_size == 16 and cfg.ensemble_scheduling.step[1].model_name == "trt_model"
         names.append(cfg.name)

@@ -216,7 +216,7 @@ def test_tensorrt_on_cpu_instances(repo, artifacts_copy):
 
 def test_plan_profile_against_max_batch(repo, artifacts_copy):
     add_trt_model(repo, artifacts_copy, profile={"min": 2, "opt": 8, "max": 16})
-    edit_config(repo / "trt_model", lambda c: setattr(c, "max_batch_size", 32))  # the builder caps it at 16
+    edit_config(repo / "trt_model", lambda c: setattr(c, "max_batch_size", 32))  # the builder refuses more than 16
     _exactly(check_repository(repo, artifacts_copy), ("trt_model", "profile min is 2"),
              ("trt_model", "profile max 16 is below max_batch_size 32"), NO_PLAN_FILE)
 

@@ -25,8 +25,9 @@ OPTIONS = RepoOptions(preferred=(4, 8, 16, 32), queue_delay_us=250, instances=2)
 
 
 def _report():
-    ref = np.eye(4, 10)
-    return verify_runner(lambda b: ref[: len(b)], np.zeros((4, 1)), ref)
+    """Verified at batches 1, 7 and 32: `repo build` serves these at most at batch 32 (the plan at its profile max)."""
+    ref = np.eye(32, 10)
+    return verify_runner(lambda b: ref[: len(b)], np.zeros((32, 1)), ref)
 
 
 ONNX = ExportedArtifact(status=Status.verified, format="onnx", file="model.onnx", size_bytes=1, sha256="0" * 64,
@@ -58,7 +59,7 @@ def test_without_warmup_and_with_one_preferred_size():
 
 @pytest.mark.parametrize("pre", PREPROCESSORS, ids=lambda p: p.name)
 def test_preprocessing_models_and_their_ensembles(pre):
-    pre_cfg = preprocessor_config(pre, SPEC, OPTIONS, SHA)
+    pre_cfg = preprocessor_config(pre, SPEC, 32, OPTIONS, SHA)
     CONFIGS.check(config_text(pre_cfg).splitlines())
     for name in ("onnx_model", "trt_model"):  # trt_model's plan caps the ensemble at its profile max
         classifier = model_config(BACKENDS[name], SPEC, ENTRIES[name], OPTIONS, "gpu", SHA)

@@ -100,3 +100,54 @@ def test_a_request_with_a_bad_image_names_it(small_server):
             tensor = grpcclient.InferInput("IMAGE", list(batch.shape), "BYTES")
             tensor.set_data_from_numpy(batch)
             client.infer("onnx_classifier", [tensor])
+
+
+PEAK_GROWTH_MB = 64  # what the three images may add to the preprocess stub's peak memory (a photo adds about 10)
+
+
+def _peak_mb(pid: int, reset: bool = False) -> float:
+    """The process's peak resident memory (VmHWM), in MB; `reset` first brings the peak down to what it holds now
+    (proc(5): writing 5 to clear_refs, Linux 4.0+)."""
+    from pathlib import Path
+
+    if reset:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
+
+
+def test_thin_tall_and_huge_images_are_refused_before_they_take_the_servers_memory(small_repo, tmp_path):
+    """Small files that would cost gigabytes once decoded or resized: thin (1x12000, 786 Mpx once its shorter side is
+    resized to 256), tall (20x20000), huge (9000x9000, under Pillow's pixel limit, 99 KB). The preprocess stub's peak
+    memory, read from /proc, grows by less than PEAK_GROWTH_MB, and each request gets its one line."""
+    import shutil
+
+    from tests.serve.helpers import children
+    from tritonize.client.connection import Connection, RejectedImage
+    from tritonize.serve.embedded import embedded_server
+
+    rng = np.random.default_rng(0)
+    images = {"thin": (Image.fromarray(rng.integers(0, 256, (12000, 1, 3), np.uint8)), "aspect ratio of 1:12000"),
+              "tall": (Image.fromarray(rng.integers(0, 256, (20000, 20, 3), np.uint8)), "aspect ratio of 1:1000"),
+              "huge": (Image.new("L", (9000, 9000), 128), "more than 16 pixels per byte sent")}
+    for name, (image, _) in images.items():
+        image.save(tmp_path / f"{name}.png")
+    repo = tmp_path / "models"
+    for model in ("onnx_model", "preprocess", "onnx_classifier"):  # a server of its own: its stub's peak is this test's
+        shutil.copytree(small_repo / model, repo / model)
+    grown, answers = {}, {}
+    with embedded_server(repo) as server, Connection(server.grpc_url, timeout=120) as connection:
+        [stub] = [pid for pid, command in children(server.pid).items() if " preprocess_0_0 " in command]
+        info = connection.model_for("onnx_model", "server")
+        assert connection.infer(info, np.array([[PHOTO.read_bytes()]], dtype=np.object_)).shape == (1, 1000)
+        for name in images:
+            before = _peak_mb(stub, reset=True)
+            try:
+                connection.infer(info, np.array([[(tmp_path / f"{name}.png").read_bytes()]], dtype=np.object_))
+                answers[name] = "classified"
+            except RejectedImage as e:
+                answers[name] = e.reason
+            grown[name] = _peak_mb(stub) - before
+    assert all(mb < PEAK_GROWTH_MB for mb in grown.values()), grown
+    for name, (image, reason) in images.items():
+        assert answers[name].startswith(f"{image.width}x{image.height} ") and reason in answers[name], answers[name]

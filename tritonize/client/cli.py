@@ -119,6 +119,7 @@ def perf_command(
     image: Annotated[Optional[Path], typer.Option("--image", help="The image every request carries (default: matplotlib's sample photo).", show_default=False)] = None,
     engine: Annotated[str, typer.Option("--engine", help="What measures: perf_analyzer (Triton's own tool; `tritonize tools get-perf-analyzer`), builtin (tritonize's load generator), or auto: perf_analyzer when it is found on PATH or where that command put it.")] = "auto",
     stability: Annotated[float, typer.Option("--stability", help="perf_analyzer's -s: how far (%) its last three windows may differ; its default 10 is rarely met on a busy machine, and then it reports nothing.")] = 100.0,
+    stop_on_error: Annotated[bool, typer.Option("--stop-on-error", help="End the sweep at the first level whose requests fail. Without it, such a level is reported with its successes, its failures and the first error, and the sweep goes on (it ends when the server is gone).")] = False,
 ) -> None:
     """Throughput and latency percentiles per concurrency level, with the server-side time split."""
     from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
@@ -133,7 +134,8 @@ def perf_command(
         raise TritonizeError("--model needs at least one model name")
     options = PerfOptions(concurrency=levels, batch=batch, requests=requests, duration=None if requests else duration,
                           warmup=warmup, timeout=timeout, shared_memory=shared_memory.lower(), preprocess=preprocess,
-                          image=str(image) if image else None, engine=engine, stability=stability)
+                          image=str(image) if image else None, engine=engine, stability=stability,
+                          stop_on_error=stop_on_error)
     if options.engine == "perf_analyzer":
         from tritonize.tools.perf_analyzer import require
 
@@ -141,12 +143,23 @@ def perf_command(
     error = None
     with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
         try:
-            report = run_perf(connection, names, options, on_level=lambda r: typer.echo(
-                f"  {r.model} concurrency {r.concurrency}: {r.throughput:.1f} infer/s, p50 {r.latency['p50_ms']:.2f} ms", err=True))
+            report = run_perf(connection, names, options, on_level=_show_level)
         except PerfInterrupted as e:
             report, error = e.report, str(e)
     written = write_outputs(report, out)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     typer.echo("wrote " + ", ".join(str(p) for p in written), err=True)
     if error:
-        raise TritonizeError(f"{error}; the levels measured before were kept in {out}")
+        raise TritonizeError(f"{error}; the levels measured until then were kept in {out}")
+    if report.failed_levels:
+        raise TritonizeError(f"requests failed in {len(report.failed_levels)} of {len(report.levels)} levels (listed "
+                             f"above, with their successes, in {out / 'perf.json'}); the other levels are complete")
+
+
+def _show_level(r) -> None:
+    if r.failures:
+        typer.echo(f"  {r.model} concurrency {r.concurrency}: {r.requests} requests succeeded, {r.failures} failed "
+                   f"({r.error})", err=True)
+    else:
+        typer.echo(f"  {r.model} concurrency {r.concurrency}: {r.throughput:.1f} infer/s, p50 {r.latency['p50_ms']:.2f} ms",
+                   err=True)

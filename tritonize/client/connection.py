@@ -23,7 +23,7 @@ from tritonize.access import KEY_ENV, client_key, is_restricted_error, pem_file
 from tritonize.errors import TritonizeError
 from tritonize.images import batches
 from tritonize.preprocessing import Preprocessing
-from tritonize.repository_builder.options import model_names
+from tritonize.repository_builder.options import model_names, why_absent
 
 DEFAULT_URL = "localhost:8001"
 # --preprocess paths, by what they send per image (images.load_images' forms).
@@ -31,14 +31,37 @@ PATH_OF_FORM = {"tensor": "client", "bytes": "server", "uint8": "uint8"}
 PATHS = tuple(PATH_OF_FORM.values())
 
 
-def short_reason(error: Exception) -> str:
+def check_url(url: str) -> str:
+    """`url` as given, when it is HOST:PORT with a port gRPC can reach (a name, an IPv4 address or an [IPv6]
+    address, then 1..65535); else one line that says what is wrong with it. gRPC itself would log from C
+    about an empty one and take port 99999 for 34463 (it keeps the low 16 bits)."""
+    def bad(what: str) -> TritonizeError:
+        return TritonizeError(f"--url {url!r}: {what}; give the server's gRPC endpoint as HOST:PORT, e.g. {DEFAULT_URL}")
+
+    if not url.strip():
+        raise bad("it is empty")
+    host, colon, port = url.rpartition(":")
+    if not colon or host.startswith("[") and not host.endswith("]") or not host and not port:
+        raise bad("no port")
+    if "/" in url:
+        raise bad("gRPC takes no scheme or path")
+    if not host.strip("[]").strip():
+        raise bad("no host")
+    if not port.isdigit():
+        raise bad(f"port {port!r} is not a number")
+    if not 1 <= int(port) <= 65535:
+        raise bad(f"port {port} is out of range (1..65535)")
+    return url
+
+
+def short_reason(error: Exception | str) -> str:
     """The useful first line of a tritonclient/gRPC error."""
     text = error.message() if hasattr(error, "message") and callable(error.message) else str(error)
     text = (text or type(error).__name__).strip().splitlines()[0]
     return re.sub(r"^\[StatusCode\.\w+\]\s*", "", text)
 
 
-def server_gone(url: str, error: Exception, during: str = "") -> TritonizeError:
+def server_gone(url: str, error: Exception | str, during: str = "") -> TritonizeError:
     where = f" during {during}" if during else ""
     return TritonizeError(f"lost the Triton server at {url}{where} ({short_reason(error)}); is it still running? (`tritonize serve`)")
 
@@ -132,7 +155,7 @@ class Connection:
         import tritonclient.grpc as grpcclient
         from tritonclient.utils import InferenceServerException
 
-        self.url, self.timeout = url, timeout
+        self.url, self.timeout = check_url(url), timeout
         self._grpc = grpcclient
         self._error = InferenceServerException
         self.key = client_key(key_file)
@@ -169,13 +192,16 @@ class Connection:
         host = self.url.rsplit(":", 1)[0].strip("[]")
         return host in ("localhost", "127.0.0.1", "::1")
 
-    def failure(self, error: Exception, model: str, during: str = "") -> TritonizeError:
-        """What a failed call about `model` means: the server is down, or it is up and the model failed."""
+    def live(self) -> bool:
+        """Whether the server answers its liveness call."""
         try:
-            live = self.client.is_server_live(client_timeout=min(self.timeout, 5.0))
+            return self.client.is_server_live(client_timeout=min(self.timeout, 5.0))
         except self._error:
-            live = False
-        if not live:
+            return False
+
+    def failure(self, error: Exception | str, model: str, during: str = "") -> TritonizeError:
+        """What a failed call about `model` means: the server is down, or it is up and the model failed."""
+        if not self.live():
             return server_gone(self.url, error, during)
         where = f" during {during}" if during else ""
         return TritonizeError(f"model {model!r} failed on the server at {self.url}{where}: {short_reason(error)}")
@@ -227,12 +253,14 @@ class Connection:
         if states.get(name) != "READY":
             listing = ", ".join(f"{n} ({s})" for n, s in sorted(states.items()) if n != name) or "none"
             what = "is not in the repository" if name not in states else f"is {states[name]}"
+            hint = why_absent(name) if name not in states else None
             if self.index_restricted:
                 ready = ", ".join(n for n, s in sorted(states.items()) if s == "READY") or "none of the names repo build gives"
                 raise TritonizeError(f"model {name!r} is not READY at {self.url} (READY there: {ready}); which models the "
                                      "server has, and why one is not READY, is in its repository index, which needs its "
                                      f"control key: --control-key-file or {KEY_ENV}")
-            raise TritonizeError(f"model {name!r} {what} at {self.url}; models there: {listing}")
+            raise TritonizeError(f"model {name!r} {what} at {self.url}" + (f": {hint}" if hint else "")
+                                 + f"; models there: {listing}")
         return ModelInfo.from_config(self._config(name))
 
     def model_for(self, name: str, preprocess: str | None = None) -> ModelInfo:

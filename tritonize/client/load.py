@@ -13,6 +13,11 @@ warm-up (every worker completes `warmup` requests and waits), the parent reads t
 with nothing in flight and says `measure`; then the window: `seconds` long, counting the requests that
 completed inside it as perf_analyzer's time windows do, or exactly `count` requests; never past `limit`.
 Workers then finish their request in flight and stop; the parent reads the statistics again.
+
+A request that fails in the window is counted (its error kept, the first one reported) and the worker
+goes on after RETRY_PAUSE, as a client that retries would: a stub that dies and heals shows as failures
+between successes, and the level keeps what it measured. A failure in the warm-up ends the level (nothing
+measured yet).
 """
 
 from __future__ import annotations
@@ -31,14 +36,18 @@ from typing import Iterator
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
 EXITED = "EXITED"  # LoadError code: the load process itself stopped
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+RETRY_PAUSE = 0.1  # seconds a worker waits after a failed request (a dead stub fails at once: no busy loop)
 
 
 @dataclass
 class Window:
-    """What the child measured in one window: (sent, completed) perf_counter pairs and the window's length."""
+    """What the child measured in one window: (sent, completed) perf_counter pairs of the requests that succeeded,
+    the window's length, and the requests that failed in it with the first one's error ("CODE: details")."""
 
     requests: list[tuple[float, float]]
     seconds: float
+    failures: int = 0
+    error: str | None = None
 
 
 class LoadError(Exception):
@@ -75,7 +84,7 @@ class LoadProcess:
         between()
         self._send({"command": "measure", "seconds": seconds, "count": count, "limit": limit})
         done = self._expect("done")
-        return Window([tuple(r) for r in done["requests"]], done["seconds"])
+        return Window([tuple(r) for r in done["requests"]], done["seconds"], done["failures"], done["error"])
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -130,7 +139,8 @@ class _Level:
         self.warmed = threading.Barrier(concurrency + 1)
         self.tickets: Iterator[int] | None = None  # count mode: requests left to send (next() is atomic)
         self.completions: list[tuple[float, float]] = []  # list.append is atomic: no lock per request
-        self.error: tuple[str, str] | None = None
+        self.failures: list[tuple[float, str]] = []  # (when, "CODE: details") of requests that failed in the window
+        self.error: tuple[str, str] | None = None  # what ended the warm-up
         self.threads = [threading.Thread(target=self._work, args=(slot,), daemon=True) for slot in range(concurrency)]
         for thread in self.threads:
             thread.start()
@@ -143,15 +153,21 @@ class _Level:
             for _ in range(self.warmup):
                 call(payload, timeout=timeout)
             self.warmed.wait()
-            self.go.wait()  # the parent reads the server's statistics with nothing in flight
-            while not self.stop.is_set() and (self.tickets is None or next(self.tickets, None) is not None):
-                sent = time.perf_counter()
-                call(payload, timeout=timeout)
-                record((sent, time.perf_counter()))
         except grpc.RpcError as e:
             self._fail(e)
+            return
         except threading.BrokenBarrierError:
-            pass
+            return
+        self.go.wait()  # the parent reads the server's statistics with nothing in flight
+        while not self.stop.is_set() and (self.tickets is None or next(self.tickets, None) is not None):
+            sent = time.perf_counter()
+            try:
+                call(payload, timeout=timeout)
+            except grpc.RpcError as e:
+                self.failures.append((time.perf_counter(), f"{e.code().name}: {e.details() or e}"))
+                self.stop.wait(RETRY_PAUSE)
+                continue
+            record((sent, time.perf_counter()))
 
     def _fail(self, error) -> None:
         if self.error is None:
@@ -171,9 +187,11 @@ class _Level:
             time.sleep(0.002)
         end = min(time.perf_counter(), deadline)
         self.finish()
-        if count is not None and len(self.completions) == count:
-            end = max(done for _, done in self.completions)
-        return Window(sorted((r for r in self.completions if r[1] <= end), key=lambda r: r[1]), end - start)
+        if count is not None and len(self.completions) + len(self.failures) == count:
+            end = max(done for done in [*(d for _, d in self.completions), *(t for t, _ in self.failures)])
+        failed = sorted(f for f in self.failures if f[0] <= end)
+        return Window(sorted((r for r in self.completions if r[1] <= end), key=lambda r: r[1]), end - start,
+                      len(failed), failed[0][1] if failed else None)
 
     def finish(self) -> None:
         self.stop.set()
@@ -220,7 +238,8 @@ def _child() -> None:
         if level.error is not None:
             emit({"event": "error", "code": level.error[0], "details": level.error[1]})
             continue
-        emit({"event": "done", "requests": window.requests, "seconds": window.seconds})
+        emit({"event": "done", "requests": window.requests, "seconds": window.seconds, "failures": window.failures,
+              "error": window.error})
     channel.close()
 
 

@@ -10,6 +10,11 @@ report says which. Either way the results are written as perf_analyzer's `-f` CS
 perf.json, and a latency-vs-throughput plot with all models in one figure. The built-in engine reads
 the server-side split from the statistics API around its window, divided per request, as
 perf_analyzer does.
+
+A level whose requests fail (a stub dies, the server goes) is kept: its successes, its failures and the
+first error, in the table and perf.json (not in the CSV and the plot, whose figures it would distort).
+The sweep then goes on to the next level unless `stop_on_error` (`--stop-on-error`), and stops when the
+server is gone.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tritonize.client import perf_analyzer as pa
-from tritonize.client.connection import ModelInfo, Connection, refused, short_reason
+from tritonize.client.connection import ModelInfo, Connection, refused, server_gone, short_reason
 from tritonize.client.load import EXITED, LoadError, LoadProcess
 from tritonize.client.stats import latency_summary
 from tritonize.console import table
@@ -65,6 +70,9 @@ class PerfOptions:
     # machine shared with other work, and then it reports nothing. UNJUDGED takes three windows as they come,
     # for callers that judge the noise themselves (tune's back-to-back checks, the speed gate's rounds).
     stability: float = 100.0
+    # End the sweep at the first level with failed requests. The CLI goes on by default (`--stop-on-error` stops);
+    # callers that judge a measurement (tune, the CPU speed gate) must not take a level that saw failures.
+    stop_on_error: bool = True
 
     def __post_init__(self):
         if not self.concurrency or min(self.concurrency) < 1 or max(self.concurrency) > 1024:
@@ -103,6 +111,20 @@ class LevelResult:
     tensor_bytes_on_wire: int  # input + output tensor bytes carried by gRPC per request
     engine: str = "builtin"  # what measured: "builtin" or "perf_analyzer <version>"
     csv: dict | None = None  # perf_analyzer's CSV row, as it wrote it
+    failures: int = 0  # requests that failed in the level (requests, throughput and latency are the successes')
+    error: str | None = None  # the first failure's error
+
+    @classmethod
+    def failed(cls, workload: "Workload", concurrency: int, engine: str, failures: int, error: str,
+               measured: dict | None = None) -> "LevelResult":
+        """A level whose requests failed, with what it measured before (`measured`: LevelResult fields; none when
+        it failed before its window)."""
+        figures = measured or {"requests": 0, "seconds": 0.0, "throughput": 0.0, "latency": {"count": 0},
+                               "client_send_us": 0.0, "client_recv_us": 0.0, "response_wait_us": 0.0,
+                               "server_us": dict.fromkeys(SERVER_PARTS, 0.0), "server_batches": 0.0}
+        return cls(model=workload.info.name, concurrency=concurrency, batch=len(workload.batch),
+                   transport=workload.transport, tensor_bytes_on_wire=workload.tensor_bytes_on_wire, engine=engine,
+                   failures=max(1, failures), error=error, **figures)
 
     @property
     def network_us(self) -> float:
@@ -152,13 +174,25 @@ class PerfReport:
         return {"url": self.url, "engine": self.engine, "options": asdict(self.options), "levels": [r.to_dict() for r in self.levels],
                 "shared_memory_savings": self.shared_memory_savings, "error": self.error}
 
+    @property
+    def failed_levels(self) -> list[LevelResult]:
+        return [r for r in self.levels if r.failures]
+
     def to_text(self) -> str:
-        rows = [(r.model, r.concurrency, r.batch, r.requests, f"{r.throughput:.1f}",
-                 *(f"{r.latency[k]:.2f}" for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms")),
-                 *(f"{r.server_us[k] / 1e3:.2f}" for k in SERVER_PARTS), f"{r.server_batches:.2f}")
+        def ms(value: float | None) -> str:
+            return "-" if value is None else f"{value:.2f}"
+
+        rows = [(r.model, r.concurrency, r.batch, r.requests, r.failures or "", f"{r.throughput:.1f}",
+                 *(ms(r.latency.get(k)) for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms")),
+                 # the server's split is not read across a failure (a reloaded model's statistics start again)
+                 *(ms(None if r.failures else r.server_us[k] / 1e3) for k in SERVER_PARTS),
+                 "-" if r.failures else f"{r.server_batches:.2f}")
                 for r in self.levels]
-        out = [f"measured by {self.engine}", table(("model", "conc", "batch", "requests", "infer/s", "p50 ms", "p90 ms", "p95 ms", "p99 ms",
-                      "queue ms", "in ms", "infer ms", "out ms", "srv batch"), rows)]
+        out = [f"measured by {self.engine}", table(("model", "conc", "batch", "requests", "failed", "infer/s", "p50 ms",
+                                                    "p90 ms", "p95 ms", "p99 ms", "queue ms", "in ms", "infer ms",
+                                                    "out ms", "srv batch"), rows)]
+        out += [f"  {r.model} at concurrency {r.concurrency}: {r.failures} request(s) failed, {r.requests} succeeded; "
+                f"first error: {r.error}" for r in self.failed_levels]
         for model, s in self.shared_memory_savings.items():
             g, m = s["grpc"], s["system_shared_memory"]
             # The built-in engine sends requests serialized once: its client work is inside the gRPC call.
@@ -294,6 +328,8 @@ class BuiltinEngine:
 
     def __init__(self, connection: Connection, workload: Workload, slots: int, timeout: float):
         self.connection, self.workload, self.load = connection, workload, None
+        # It reads the statistics API around each window: a server that restricts it says so now, in one line.
+        connection.statistics(workload.info.name)
         self.regions = _Regions(connection, workload, slots) if workload.shared_memory else None
         try:
             requests = [workload.serialized(self.regions, slot) for slot in range(slots)]
@@ -307,14 +343,15 @@ class BuiltinEngine:
         try:
             window = self.load.run(concurrency, options.warmup, options.duration if options.requests is None else None,
                                    options.requests, options.level_time_limit,
-                                   between=lambda: stats.update(before=self.connection.statistics(info.name)))
+                                   between=lambda: stats.update(before=self._statistics()))
         except LoadError as e:
-            if e.code == "UNAVAILABLE":
-                raise self.connection.failure(e, info.name, f"{info.name} at concurrency {concurrency}") from None
-            what = "the load process stopped" if e.code == EXITED else "the server refused a request"
-            raise TritonizeError(f"{info.name} at concurrency {concurrency}: {what} ({e.details})") from None
-        after = self.connection.statistics(info.name)
-        per_request, server_batches, _ = _server_delta(stats["before"], after)
+            if e.code == EXITED:
+                raise TritonizeError(f"{info.name} at concurrency {concurrency}: the load process stopped ({e.details})") from None
+            return LevelResult.failed(self.workload, concurrency, self.name, 1, f"{e.code}: {e.details}")  # in the warm-up
+        before, after = stats["before"], self._statistics()
+        if before is None or after is None or after.get("success", (0, 0))[0] < before.get("success", (0, 0))[0]:
+            before = after = {}  # not both read, or the model was reloaded between them: its statistics started again
+        per_request, server_batches, _ = _server_delta(before, after)
         latencies = [done - sent for sent, done in window.requests]
         wait = sum(latencies) / len(latencies) * 1e6 if latencies else 0.0
         batch = len(self.workload.batch)
@@ -324,8 +361,16 @@ class BuiltinEngine:
             throughput=len(latencies) * batch / window.seconds if window.seconds > 0 else 0.0,
             latency=latency_summary(latencies), client_send_us=0.0, client_recv_us=0.0, response_wait_us=wait,
             server_us=per_request, server_batches=server_batches, tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire,
-            engine=self.name,
+            engine=self.name, failures=window.failures, error=window.error,
         )
+
+    def _statistics(self) -> dict | None:
+        """The model's statistics, or None while the server cannot give them (the model reloading after a crash, the
+        server gone): a level's requests say what happened, the split of its time is then unknown."""
+        try:
+            return self.connection.statistics(self.workload.info.name)
+        except TritonizeError:
+            return None
 
     def close(self) -> None:
         if self.load is not None:
@@ -350,7 +395,9 @@ class PerfAnalyzerEngine:
     def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
         info, batch = self.workload.info, len(self.workload.batch)
         during = f"during {info.name} at concurrency {concurrency}"
-        self._warm_up(options.warmup, f"{info.name} at concurrency {concurrency}")
+        failed = self._warm_up(options.warmup)
+        if failed:
+            return LevelResult.failed(self.workload, concurrency, self.name, 1, failed)
         csv_file = self.runs.next_csv()
         command = pa.argv(self.tool, info.name, self.connection.url, self.runs.data_file, csv_file,
                           concurrency=concurrency, batch=batch, batching=info.max_batch_size > 0,
@@ -361,6 +408,11 @@ class PerfAnalyzerEngine:
         limit = options.level_time_limit + pa.MAX_TRIALS * (options.duration or 5.0) / 3 + 30
         try:
             row, figures = pa.run_level(command, csv_file, during, limit)
+        except pa.RequestsFailed as e:
+            window_s = None if options.requests else pa.time_window_ms(options.duration) / 1e3
+            per_window = pa.count_window(options.requests) if options.requests else None
+            return LevelResult.failed(self.workload, concurrency, self.name, e.failures, e.first_error,
+                                      pa.passes_figures(e.passes, batch, window_s, per_window))
         except pa.PerfAnalyzerFailed as e:
             if e.gone:
                 raise TritonizeError(f"lost the Triton server at {self.connection.url} {during} ({e}); "
@@ -370,8 +422,8 @@ class PerfAnalyzerEngine:
                            tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire, engine=self.name, csv=row,
                            **pa.level_figures(row, figures, batch))
 
-    def _warm_up(self, requests: int, during: str) -> None:
-        """perf_analyzer 2.51 has no warm-up of its own: send a few requests first."""
+    def _warm_up(self, requests: int) -> str | None:
+        """perf_analyzer 2.51 has no warm-up of its own: send a few requests first. The error of one that failed."""
         from tritonclient.utils import InferenceServerException
 
         inputs, outputs = self.connection.request(self.workload.info, self.workload.batch)
@@ -379,9 +431,8 @@ class PerfAnalyzerEngine:
             for _ in range(requests):
                 self.connection.client.infer(self.workload.info.name, inputs, outputs=outputs, client_timeout=self.connection.timeout)
         except InferenceServerException as e:
-            if "UNAVAILABLE" in str(e.status()):
-                raise self.connection.failure(e, self.workload.info.name, during) from None
-            raise TritonizeError(f"{during}: the server refused a request ({short_reason(e)})") from None
+            return f"{str(e.status()).removeprefix('StatusCode.')}: {short_reason(e)}"
+        return None
 
     def close(self) -> None:
         self.runs.close()
@@ -431,6 +482,13 @@ def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions
                     report.levels.append(result)
                     if on_level:
                         on_level(result)
+                    if result.failures:
+                        during = f"{info.name} at concurrency {level}"
+                        if not connection.live():
+                            raise server_gone(connection.url, result.error or "", during)
+                        if options.stop_on_error:
+                            raise TritonizeError(f"{result.failures} request(s) failed during {during} ({result.error}); "
+                                                 "stopped there (--stop-on-error)")
         except TritonizeError as e:
             report.error = str(e)
             raise PerfInterrupted(str(e), report) from None
@@ -515,13 +573,15 @@ def plot(levels: Sequence[LevelResult], path: Path, title: str = "Triton latency
 
 
 def write_outputs(report: PerfReport, out_dir: Path) -> list[Path]:
-    """<out>/<model>.csv per model, <out>/latency_vs_throughput.png and <out>/perf.json."""
+    """<out>/<model>.csv per model, <out>/latency_vs_throughput.png and <out>/perf.json (levels that saw failures
+    only in perf.json: perf_analyzer's CSV has no column for them)."""
     out_dir = ensure_writable_dir(Path(out_dir), "--out")
     written = []
-    for model in dict.fromkeys(r.model for r in report.levels):
-        written.append(write_csv([r for r in report.levels if r.model == model], out_dir / f"{model}.csv"))
-    if report.levels:
-        written.append(plot(report.levels, out_dir / "latency_vs_throughput.png"))
+    complete = [r for r in report.levels if not r.failures]
+    for model in dict.fromkeys(r.model for r in complete):
+        written.append(write_csv([r for r in complete if r.model == model], out_dir / f"{model}.csv"))
+    if complete:
+        written.append(plot(complete, out_dir / "latency_vs_throughput.png"))
     with atomic_path(out_dir / "perf.json") as tmp:
         Path(tmp).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     written.append(out_dir / "perf.json")

@@ -10,6 +10,12 @@ batch the server executed) comes from its stdout.
 
 Exit codes seen with 2.51: 0 done; 2 no stable measurement within `-r` windows (no CSV written);
 99 anything else (unknown model, server unreachable, a refused request), with the reason on stdout.
+
+A failed request ends perf_analyzer 2.51's run: it has no `--continue-on-error` (later releases do; 2.51
+answers "unrecognized option"), each worker thread stops at its first error ("Thread [i] had error: ...")
+and the run exits 99 after the window in progress, writing no CSV. `-v` makes it print every window it
+completed ("Pass [n] throughput: ... Avg latency: ..."): what the level measured before the failure
+(`RequestsFailed`).
 """
 
 from __future__ import annotations
@@ -42,6 +48,15 @@ class PerfAnalyzerFailed(TritonizeError):
         self.gone = gone
 
 
+class RequestsFailed(PerfAnalyzerFailed):
+    """Requests failed during the level: `passes` the windows perf_analyzer completed before, as (inferences/s,
+    average latency us); `failures` the worker threads that stopped on an error; `first_error` the first one's."""
+
+    def __init__(self, message: str, gone: bool, passes: list[tuple[float, float]], failures: int, first_error: str):
+        super().__init__(message, gone)
+        self.passes, self.failures, self.first_error = passes, failures, first_error
+
+
 def input_data(name: str, sample: np.ndarray) -> dict:
     """perf_analyzer's --input-data JSON for one input: `sample` is one image in the form the model takes
     (perf_analyzer repeats it for every image of a batch)."""
@@ -54,6 +69,16 @@ def input_data(name: str, sample: np.ndarray) -> dict:
     return {"data": [{name: {"content": {"b64": base64.b64encode(raw).decode()}, "shape": list(sample.shape)}}]}
 
 
+def time_window_ms(seconds: float | None) -> int:
+    """A level of `seconds` is three of perf_analyzer's time windows (`-p`, at least 100 ms)."""
+    return max(100, int(round((seconds or 5.0) * 1000 / 3)))
+
+
+def count_window(requests: int) -> int:
+    """A level of `requests` is three of perf_analyzer's count windows (`--measurement-request-count`)."""
+    return max(1, math.ceil(requests / 3))
+
+
 def argv(tool: PerfAnalyzer, model: str, url: str, data_file: Path, csv_file: Path, *, concurrency: int, batch: int,
          batching: bool, seconds: float | None, requests: int | None, stability: float, shared_memory: str,
          output_bytes: int, headers: dict[str, str] | None = None, root_certificates: str | None = None) -> list[str]:
@@ -62,13 +87,13 @@ def argv(tool: PerfAnalyzer, model: str, url: str, data_file: Path, csv_file: Pa
     `root_certificates`: the CA of a server serving gRPC over TLS."""
     args = [str(tool.path), "-m", model, "-i", "grpc", "-u", url, "--input-data", str(data_file),
             "--concurrency-range", str(concurrency), "-s", f"{stability:g}", "-r", str(MAX_TRIALS),
-            "-f", str(csv_file), "--verbose-csv"]
+            "-f", str(csv_file), "--verbose-csv", "-v"]
     if batching:
         args += ["-b", str(batch)]
     if requests is not None:
-        args += ["--measurement-mode", "count_windows", "--measurement-request-count", str(max(1, math.ceil(requests / 3)))]
+        args += ["--measurement-mode", "count_windows", "--measurement-request-count", str(count_window(requests))]
     else:
-        args += ["-p", str(max(100, int(round((seconds or 5.0) * 1000 / 3))))]
+        args += ["-p", str(time_window_ms(seconds))]
     for name, value in (headers or {}).items():
         args += ["-H", f"{name}:{value}"]
     if root_certificates:
@@ -92,6 +117,12 @@ def run_level(command: list[str], csv_file: Path, during: str, timeout: float) -
     if result.returncode != 0 or not csv_file.is_file():
         errors = [line.strip() for line in output.splitlines() if "error" in line.lower()] or output.strip().splitlines()[-1:]
         reason = errors[0] if errors else f"exit code {result.returncode}"
+        failed = re.findall(r"Thread \[\d+\] had error: (.+)", output)
+        if failed:
+            passes = [(float(t), float(us)) for t, us in re.findall(
+                r"Pass \[\d+\] throughput: ([\d.]+) infer/sec\. Avg latency: (\d+) usec", output)]
+            raise RequestsFailed(f"requests failed {during}: {failed[0].strip()}", any(g in failed[0] for g in GONE),
+                                 passes, len(failed), failed[0].strip())
         raise PerfAnalyzerFailed(f"perf_analyzer failed {during}: {reason}", gone=any(g in reason for g in GONE))
     with open(csv_file, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -128,6 +159,19 @@ def level_figures(row: dict, figures: dict, batch: int) -> dict:
         "server_us": {part: us(column) for part, column in SERVER_COLUMNS.items()},
         "server_batches": figures["inferences"] / figures["executions"] if figures.get("executions") else 0.0,
     }
+
+
+def passes_figures(passes: list[tuple[float, float]], batch: int, window_s: float | None, per_window: int | None) -> dict:
+    """LevelResult fields from the windows perf_analyzer completed before requests failed: requests counted per
+    window (time windows: inferences/s x the window / batch; count windows: their request count), throughput
+    and average latency over them. Its percentiles come only with a finished run: not known here."""
+    counts = [per_window if per_window else round(throughput * (window_s or 0) / batch) for throughput, _ in passes]
+    requests = sum(counts)
+    seconds = sum(n * batch / throughput for n, (throughput, _) in zip(counts, passes) if throughput)
+    avg_us = sum(n * us for n, (_, us) in zip(counts, passes)) / requests if requests else 0.0
+    return {"requests": requests, "seconds": round(seconds, 4), "throughput": requests * batch / seconds if seconds else 0.0,
+            "latency": {"count": requests, "avg_ms": avg_us / 1e3}, "client_send_us": 0.0, "client_recv_us": 0.0,
+            "response_wait_us": avg_us, "server_us": dict.fromkeys(SERVER_COLUMNS, 0.0), "server_batches": 0.0}
 
 
 class PerfAnalyzerRuns:

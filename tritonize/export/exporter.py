@@ -10,8 +10,8 @@ from typing import Callable
 import numpy as np
 
 from tritonize.errors import TritonizeError
-from tritonize.files import ensure_writable_dir, staged_path
-from tritonize.manifest import ExportedArtifact, Manifest, Status, file_facts, now_iso, tool_versions
+from tritonize.files import ensure_writable_dir, staged_path, sweep_stale
+from tritonize.manifest import MANIFEST_NAME, ExportedArtifact, Manifest, Status, file_facts, now_iso, tool_versions
 from tritonize.progress import say, step
 from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec, build_model
 from tritonize.stage import StageResult, StageStatus
@@ -54,6 +54,7 @@ def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = 
     an existing artifact made from the same spec and options is kept as it is unless `force`.
     """
     artifacts = ensure_writable_dir(Path(artifacts), "--artifacts")
+    _sweep(artifacts)
     manifest = Manifest.load_or_empty(artifacts)
     if manifest.model is not None and manifest.model != spec:
         stale = [k for k in manifest.artifacts if k in FILES and (artifacts / FILES[k]).is_file()]
@@ -103,6 +104,18 @@ def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = 
             manifest.publish(fmt, entry, staged)
         say(f"  ✓ published {path} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}")
     return StageResult("export", StageStatus.done, detail)
+
+
+def _sweep(artifacts: Path) -> None:
+    """What an interrupted export left beside its files goes now, even when nothing is exported again; a
+    temporary of an export that still runs is named and kept."""
+    for name in (*FILES.values(), MANIFEST_NAME):
+        swept, running = sweep_stale(artifacts / name)
+        for path in swept:
+            say(f"  removed {path.name}, left by an interrupted run (pid {path.name.rpartition('-')[2]})")
+        for path in running:
+            say(f"  ! {path.name} belongs to a running process (pid {path.name.rpartition('-')[2]}): another export "
+                f"is writing {artifacts}?")
 
 
 def _up_to_date(manifest: Manifest, fmt: str, options: ExportOptions) -> bool:

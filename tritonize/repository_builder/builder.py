@@ -13,8 +13,8 @@ from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.manifest import Entry, Manifest, Plan, PrecisionVariant, Status
 from tritonize.progress import say
 from tritonize.repository_builder.config import (
-    CONFIG_NAME, LABELS_NAME, NOT_BUILT_SUFFIX, REQUIREMENTS_NAME, config_text, ensemble_config, kind_name, model_config,
-    not_built_notes, plan_max_batch, preprocessor_config,
+    CONFIG_NAME, LABELS_NAME, NOT_BUILT_SUFFIX, REQUIREMENTS_NAME, batch_bound, config_text, ensemble_config, kind_name,
+    model_config, not_built_notes, preprocessor_config,
 )
 from tritonize.repository_builder.options import BACKENDS, PREPROCESSORS, Backend, RepoOptions
 from tritonize.spec import ModelSpec
@@ -173,10 +173,9 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
     texts[LABELS_NAME] = "\n".join(spec.labels) + "\n"
 
     default = model_config(backend, spec, entry, options, default_kind, sha)
-    capped = ""
-    if isinstance(entry, Plan) and options.max_batch > default.max_batch_size:
-        capped = f" (capped from {options.max_batch} at the plan's profile max {plan_max_batch(entry)})"
-    summary = (f"{backend.platform}, max_batch_size {default.max_batch_size}{capped}, {options.instances} x "
+    bound = batch_bound(entry)
+    limit = f" ({bound.limit})" if default.max_batch_size == bound.max_batch else ""
+    summary = (f"{backend.platform}, max_batch_size {default.max_batch_size}{limit}, {options.instances} x "
                f"{kind_name(default.instance_group[0].kind)}")
     return ModelFiles(backend.name, texts, summary, manifest.path(entry), backend.filename)
 
@@ -195,9 +194,10 @@ def _render_ensembles(backends: list[Backend], spec: ModelSpec, manifest: Manife
               "Preprocessing on the server: see tritonize's README, 'Send the picture'.")
     labels = "\n".join(spec.labels) + "\n"
     code = {f"{VERSION}/{rel}": source.read_text() for rel, source in PREPROCESS_CODE.items()}
+    largest = max(batch_bound(manifest.artifacts[b.artifact]).max_batch for b in backends)
     models = []
     for pre in PREPROCESSORS:
-        pre_cfg = preprocessor_config(pre, spec, options, sha)
+        pre_cfg = preprocessor_config(pre, spec, options.max_batch or largest, options, sha)
         takes = "encoded images (BYTES)" if pre.form == "bytes" else "UINT8 pixels"
         texts = {CONFIG_NAME: config_text(pre_cfg, header), **code}
         if pre.form == "bytes":

@@ -14,6 +14,7 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   torchscript the module's forward() takes as many inputs as the config declares, names follow
               Triton's `<name>__<index>` rule, and a batch-1 forward gives the configured output dims
   plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names
+  batch       (manifest) max_batch_size is no larger than the batch the artifact was verified at
   hashes      (manifest) model files have the sha256 the manifest recorded (the artifact a model names in its
               `source.artifact` parameter, else its backend's export), and so have the artifacts themselves
               (an export killed mid-publish leaves a `pending` entry or another file)
@@ -43,7 +44,9 @@ from tritonize.files import sha256_file
 from tritonize.manifest import Manifest, Plan, PrecisionVariant, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
-from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, kind_name, parse_config
+from tritonize.repository_builder.config import (
+    CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name, parse_config,
+)
 
 REBUILD = "rebuild with `tritonize repo build --force`"
 # platform -> backend, and the file each backend loads by default.
@@ -435,6 +438,13 @@ class _ModelCheck:
                      f"{REBUILD} from the verified artifacts")
         if isinstance(entry, Plan):
             self._check_plan(cfg, entry)
+        bound = batch_bound(entry)
+        beyond_profile = isinstance(entry, Plan) and entry.profile.max < cfg.max_batch_size  # said by _check_plan
+        if cfg.max_batch_size > bound.max_batch and not beyond_profile:
+            self.add("error", f"max_batch_size {cfg.max_batch_size} is above {bound.limit} ({bound.max_batch}): "
+                              "larger batches were never verified",
+                     f"set max_batch_size <= {bound.max_batch}, or {bound.raise_with.format(n=cfg.max_batch_size)} "
+                     f"and {REBUILD}")
         if isinstance(entry, PrecisionVariant) and not (entry.cpu_serving and entry.cpu_serving.passed):
             self.add("error", f"serves {entry.file}, which has not passed `convert cpu`'s gates (agreement with FP32, "
                               "speed through the server)", f"run `tritonize convert cpu`, then {REBUILD}")

@@ -21,7 +21,7 @@ def build_command(
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
     repository: Repository = DEFAULT_REPOSITORY,
     out: OldOut = None,
-    max_batch: Annotated[int, typer.Option(help="max_batch_size (never above a TensorRT plan's profile max).")] = 32,
+    max_batch: Annotated[Optional[int], typer.Option(help="max_batch_size; default: the largest batch each model's artifact was verified at (a TensorRT plan: its profile max). A larger one is refused.", show_default=False)] = None,
     preferred: Annotated[str, typer.Option(help="Preferred dynamic batch sizes, comma-separated (capped at max batch).")] = "4,8,16,32",
     queue_delay_us: Annotated[int, typer.Option(help="Dynamic batcher max queue delay in microseconds.")] = 100,
     instances: Annotated[int, typer.Option(help="Instances per model (instance_group count).")] = 1,

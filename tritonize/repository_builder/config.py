@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from google.protobuf import text_format
@@ -34,8 +35,35 @@ def not_built_notes(repository: Path) -> dict[str, str]:
             for p in sorted(Path(repository).glob(f"*{NOT_BUILT_SUFFIX}")) if p.is_file()}
 
 
-def plan_max_batch(plan: Plan) -> int:
-    return plan.profile.max
+@dataclass(frozen=True)
+class BatchBound:
+    """The largest batch a model may serve from its artifact, what sets it, and how to raise it."""
+
+    max_batch: int
+    limit: str  # what sets it: "the batch model.onnx was verified at", "the plan's profile max"
+    raise_with: str  # the command that verifies a larger batch {n}
+
+    def refusal(self, asked: int, model: str) -> str:
+        return (f"--max-batch {asked}: {model} serves at most {self.max_batch}, {self.limit}, and nothing is served "
+                f"beyond what was verified; {self.raise_with.format(n=asked)} to verify up to {asked}, or leave "
+                "--max-batch out (it defaults to what each model was verified at)")
+
+
+def batch_bound(entry: Entry) -> BatchBound:
+    """The served batch bound of an artifact: the largest batch its verification ran, and for a TensorRT plan
+    never above its profile max (the engine refuses larger batches)."""
+    verified = max((int(b) for b in entry.verification.batches), default=1) if entry.verification else None
+    if isinstance(entry, Plan):
+        fix = "rebuild the plan with `tritonize convert trt --max {n} --force` on a GPU box"
+        if verified is None or verified >= entry.profile.max:
+            return BatchBound(entry.profile.max, "the plan's profile max", fix)
+        return BatchBound(verified, f"the batch {entry.file} was verified at", fix)
+    if isinstance(entry, PrecisionVariant):
+        fix = ("run `tritonize convert cpu --calib-images DIR --force` with at least {n} images beyond --calib-count "
+               "(they are held out and verify it)")
+    else:
+        fix = "run `tritonize export --max-batch {n} --force`"
+    return BatchBound(verified or 1, f"the batch {entry.file} was verified at", fix)
 
 
 def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: str) -> dict[str, str]:
@@ -66,9 +94,10 @@ def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: s
 def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoOptions, kind: str,
                  manifest_sha256: str) -> pb.ModelConfig:
     """The ModelConfig for one backend. kind: "auto" | "gpu" | "cpu" (instance placement)."""
-    max_batch = options.max_batch
-    if isinstance(entry, Plan):
-        max_batch = min(max_batch, plan_max_batch(entry))  # the engine rejects larger batches
+    bound = batch_bound(entry)
+    max_batch = bound.max_batch if options.max_batch is None else options.max_batch
+    if max_batch > bound.max_batch:
+        raise TritonizeError(bound.refusal(max_batch, backend.name))
     input_name, output_name = entry.input_name, entry.output_name
 
     cfg = pb.ModelConfig(name=backend.name, platform=backend.platform, max_batch_size=max_batch)
@@ -99,10 +128,12 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
     return cfg
 
 
-def preprocessor_config(pre: Preprocessor, spec: ModelSpec, options: RepoOptions, manifest_sha256: str) -> pb.ModelConfig:
+def preprocessor_config(pre: Preprocessor, spec: ModelSpec, max_batch: int, options: RepoOptions,
+                        manifest_sha256: str) -> pb.ModelConfig:
     """A preprocessing model: Python backend on CPU instances (decoding is CPU work on any machine), the
-    contract in its parameters like every model's, batched so that queued requests share an execution."""
-    cfg = pb.ModelConfig(name=pre.name, backend="python", max_batch_size=options.max_batch)
+    contract in its parameters like every model's, batched so that queued requests share an execution
+    (`max_batch`: the largest of the classifiers it feeds; each ensemble takes the smaller of its two steps)."""
+    cfg = pb.ModelConfig(name=pre.name, backend="python", max_batch_size=max_batch)
     cfg.version_policy.latest.num_versions = 1
     if pre.form == "bytes":
         cfg.input.add(name=pre.input_name, data_type=pb.TYPE_STRING, dims=[1])

@@ -63,12 +63,31 @@ def model_names() -> list[str]:
     return [*BACKENDS, *(p.name for p in PREPROCESSORS), *(p.ensemble(b) for b in BACKENDS.values() for p in PREPROCESSORS)]
 
 
+def why_absent(name: str) -> str | None:
+    """Why a model that `repo build` names may be missing from a repository, and what builds it (None: a name
+    `repo build` does not give)."""
+    for backend in BACKENDS.values():
+        if name in (backend.name, *(p.ensemble(backend) for p in PREPROCESSORS)):
+            if backend.needs_gpu:
+                return ("its TensorRT plan is built on a GPU box: run `tritonize convert trt` there, then "
+                        "`tritonize repo build`")
+            if backend.cpu_variant:
+                return ("it is built only once `tritonize convert cpu --calib-images DIR` made the INT8 variant and its "
+                        "gates passed, then `tritonize repo build`")
+            if name != backend.name:
+                return "`tritonize repo build` builds the ensembles unless --no-ensembles (or --models left it out)"
+            return "`tritonize repo build` builds it unless --models left it out"
+    if name in (p.name for p in PREPROCESSORS):
+        return "`tritonize repo build` builds it unless --no-ensembles"
+    return None
+
+
 @dataclass(frozen=True)
 class RepoOptions:
     """Options of `tritonize repo build`; each maps onto a field of Triton's ModelConfig proto
     (https://github.com/triton-inference-server/common/blob/main/protobuf/model_config.proto)."""
 
-    max_batch: int = 32  # max_batch_size (capped at a plan's profile max)
+    max_batch: int | None = None  # max_batch_size; None: what each model's artifact was verified at (config.batch_bound)
     preferred: tuple[int, ...] = (4, 8, 16, 32)  # dynamic_batching.preferred_batch_size, capped at max_batch
     queue_delay_us: int = 100  # dynamic_batching.max_queue_delay_microseconds
     instances: int = 1  # instance_group.count
@@ -80,7 +99,7 @@ class RepoOptions:
     overwrite: bool = False  # replace an existing repository that differs from what this build writes
 
     def __post_init__(self):
-        if self.max_batch < 1:
+        if self.max_batch is not None and self.max_batch < 1:
             raise TritonizeError(f"--max-batch must be >= 1 (got {self.max_batch})")
         preferred = tuple(self.preferred)
         if any(p < 1 for p in preferred):

@@ -31,7 +31,7 @@ def to_dict(result: TuneResult) -> dict:
     return {"model": result.model, "p99_budget_ms": result.options.p99_ms, "budget_minutes": result.options.budget_minutes,
             "batch": result.options.batch, "duration_s": result.options.duration, "engine": result.engine,
             "base_config": str(result.base_file), "default": side(result.default), "winner": side(result.winner),
-            "winner_is_default": result.winner == result.default, "stopped": result.stopped,
+            "winner_is_default": result.winner == result.default, "verdict": result.verdict, "stopped": result.stopped,
             "written": str(result.written) if result.written else None, "measured_now": result.measured_now,
             "configs_measured": len(result.scores), "seconds": round(result.seconds, 1)}
 
@@ -46,9 +46,9 @@ def to_text(result: TuneResult) -> str:
     lines = [f"tune {result.model}: p99 budget {result.options.p99_ms:g} ms, batch {result.options.batch}, "
              f"{len(result.scores)} configs, {result.measured_now} new measurements, {result.seconds:.0f} s, measured by {result.engine}",
              table(("", "config", "concurrency", "infer/s (search)", "infer/s / p99 ms (confirmed, back to back)"), rows)]
-    if result.winner == result.default:
-        lines.append("  the default config is the best found")
-    elif result.confirm:
+    if result.verdict:
+        lines.append(f"  {result.verdict}")
+    if result.winner != result.default and result.confirm:
         gain = result.confirm["winner"]["throughput"] / max(result.confirm["default"]["throughput"], 1e-9)
         lines.append(f"  winner / default, measured back to back: {gain:.2f}x throughput within p99 {result.options.p99_ms:g} ms")
     if result.stopped:
@@ -57,7 +57,19 @@ def to_text(result: TuneResult) -> str:
 
 
 def plot(result: TuneResult, trials: list[Trial], path: Path) -> Path:
-    """Every search trial as throughput against p99, one colour per config; the budget, default and winner marked."""
+    """search.png: `search_figure`."""
+    import matplotlib.pyplot as plt
+
+    fig = search_figure(result, trials)
+    with atomic_path(Path(path)) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def search_figure(result: TuneResult, trials: list[Trial]):
+    """Every search trial as throughput against p99, one colour per config; the budget, default and winner marked
+    (the winner's star on top: when the default wins, the two are at one point)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -71,19 +83,19 @@ def plot(result: TuneResult, trials: list[Trial], path: Path) -> Path:
         ax.plot([t.p99_ms for t in rows], [t.throughput for t in rows], "o-", color=cmap(i % 20), alpha=0.75,
                 markersize=4, linewidth=1, label=config)
     ax.axvline(result.options.p99_ms, color="red", linestyle="--", linewidth=1, label=f"p99 budget {result.options.p99_ms:g} ms")
-    for name, candidate, marker in (("default", result.default, "D"), ("winner", result.winner, "*")):
+    markers = (("default", result.default, {"marker": "D", "s": 260, "facecolors": "none", "edgecolors": "black",
+                                             "linewidths": 1.5, "zorder": 5}),
+               ("winner", result.winner, {"marker": "*", "s": 240, "color": "gold", "edgecolors": "black",
+                                          "linewidths": 0.8, "zorder": 6}))
+    for name, candidate, style in markers:
         throughput, concurrency = result.scores.get(candidate.key, (0.0, 0))
         best = [t for t in trials if t.config == candidate.key and t.concurrency == concurrency and t.phase == "search"]
         if best:
-            ax.scatter([best[0].p99_ms], [throughput], marker=marker, s=180, color="black", zorder=5,
-                       label=f"{name}: {throughput:.1f} infer/s at c{concurrency}")
+            ax.scatter([best[0].p99_ms], [throughput], label=f"{name}: {throughput:.1f} infer/s at c{concurrency}", **style)
     ax.set(xlabel="p99 latency (ms)", ylabel="throughput (infer/s)",
            title=f"tune {result.model}: every trial (config x client concurrency), batch {result.options.batch}")
     ax.set_xscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2, loc="best")
     fig.tight_layout()
-    with atomic_path(Path(path)) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return fig

@@ -40,6 +40,7 @@ class TuneResult:
     scores: dict
     confirm: dict = field(default_factory=dict)  # "default"/"winner" -> median of the confirmation runs
     stopped: str = ""
+    verdict: str = ""  # how the winner was decided, when the back-to-back comparison does not say it (Search.verdict)
     written: Path | None = None
     measured_now: int = 0  # trials measured by this run (the others came from trials.csv)
     seconds: float = 0.0
@@ -102,7 +103,7 @@ def tune(repository: Path, options: TuneOptions, url: str | None = None, *, key_
         winner = search.run()
         confirm = {name: median_trial(trials) for name, trials in search.confirm(winner).items() if trials}
     result = TuneResult(options.model, options, str(tool) if tool else "builtin", base_file, default, winner,
-                        dict(search.scores), confirm, search.stopped, measured_now=len(measured))
+                        dict(search.scores), confirm, search.stopped, search.verdict(winner), measured_now=len(measured))
     if search.scores.get(winner.key, (0, 0))[1]:
         result.written = write_winner(target, base, winner, result)
     elif winner.key not in search.scores:

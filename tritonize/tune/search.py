@@ -16,6 +16,10 @@ Finally the default and the winner, each at its best concurrency, are measured a
 Bounded and resumable: every measurement is appended to trials.csv as it finishes; a new run with the
 same model file, base config and measurement settings replays the search from those rows (no time
 spent) and measures only what is missing, and no measurement starts that would end past the budget.
+The budget is spent: the time kept for the final comparison is kept only once a config other than the
+default leads (while the default holds, no comparison is needed and the search goes on). When the budget
+ends in the middle of a sweep or before a back-to-back check, the best config measured so far within the
+p99 budget is the winner, and the report says it was not measured back to back.
 """
 
 from __future__ import annotations
@@ -226,21 +230,27 @@ class Search:
     default: Candidate
     space: Space
     measure: Callable[[Candidate, int, int, str], Trial]  # (candidate, concurrency, round, phase) -> a new Trial
-    deadline: float  # time.monotonic() when the budget is spent
-    reserve: float = 0.0  # seconds of the budget the search leaves to the confirmation
+    deadline: float  # clock() when the budget is spent
+    reserve: float = 0.0  # seconds of the budget the search leaves to the confirmation, once a challenger leads
     cached: dict[tuple, Trial] = field(default_factory=dict)
     trials: list[Trial] = field(default_factory=list)
     scores: dict[str, tuple[float, int]] = field(default_factory=dict)  # config -> (best feasible infer/s, its concurrency)
     stopped: str = ""  # why the search ended early
     checks: int = 0  # back-to-back checks made (numbers their trials)
+    clock: Callable[[], float] = time.monotonic
+    swept: dict[str, Candidate] = field(default_factory=dict)  # the configs whose sweep ran or began
+    lost: dict[str, Candidate] = field(default_factory=dict)  # led in their sweep, not back to back
+    unchecked: Candidate | None = None  # the winner, when the budget ended before it was measured back to back
+    leading: Candidate | None = None  # the config the search holds so far (None: the default)
 
     def trial(self, candidate: Candidate, concurrency: int, phase: str = "search", round_: int = 0) -> Trial:
         key = (phase, candidate.key, concurrency, round_)
         if key in self.cached:
             found = self.cached.pop(key)
         else:
-            limit = self.deadline - (self.reserve if phase == "search" else 0.0)
-            if time.monotonic() + self.options.duration + OVERHEAD_S > limit:
+            confirming = self.leading not in (None, self.default)  # a comparison will be needed at the end
+            limit = self.deadline - (self.reserve if phase == "search" and confirming else 0.0)
+            if self.clock() + self.options.duration + OVERHEAD_S > limit:
                 raise BudgetSpent()
             found = self.measure(candidate, concurrency, round_, phase)
         self.trials.append(found)
@@ -250,9 +260,15 @@ class Search:
         """Best throughput within the p99 budget over the concurrency levels (0, 0 when none is within)."""
         if candidate.key in self.scores:
             return self.scores[candidate.key]
+        self.swept[candidate.key] = candidate
         best, at, peak = 0.0, 0, 0.0
         for level in self.space.concurrency:
-            trial = self.trial(candidate, level)
+            try:
+                trial = self.trial(candidate, level)
+            except BudgetSpent:
+                if at:  # what the levels measured so far served within the p99 budget
+                    self.scores[candidate.key] = (best, at)
+                raise
             if trial.p99_ms > self.options.p99_ms:
                 break
             if trial.throughput > best:
@@ -267,7 +283,7 @@ class Search:
 
     def run(self) -> Candidate:
         """Coordinate descent from the default; returns the winner (the default when nothing beat it)."""
-        current = self.default
+        current = self.leading = self.default
         try:
             best, _ = self.sweep(current)
             for name, changes in self.space.dimensions(current, self.base.max_batch_size):
@@ -277,12 +293,48 @@ class Search:
                     if candidate.key in self.scores:
                         continue
                     score, _ = self.sweep(candidate)
-                    if score > best * (1 + MIN_GAIN) and self.beats(candidate, current):
-                        current, best = candidate, score
+                    if score > best * (1 + MIN_GAIN):
+                        if self.beats(candidate, current):
+                            current = self.leading = candidate
+                            best = score
+                        else:
+                            self.lost[candidate.key] = candidate
         except BudgetSpent:
             self.stopped = "the budget was spent before the search covered every dimension"
             say(f"tune: {self.stopped}; the same command goes on from here")
+            current = self.leading = self._best_unchecked(current)
         return current
+
+    def _best_unchecked(self, current: Candidate) -> Candidate:
+        """When the budget ended in a sweep or before a back-to-back check: the config with the best score measured
+        within the p99 budget, when it beats the one held by MIN_GAIN and did not lose a check."""
+        held = self.scores.get(current.key, (0.0, 0))[0]
+        best = max((key for key in self.swept if key not in self.lost and self.scores.get(key, (0, 0))[1]),
+                   key=lambda key: self.scores[key][0], default=None)
+        if best is None or best == current.key or self.scores[best][0] <= held * (1 + MIN_GAIN):
+            return current
+        self.unchecked = self.swept[best]
+        return self.unchecked
+
+    def verdict(self, winner: Candidate) -> str:
+        """One line on how the winner was decided, for the report (never "the default is best" when a measured
+        config served more within the p99 budget)."""
+        default = self.scores.get(self.default.key, (0.0, 0))[0]
+        if self.unchecked is not None and winner == self.unchecked:
+            return (f"{winner.describe()} served {self.scores[winner.key][0]:.1f} infer/s within p99 "
+                    f"{self.options.p99_ms:g} ms in its sweep, the default {default:.1f}; the budget ended before they "
+                    "were measured back to back")
+        if winner != self.default:
+            return ""
+        faster = sorted(((score, key) for key, (score, at) in self.scores.items()
+                         if at and key != self.default.key and score > default), reverse=True)
+        if not faster:
+            return "the default config is the best found" + (" so far" if self.stopped else "")
+        score, key = faster[0]
+        name = self.swept[key].describe()
+        gain = f"{MIN_GAIN * 100:.0f} %"
+        why = f"but not {gain} more back to back" if key in self.lost else f"less than the {gain} more a change must serve"
+        return f"the default stays: {name} served {score:.1f} infer/s in its sweep, the default {default:.1f}, {why}"
 
     def beats(self, candidate: Candidate, current: Candidate) -> bool:
         """Measure both again back to back, each at its best concurrency: on a shared machine throughput drifts
