@@ -15,7 +15,7 @@ from pathlib import Path
 from tritonize.access import HTTP_RESTRICTION_FROM, KEY_ENV, ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
 from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_loads
-from tritonize.serve.process import RunningServer, ServerHandle, choose_ports, make_workdir
+from tritonize.serve.process import RunningServer, ServerHandle, choose_ports
 from tritonize.serve.repository import model_control_flags, python_requirements, tensorrt_models, validate_repository
 
 
@@ -205,7 +205,7 @@ class DockerServer(ServerHandle):
             raise TritonizeError(f"the docker engine cannot run here: {problem}; use --engine embedded, "
                                  "or --print-command to get the command for a GPU machine")
         ports = choose_ports(self.host, *self.requested_ports)
-        self.workdir = make_workdir()
+        self.prepare()
         try:
             self.control_key = self.key_with_file()
             command = docker_command(self.repository, self.release, host=self.host, http_port=ports.http,
