@@ -43,7 +43,6 @@ from tritonize.serve.repository import (
     validate_repository,
 )
 from tritonize.serve.process import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports
-from tritonize.serve.supervisor import Supervisor
 
 
 PACKAGE_ROOT = Path(tritonize.__file__).resolve().parent.parent
@@ -159,8 +158,6 @@ class EmbeddedServer(ServerHandle):
     ready; `stop()` ends the process group (stubs included) and removes the temporary files.
     Also a context manager; `embedded_server()` is the usual way in."""
 
-    supervisor: Supervisor | None = None
-
     def __init__(
         self,
         repository: Path,
@@ -238,8 +235,7 @@ class EmbeddedServer(ServerHandle):
             )
             info = self.server.start()
             if self.supervise:
-                self.supervisor = Supervisor(info.pid, info.http_url, info.metrics_url, self.control_key)
-                self.supervisor.start()
+                self.start_supervisor(info.pid, info)
             return info
         except BaseException:
             self.stop()
@@ -257,9 +253,6 @@ class EmbeddedServer(ServerHandle):
         return repository
 
     def stop(self) -> None:
-        if self.supervisor is not None:
-            self.supervisor.stop()
-            self.supervisor = None
         super().stop()
         atexit.unregister(self.stop)
 

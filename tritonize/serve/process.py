@@ -296,6 +296,7 @@ class ServerHandle:
     workdir: Path | None = None
     region_prefix: str | None = None  # names the server's shared-memory regions (serve/shm.py)
     control_key: ControlKey | None = None  # restricts the control APIs; None: open
+    supervisor = None  # the Supervisor (serve/supervisor.py) watching the server's models, if any
 
     def prepare(self) -> None:
         """Before a start: remove what servers that are gone left behind, then make this one's workdir and
@@ -315,9 +316,20 @@ class ServerHandle:
     def start(self) -> ServerInfo:
         raise NotImplementedError
 
+    def start_supervisor(self, server_pid: int | None, info: ServerInfo) -> None:
+        """Reload a model whose backend stub crashed while the server runs (serve/supervisor.py); `server_pid`:
+        tritonserver's process on this machine, None where it cannot be seen."""
+        from tritonize.serve.supervisor import Supervisor  # not at the top: it reads the models' state from here
+
+        self.supervisor = Supervisor(server_pid, info.http_url, info.metrics_url, self.control_key)
+        self.supervisor.start()
+
     def stop(self) -> None:
         from tritonize.serve import shm
 
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
         if self.server is not None:
             self.server.stop()  # returns once no process of the server is left
             self.server = None
