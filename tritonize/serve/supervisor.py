@@ -13,8 +13,10 @@ comings and goings of stubs without sending a request:
   input (zeros; a small PNG where the model takes encoded images), one per instance and one more, and only
   an error saying a stub of the model "is not healthy" counts; that stub is killed. A valid probe fails only
   on such a stub, its own failure is no news to the next round (the counter is read again after it), a
-  model is probed at most every PROBE_INTERVAL_S, and ensembles are never probed (a failing step shows in
-  the step's own counter). So a client's bad request costs one probe, which succeeds.
+  model is probed at most every PROBE_INTERVAL_S, and ensembles are never probed (a step whose stub fails
+  counts the failure in its own counter too). So a client's bad request costs at most one probe, which
+  succeeds. (A bad image fails in the preprocess step's response, which Triton 2.51 counts a success of
+  the step and two failures of the ensemble: no probe at all.)
 A crashed model is loaded again with the config it serves, marked with the crash in its parameters
 (RELOADED) and without its warmup: for a changed config Triton loads a new copy while the old one keeps
 serving, then switches, so the model never goes UNAVAILABLE and only the requests that reach the dead stub
@@ -54,7 +56,7 @@ from pathlib import Path
 from tritonize.access import ControlKey
 from tritonize.progress import say
 from tritonize.serve import shm, unavailable
-from tritonize.serve.process import clean_reason, model_states
+from tritonize.serve.process import clean_reason, model_states, start_time
 
 POLL_S = 0.5
 PROBE_INTERVAL_S = 5.0  # at most one probe of a model in this time
@@ -72,6 +74,7 @@ class Stub:
     """A Python backend stub: its process and its shared-memory region (a name in /dev/shm)."""
 
     pid: int
+    started: str  # the process's start time: tells it from a later process with the same pid
     region: str
 
 
@@ -147,7 +150,7 @@ class Supervisor:
                 if time.monotonic() >= model.reload_at:
                     self._reload(name, model)
                 continue
-            crashed, exiting = self._dead_stubs(model, mine)
+            crashed, kept = self._dead_stubs(model, mine)
             if crashed:
                 self._crashed(name, model, "; ".join(crashed.values()), [model.stubs[i] for i in crashed])
                 continue
@@ -165,27 +168,31 @@ class Supervisor:
                             os.kill(mine[hung[1]].pid, signal.SIGKILL)
                     self._crashed(name, model, problem.rstrip("."), [mine[hung[1]]] if hung[1] in mine else [])
                     continue
-            model.stubs = {**mine, **exiting}
+            model.stubs = {**kept, **mine}  # an instance with a new stub: the new one
             model.failures = failures.get(name, 0.0)
 
     def _dead_stubs(self, model: _Model, mine: dict[str, Stub]) -> tuple[dict[str, str], dict[str, Stub]]:
-        """The model's known stubs that are no longer alive: those that died on their own (instance -> what
-        happened), and those that exited with status 0, to look at again next round (tritonserver reaps the
-        stubs it ends at once; a status can also read 0 where the process is not ours to inspect)."""
-        crashed, exiting = {}, {}
+        """The model's known stubs that no longer run as stubs: those that died on their own (instance ->
+        what happened), and those to look at again next round (instance -> stub): still exiting (a killed
+        stub of 800 MB takes a while, and no longer shows its command line meanwhile), or ended with status
+        0 (tritonserver reaps the stubs it ends at once; a status also reads 0 where the process is not ours
+        to inspect). The others tritonserver reaped: ended on purpose."""
+        crashed, kept = {}, {}
         for instance, stub in model.stubs.items():
             if instance in mine and mine[instance].pid == stub.pid:
                 continue
             status = zombie_status(stub.pid, self.server_pid)
-            if status is None:  # reaped by tritonserver: ended on purpose
-                model.exited.discard(stub.pid)
-                continue
-            if status or stub.pid in model.exited:
+            if status is None:
+                if start_time(stub.pid) == stub.started:  # still running, or exiting
+                    kept[instance] = stub
+                else:
+                    model.exited.discard(stub.pid)
+            elif status or stub.pid in model.exited:
                 crashed[instance] = f"stub {instance} (pid {stub.pid}) died ({_how(status)})"
             else:
                 model.exited.add(stub.pid)
-                exiting[instance] = stub
-        return crashed, exiting
+                kept[instance] = stub
+        return crashed, kept
 
     def _probe(self, name: str, model: _Model, requests: int) -> str | None:
         """The first error of up to `requests` batch-1 requests of valid input that says a stub is not
@@ -299,7 +306,7 @@ def live_stubs(server_pid: int) -> dict[str, Stub]:
         # argv: the model file, the region, its sizes, tritonserver's pid, ..., the instance name
         instance = next((a.decode() for a in argv[1:] if INSTANCE.fullmatch(a.decode(errors="replace"))), None)
         if instance:
-            found[instance] = Stub(int(entry.name), argv[2].decode(errors="replace"))
+            found[instance] = Stub(int(entry.name), fields[19], argv[2].decode(errors="replace"))
     return found
 
 
