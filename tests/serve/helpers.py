@@ -97,7 +97,7 @@ def stub_regions(server_pid: int) -> dict[str, str]:
     """Instance name -> the shared-memory region (a name in /dev/shm) of each live Python backend stub of the
     server, read from the stubs' command lines (model file, region, sizes, ..., instance name)."""
     found = {}
-    for pid, command in children(server_pid).items():
+    for pid in children(server_pid):
         with contextlib.suppress(OSError):  # ended meanwhile
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             if argv[0].endswith(b"triton_python_backend_stub") and len(argv) > 8:

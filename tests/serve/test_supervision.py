@@ -1,4 +1,5 @@
-"""`tritonize serve` heals a model whose backend stub died, and the client says which side failed.
+"""`tritonize serve` heals a model whose backend stub died, the client says which side failed, and a
+client's bad request is no crash.
 
 A killed stub (`kill -9`, what the OOM killer does) leaves its model READY in Triton but failing
 every request; a stopped one (SIGSTOP) is alive but answers nothing. Both are done here to the real
@@ -8,10 +9,13 @@ stubs of a real `tritonize serve`.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +60,6 @@ class _Traffic:
     `records`: (monotonic time sent, error or None) per request."""
 
     def __init__(self, url: str, model: str, clients: int):
-        import threading
-
         self.url, self.model, self.records = url, model, []
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._send, daemon=True) for _ in range(clients)]
@@ -202,8 +204,6 @@ def served(small_repo):
 
 def _failure_series(metrics_url: str) -> dict[str, float]:
     """Triton's failed-request counters now: the labels of each series -> its value."""
-    import urllib.request
-
     with urllib.request.urlopen(metrics_url, timeout=10) as response:
         lines = response.read().decode().splitlines()
     return {line.rsplit(" ", 1)[0].removeprefix("nv_inference_request_failure"): float(line.rsplit(" ", 1)[1])
@@ -211,8 +211,6 @@ def _failure_series(metrics_url: str) -> dict[str, float]:
 
 
 def _per_model(series: dict[str, float]) -> dict[str, float]:
-    import re
-
     totals: dict[str, float] = {}
     for labels, value in series.items():
         model = re.search(r'model="([^"]*)"', labels)[1]
@@ -225,8 +223,6 @@ def test_a_bad_image_fails_only_its_requests_and_fires_no_alert(served, small_re
     client and uint8 paths; the server's preprocess model fails it in the ensemble), then no traffic: the
     failure counters rise by exactly the failed requests and stay there (the supervisor's probes are valid
     requests and feed nothing), and the monitoring bundle's alerts do not fire on what was scraped."""
-    import shutil as which_tool
-
     import yaml
 
     from tritonize.monitor import promql
@@ -252,7 +248,7 @@ def test_a_bad_image_fails_only_its_requests_and_fires_no_alert(served, small_re
         assert {m: v - start.get(m, 0.0) for m, v in _per_model(sample).items()} == expected
     assert not [line for line in served.stderr if line.startswith(("preprocess:", "onnx_", "torch_"))], served.stderr
 
-    promtool = which_tool.which("promtool")
+    promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip(f"the counters held; the alerts were not evaluated: promtool is not installed ({INSTALL_HINT})")
     bundle = tmp_path / "monitoring"
