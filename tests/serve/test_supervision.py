@@ -266,3 +266,37 @@ def test_a_bad_image_fails_only_its_requests_and_fires_no_alert(served, small_re
     (tmp_path / "rules_test.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
     result = subprocess.run([promtool, "test", "rules", str(tmp_path / "rules_test.yml")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_where_the_server_processes_cannot_be_seen_the_probes_still_heal_a_hung_stub(small_artifacts, tmp_path):
+    """A container on another machine's Docker engine: no pid to watch, so the supervisor works from requests
+    alone. A request that fails makes it probe, and the probe's "is not healthy" gets the model reloaded."""
+    from tritonclient.utils import InferenceServerException
+
+    from tritonize.repository_builder import RepoOptions, build_repository
+    from tritonize.serve.embedded import EmbeddedServer
+    from tritonize.serve.supervisor import Supervisor
+
+    repo = tmp_path / "models"
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
+    with EmbeddedServer(repo, supervise=False) as info:
+        supervisor = Supervisor(None, info.http_url, info.metrics_url)
+        supervisor.start()
+        stub = stub_processes(info.pid)["onnx_model_0_0"]
+        try:
+            os.kill(stub, signal.SIGSTOP)
+            with pytest.raises(InferenceServerException, match="is not healthy"):
+                _infer(info.grpc_url, "onnx_model")
+            deadline = time.monotonic() + 60
+            while stub_processes(info.pid).get("onnx_model_0_0") in (None, stub):
+                assert time.monotonic() < deadline, "onnx_model was not reloaded"
+                time.sleep(0.1)
+            while True:  # answered once the new copy serves (requests that reach the old one fail meanwhile)
+                try:
+                    _infer(info.grpc_url, "onnx_model")
+                    break
+                except InferenceServerException:
+                    assert time.monotonic() < deadline, "onnx_model does not answer after its reload"
+        finally:
+            supervisor.stop()
+            os.kill(stub, signal.SIGKILL)  # here nothing could: it is another machine's process
