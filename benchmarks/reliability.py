@@ -11,6 +11,11 @@
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/reliability.py [--requests 10000] [--concurrency 64]
 
+`--stub-only [--repeat N] [--instances K] [--label NAME]` runs only 2a, N times on a fresh server each, with
+K instances of onnx_model (the first one is killed), and writes results/reliability-stub-NAME.json. The
+server is the `tritonize serve` on PATH's Python path: to compare two commits in one session, run it once
+with PYTHONPATH=$PWD and once with PYTHONPATH pointing at a checkout of the other commit.
+
 The server is the real `tritonize serve` (a child process); requests come from tritonclient's asyncio
 gRPC client. Writes results/reliability.json and .png and prints markdown tables.
 """
@@ -138,14 +143,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--stub-only", action="store_true", help="only the stub killed under load")
+    parser.add_argument("--repeat", type=int, default=1, help="with --stub-only: runs, each on a fresh server")
+    parser.add_argument("--instances", type=int, default=1, help="with --stub-only: instances of onnx_model")
+    parser.add_argument("--label", default="", help="with --stub-only: names the results file")
     args = parser.parse_args()
     work = RESULTS / "work-reliability"
     artifacts, repo = work / "artifacts", work / "models"
     if not (artifacts / "manifest.json").is_file():
         subprocess.run([sys.executable, "-m", "tritonize.cli", "export", "--arch", "resnet18", "--weights", "none",
                         "--artifacts", str(artifacts)], check=True)
-    build_repository(artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), ensembles=False, force=True))
+    build_repository(artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), ensembles=False, force=True,
+                                                  instances=args.instances))
     inputs, expected = _references(artifacts)
+    if args.stub_only:
+        stub_only(repo, inputs, expected, args)
+        return
     results = {"uptime_before": uptime(), "requests": args.requests, "concurrency": args.concurrency}
     print(results["uptime_before"], flush=True)
 
@@ -221,17 +234,32 @@ def stub_killed(repo: Path, inputs, expected, concurrency: int) -> tuple[dict, l
         pid = stub_processes(serve.server_pid)["onnx_model_0_0"]
         os.kill(pid, signal.SIGKILL)
         fault = time.monotonic()
-        line = serve.expect("onnx_model: ")
+        try:
+            line = serve.expect("onnx_model: ", timeout=30)
+        except AssertionError:
+            line = "(no reload within 30 s)"
         time.sleep(10)  # and after it
         load.stop()
     healed = min((r[0] for r in load.records if not r[2] and r[0] > fault), default=None)
+    failed = [r[1] for r in load.records if r[2] and r[1] > fault]
     figures = {
         "requests": len(load.records), "supervisor_log": line,
-        "time_to_heal_s": round(healed - fault, 2) if healed else None, **_lost(load.records, fault),
+        "time_to_heal_s": round(healed - fault, 2) if healed else None,
+        "last_failure_s": round(max(failed) - fault, 2) if failed else None, **_lost(load.records, fault),
     }
     print(figures, flush=True)
     begin = min(r[0] for r in load.records)
     return figures, [(r[0] - begin, r[2] is None) for r in load.records] + [(fault - begin, None)]
+
+
+def stub_only(repo: Path, inputs, expected, args) -> None:
+    runs = [stub_killed(repo, inputs, expected, args.concurrency)[0] for _ in range(args.repeat)]
+    save(f"reliability-stub{'-' + args.label if args.label else ''}",
+         {"instances": args.instances, "concurrency": args.concurrency, "label": args.label, "runs": runs})
+    print("\n" + markdown_table(
+        ["run", "failed in flight", "failed sent after", "wrong answers", "heal s", "last failure s", "supervisor"],
+        [[k + 1, r["failed_in_flight"], r["failed_sent_after"], r["wrong_answers"], r["time_to_heal_s"],
+          r["last_failure_s"], r["supervisor_log"]] for k, r in enumerate(runs)]))
 
 
 def server_killed(repo: Path, inputs, expected, concurrency: int, work: Path) -> dict:

@@ -148,6 +148,23 @@ def _private_working_directory(tmp_path_factory, monkeypatch):
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _shared_memory_as_found():
+    """Tests leave /dev/shm as they found it: at the end of the session (after its servers stopped), no
+    shared-memory region that a server of tritonize named (serve/shm.py) is there that was not before,
+    unless a live process still uses it (another session's server on a shared machine)."""
+    from tritonize.serve import shm
+
+    def named() -> set[str]:
+        return {p.name for p in shm.SHM.glob(f"{shm.OWNED}*")}
+
+    before = named()
+    yield
+    used = shm.regions_in_use()
+    left = sorted(name for name in named() - before if str(shm.SHM / name) not in used)
+    assert not left, f"the tests left {len(left)} shared-memory region(s) in {shm.SHM}: {left}"
+
+
 @pytest.fixture(autouse=True)
 def _golden_calls_per_test():
     from tests.golden import Golden

@@ -24,6 +24,7 @@ class Serve:
     def __init__(self, repository: Path, *options: str, host: str = "127.0.0.1"):
         ports = choose_ports(host, None, None, None)
         self.grpc_url, self.http_url = f"127.0.0.1:{ports.grpc}", f"http://127.0.0.1:{ports.http}"
+        self.metrics_url = f"http://127.0.0.1:{ports.metrics}/metrics"
         self.process = subprocess.Popen(
             [str(Path(sys.executable).parent / "tritonize"), "serve", str(repository), "--engine", "embedded",
              "--host", host, "--http-port", str(ports.http), "--grpc-port", str(ports.grpc),
@@ -60,9 +61,14 @@ class Serve:
                 return line
 
     def stop(self) -> None:
-        """Kill it all at once: a graceful stop waits for models to unload (tested elsewhere)."""
-        self.process.kill()
-        self.process.wait()
+        """SIGTERM, as a user's Ctrl-C: `tritonize serve` stops its server and removes its files (SIGKILL
+        after 60 s). What a test killed itself is ended too."""
+        self.process.terminate()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.server_pid, signal.SIGKILL)  # the server's group: tritonserver and its stubs
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -84,6 +90,18 @@ def children(pid: int) -> dict[int, str]:
                 found[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
+    return found
+
+
+def stub_regions(server_pid: int) -> dict[str, str]:
+    """Instance name -> the shared-memory region (a name in /dev/shm) of each live Python backend stub of the
+    server, read from the stubs' command lines (model file, region, sizes, ..., instance name)."""
+    found = {}
+    for pid in children(server_pid):
+        with contextlib.suppress(OSError):  # ended meanwhile
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if argv[0].endswith(b"triton_python_backend_stub") and len(argv) > 8:
+                found[argv[8].decode()] = argv[2].decode()
     return found
 
 

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import base64
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,54 @@ def test_off_loopback_the_container_takes_the_key_from_dockers_environment(onnx_
 def test_a_release_that_cannot_restrict_http_is_refused_off_loopback(onnx_repo):
     with pytest.raises(TritonizeError, match="Triton 23.10 cannot restrict its HTTP API"):
         docker_command(onnx_repo, "23.10", host="0.0.0.0", restricted=True)
+
+
+# ------------------------------------------------------------------ supervision (the stand-in serving for real)
+
+
+@pytest.fixture(scope="module")
+def ensemble_repo(small_artifacts, tmp_path_factory) -> Path:
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    repo = tmp_path_factory.mktemp("docker-ensembles") / "models"
+    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False))
+    return repo
+
+
+def test_the_docker_engine_heals_a_crashed_stub_like_the_embedded_one(ensemble_repo, standins, monkeypatch, capfd):
+    """The container's tritonserver serves (the stand-in runs the real one): the supervisor finds it through
+    `docker inspect`, reloads the preprocess model (a Python backend model in the NGC image too) when its stub
+    is killed, and the stop leaves neither a process nor a shared-memory region of the container."""
+    import json
+    import os
+    import signal
+    import urllib.request
+
+    from tests.client.conftest import PHOTO
+    from tests.serve.helpers import group_alive, stub_regions
+    from tritonize.serve.docker import DockerServer
+    from tritonize.serve.supervisor import stub_processes
+
+    def classify(url: str) -> dict:
+        image = base64.b64encode(PHOTO.read_bytes()).decode()
+        body = json.dumps({"inputs": [{"name": "IMAGE", "shape": [1, 1], "datatype": "BYTES", "data": [image]}]})
+        request = urllib.request.Request(f"{url}/v2/models/onnx_classifier/infer", data=body.encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+    monkeypatch.setenv("STANDIN_DOCKER_SERVE", "1")
+    server = DockerServer(ensemble_repo, "24.10", model_config_name="cpu", ready_timeout=120)
+    with server as info:
+        pid = server.supervisor.server_pid
+        assert pid is not None and info.models["onnx_classifier"] == ("READY", "")
+        regions = [Path("/dev/shm") / r for r in stub_regions(pid).values()]
+        assert regions and all(r.name.startswith(server.region_prefix) and r.exists() for r in regions)
+        expected = classify(info.http_url)["outputs"][0]["data"]
+        stub = stub_processes(pid)["preprocess_0_0"]
+        os.kill(stub, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while f"preprocess: stub preprocess_0_0 (pid {stub}) died (killed by SIGKILL); reloaded in " not in capfd.readouterr().err:
+            assert time.monotonic() < deadline, "preprocess was not reloaded"
+            time.sleep(0.1)
+        assert classify(info.http_url)["outputs"][0]["data"] == expected
+    assert not group_alive(pid) and not [r for r in regions if r.exists()]

@@ -308,15 +308,32 @@ def onnx_repo(small_artifacts, tmp_path_factory) -> Path:
     return repo
 
 
-def test_stop_leaves_no_process_and_no_temp_files(onnx_repo):
-    with embedded_server(onnx_repo) as info:
+def test_stop_leaves_no_process_no_temp_files_and_no_shared_memory(onnx_repo):
+    """Also when a stub died under a request: Triton then never finishes unloading its instance, so
+    neither removes the stub's shared-memory region (unsupervised here: the supervisor would reload it)."""
+    import signal
+
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from tests.serve.helpers import stub_regions
+    from tritonize.serve.embedded import EmbeddedServer
+    from tritonize.serve.supervisor import stub_processes
+
+    with EmbeddedServer(onnx_repo, supervise=False) as info:
         members = _group_members(info.pid)
         assert info.pid in members
         assert any("triton_python_backend_stub" in cmd for cmd in members.values())
         workdir = Path(info.log_path).parent
         assert workdir.is_dir()
+        regions = [Path("/dev/shm") / r for r in stub_regions(info.pid).values()]
+        assert regions and all(r.exists() for r in regions)
+        os.kill(stub_processes(info.pid)["onnx_model_0_0"], signal.SIGKILL)
+        with grpcclient.InferenceServerClient(info.grpc_url) as client, pytest.raises(InferenceServerException):
+            _infer(client, "onnx_model", "input", "output", _inputs(1))
     assert _group_members(info.pid) == {}
     assert not workdir.exists()
+    assert not [r for r in regions if r.exists()]
 
 
 def test_port_in_use_is_a_clear_error(onnx_repo):

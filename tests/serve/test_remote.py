@@ -132,4 +132,4 @@ def test_the_supervisor_reloads_a_killed_model_with_the_key(remote):
     stub = stub_processes(remote.server_pid)["onnx_model_0_0"]
     os.kill(stub, signal.SIGKILL)
     line = remote.expect("onnx_model: ")
-    assert line.startswith(f"onnx_model: stub onnx_model_0_0 (pid {stub}) died; reloaded in "), line
+    assert line.startswith(f"onnx_model: stub onnx_model_0_0 (pid {stub}) died (killed by SIGKILL); reloaded in "), line

@@ -19,8 +19,16 @@ would misbehave, not only where it would refuse:
   runs in a real shell whose PATH has these `tritonserver` and a `pip` that reads its -r files
   (both call back into this script as `docker image-tool TOOL ...`, which no real docker has).
 - The container runs outside the client's process group: killing the client leaves it running;
-  SIGTERM to the client reaches it only through --init; `docker kill NAME` ends it. Running
-  containers are files in STANDIN_DOCKER_STATE (name -> pid).
+  SIGTERM to the client reaches it only through --init, or when its PID 1 handles the signal itself
+  (tritonserver does); `docker kill NAME` ends it. Running containers are files in STANDIN_DOCKER_STATE
+  (name -> pid); `docker inspect --format '{{.State.Pid}}' NAME` gives the pid, as a local engine gives
+  the host pid of the container's PID 1.
+- STANDIN_DOCKER_SERVE=1: the image's `tritonserver` serves for real. It is the tritonserver 2.51 that
+  tritonize's embedded engine runs, with the same Python-based backends standing in for the image's native
+  ones, on the mounted repository and the published ports; the options the image's would get from its
+  defaults on a GPU machine and cannot have here are added (the backend directory, no GPU metrics, no
+  pinned memory). Its processes are host processes with the host's /dev/shm (--ipc=host), as a local
+  engine's are.
 """
 
 import json
@@ -110,6 +118,8 @@ def run(args):
     release = tag.removesuffix("-py3")
     if not command:
         die("stand-in: no command (the image's default would start a shell)")
+    if os.environ.get("STANDIN_DOCKER_SERVE") == "1" and (command[0] == "tritonserver" or command[:2] == ["sh", "-c"]):
+        return serving_container(options, release, command, mounts)
     if command[0] == "tritonserver":
         return tritonserver(release, command[1:], mounts)
     if command[:2] == ["sh", "-c"]:
@@ -135,7 +145,7 @@ def run(args):
         return container(options.get("--name", [None])[-1], argv, inside, env, init="--init" in options)
 
 
-def container(name, argv, cwd, env, init):
+def container(name, argv, cwd, env, init, handles_signals=False):
     state = Path(os.environ["STANDIN_DOCKER_STATE"])
     name = name or f"anonymous-{os.getpid()}"
     if (state / name).exists():
@@ -143,8 +153,8 @@ def container(name, argv, cwd, env, init):
     child = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)  # not the client's process group
     (state / name).write_text(str(child.pid))
 
-    def proxy(sig, _frame):  # docker run proxies signals to PID 1; only tini (--init) passes them on
-        if init:
+    def proxy(sig, _frame):  # docker run proxies signals to PID 1, which ignores those it has no handler for
+        if init or handles_signals:
             try:
                 os.kill(child.pid, sig)
             except ProcessLookupError:
@@ -158,6 +168,11 @@ def container(name, argv, cwd, env, init):
 
 
 def tritonserver(release, args, mounts):
+    check_options(release, args, mounts)
+    print(f"stand-in tritonserver {release}: options accepted, nothing served")
+
+
+def check_options(release, args, mounts):
     known = json.loads((DATA / "tritonserver_options.json").read_text())
     first, apis = known["first_release"], set(known["source"]["restrictable_apis"])
     for arg in args:
@@ -179,7 +194,55 @@ def tritonserver(release, args, mounts):
             if host is None or not Path(host).is_file():
                 print(f"stand-in: {name} {value} is not in the container: tritonserver would read it as empty", file=sys.stderr)
                 sys.exit(1)
-    print(f"stand-in tritonserver {release}: options accepted, nothing served")
+
+
+def serving_container(options, release, command, mounts):
+    """A container whose `tritonserver` serves (STANDIN_DOCKER_SERVE=1): the command runs as the image would
+    run it (through its shell when it is `sh -c`), and the image's tritonserver execs the real one, so the
+    container's PID 1 ends up being tritonserver itself, as with the image's `exec "$@"`."""
+    from tritonize.serve.embedded import BundledTriton, assemble_backend_dir, stub_environment
+
+    publish = {}
+    for spec in options.get("-p", []) + options.get("--publish", []):
+        *host, container_port = spec.split(":")
+        publish[int(container_port)] = (host[0] if len(host) == 2 else "0.0.0.0", int(host[-1]))
+    if sorted(publish) != [8000, 8001, 8002]:
+        die(f"stand-in: publish tritonserver's ports 8000, 8001 and 8002 (got {sorted(publish)})")
+    triton = BundledTriton.find()
+    with tempfile.TemporaryDirectory() as inside:
+        backends = assemble_backend_dir(triton, Path(inside) / "backends")
+        bin_dir = Path(inside) / "bin"
+        bin_dir.mkdir()
+        for tool in ("tritonserver", "pip"):
+            path = bin_dir / tool
+            path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" image-tool {tool} "$@"\n')
+            path.chmod(0o755)
+        stub = stub_environment(triton)
+        env = {**container_env(options), "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+               "LD_LIBRARY_PATH": stub["LD_LIBRARY_PATH"], "STANDIN_RELEASE": release, "STANDIN_MOUNTS": json.dumps(mounts),
+               "STANDIN_PUBLISH": json.dumps(publish), "STANDIN_BACKENDS": str(backends),
+               "STANDIN_TRITONSERVER": str(triton.binary), "STANDIN_DOCKER_SERVE": "1"}
+        return container(options.get("--name", [None])[-1], command, inside, env, init="--init" in options,
+                         handles_signals=True)
+
+
+def serve(release, args, mounts):
+    """The image's tritonserver, serving: the options checked as `tritonserver` checks them, then the real
+    binary exec'd with the container's paths and ports translated to the host's."""
+    check_options(release, args, mounts)
+    publish = {int(k): v for k, v in json.loads(os.environ["STANDIN_PUBLISH"]).items()}
+    argv = [os.environ["STANDIN_TRITONSERVER"]]
+    for arg in args:
+        name, eq, value = arg.partition("=")
+        if name in ("--model-repository", "--grpc-server-cert", "--grpc-server-key", "--grpc-root-cert"):
+            value = in_container(value, mounts) or value  # checked: a certificate is mounted; a repository may be s3://
+        argv.append(f"{name}{eq}{value}")
+    for port, what in ((8000, "http"), (8001, "grpc"), (8002, "metrics")):
+        address, host_port = publish[port]
+        argv += [f"--{what}-port={host_port}", f"--{what}-address={address}"]
+    argv += [f"--backend-directory={os.environ['STANDIN_BACKENDS']}", "--allow-gpu-metrics=false",
+             "--pinned-memory-pool-byte-size=0"]
+    os.execv(argv[0], argv)
 
 
 def shell(release, args, mounts, env):
@@ -197,6 +260,8 @@ def image_tool(args):
     """A tool inside the stand-in image, run by `shell`."""
     release, mounts = os.environ["STANDIN_RELEASE"], json.loads(os.environ["STANDIN_MOUNTS"])
     if args[0] == "tritonserver":
+        if os.environ.get("STANDIN_DOCKER_SERVE") == "1":
+            return serve(release, args[1:], mounts)
         return tritonserver(release, args[1:], mounts)
     files = [args[i + 1] for i, a in enumerate(args) if a == "-r"]  # pip install ... -r FILE ...
     for file in files:
@@ -216,12 +281,24 @@ def kill(args):
         print(name)
 
 
+def inspect(args):
+    formats = [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--format", "-f")]
+    names = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] not in ("--format", "-f"))]
+    if formats != ["{{.State.Pid}}"]:
+        die(f"stand-in: inspect --format {formats}: only {{{{.State.Pid}}}} is emulated")
+    for name in names:
+        try:
+            print((Path(os.environ["STANDIN_DOCKER_STATE"]) / name).read_text())
+        except FileNotFoundError:
+            die(f"Error: No such object: {name}", 1)
+
+
 def info(args):
     runtimes = os.environ.get("STANDIN_DOCKER_RUNTIMES", '{"nvidia": {}, "runc": {}}')
     print(runtimes if "--format" in " ".join(args) else f"Runtimes: {' '.join(json.loads(runtimes))}")
 
 
-commands = {"run": run, "kill": kill, "info": info, "image-tool": image_tool}
+commands = {"run": run, "kill": kill, "inspect": inspect, "info": info, "image-tool": image_tool}
 if len(sys.argv) < 2 or sys.argv[1] not in commands:
     die(f"stand-in: {' '.join(sys.argv[1:2])} is not emulated")
 commands[sys.argv[1]](sys.argv[2:])

@@ -14,8 +14,10 @@ from pathlib import Path
 
 from tritonize.access import HTTP_RESTRICTION_FROM, KEY_ENV, ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
+from tritonize.progress import say
 from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_loads
-from tritonize.serve.process import RunningServer, ServerHandle, choose_ports, make_workdir
+from tritonize.serve import shm
+from tritonize.serve.process import WORKDIR_PREFIX, RunningServer, ServerHandle, choose_ports
 from tritonize.serve.repository import model_control_flags, python_requirements, tensorrt_models, validate_repository
 
 
@@ -182,21 +184,37 @@ def docker_gpu_problem() -> str | None:
     return None
 
 
+def container_pid(name: str) -> int | None:
+    """The pid on this machine of the tritonserver in container `name` (its PID 1, which the `exec` of
+    container_command makes tritonserver), or None where it cannot be seen: a Docker engine on another
+    machine (DOCKER_HOST), or a process that is not tritonserver."""
+    try:
+        result = subprocess.run(["docker", "inspect", "--format", "{{.State.Pid}}", name],
+                                capture_output=True, text=True, timeout=20)
+        pid = int(result.stdout.strip() or 0) if result.returncode == 0 else 0
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] if pid else b""
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    return pid if Path(argv0.decode(errors="replace")).name == "tritonserver" else None
+
+
 class DockerServer(ServerHandle):
     """The NGC container serving `repository` on the given host ports; same life cycle as
     EmbeddedServer (start() -> ServerInfo once ready, stop() ends it: `docker run` forwards the
-    SIGTERM to the container, and --rm removes it)."""
+    SIGTERM to the container, and --rm removes it), and the same supervision: the container's processes
+    are this machine's where the Docker engine runs here, and its /dev/shm is the host's (--ipc=host)."""
 
     def __init__(self, repository: Path, release: str, *, host: str = "127.0.0.1", http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002, model_config_name: str | None = None,
                  ready_timeout: float = 600.0, log_path: Path | None = None, models: tuple[str, ...] = (),
-                 control_key: ControlKey | None = None, tls: ServerTLS | None = None):
+                 control_key: ControlKey | None = None, tls: ServerTLS | None = None, supervise: bool = True):
         self.repository, self.release, self.host = Path(repository).resolve(), release, host
         self.control_key, self.tls = control_key, tls
         self.requested_ports = (http_port, grpc_port, metrics_port)
         self.model_config_name, self.ready_timeout = model_config_name, ready_timeout
         self.log_path = Path(log_path).resolve() if log_path else None
         self.models = models  # loaded at start; empty: all
+        self.supervise = supervise  # reload a model whose backend stub died (off: to do it by hand)
 
     def start(self):
         validate_repository(self.repository, self.models)
@@ -205,19 +223,29 @@ class DockerServer(ServerHandle):
             raise TritonizeError(f"the docker engine cannot run here: {problem}; use --engine embedded, "
                                  "or --print-command to get the command for a GPU machine")
         ports = choose_ports(self.host, *self.requested_ports)
-        self.workdir = make_workdir()
+        self.prepare()
         try:
             self.control_key = self.key_with_file()
             command = docker_command(self.repository, self.release, host=self.host, http_port=ports.http,
                                      grpc_port=ports.grpc, metrics_port=ports.metrics,
                                      model_config_name=self.model_config_name, models=self.models,
                                      restricted=self.control_key is not None, tls=self.tls)
+            name = f"tritonize-serve-{self.workdir.name.removeprefix(WORKDIR_PREFIX)}"
+            command[2:2] = ["--name", name]  # docker run --name NAME ...
+            command.append(shm.prefix_flag(self.region_prefix))  # tritonserver's last option
             env = {**os.environ, KEY_ENV: self.control_key.value} if self.control_key else None
             self.server = RunningServer(command, host=self.host, ports=ports, ready_timeout=self.ready_timeout,
                                         log_path=self.log_path or self.workdir / "tritonserver.log",
                                         model_config_name=self.model_config_name, env=env,
                                         control_key=self.control_key, tls=self.tls is not None)
-            return self.server.start()
+            info = self.server.start()
+            if self.supervise:
+                pid = container_pid(name)
+                if pid is None:
+                    say(f"container {name}: its processes are not visible here (a Docker engine on another machine?): "
+                        "a crashed backend stub is found only by the requests that fail on it")
+                self.start_supervisor(pid, info)
+            return info
         except BaseException:
             self.stop()
             raise

@@ -32,7 +32,7 @@ from tritonize.access import ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
 from tritonize.progress import say
 from tritonize.repository_builder.config import not_built_notes
-from tritonize.serve import unavailable
+from tritonize.serve import shm, unavailable
 from tritonize.serve.backends import BACKEND_NAMES
 from tritonize.serve.repository import (
     CPU_CONFIG_NAME,
@@ -42,8 +42,7 @@ from tritonize.serve.repository import (
     model_control_flags,
     validate_repository,
 )
-from tritonize.serve.process import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports, make_workdir
-from tritonize.serve.supervisor import Supervisor
+from tritonize.serve.process import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports
 
 
 PACKAGE_ROOT = Path(tritonize.__file__).resolve().parent.parent
@@ -159,8 +158,6 @@ class EmbeddedServer(ServerHandle):
     ready; `stop()` ends the process group (stubs included) and removes the temporary files.
     Also a context manager; `embedded_server()` is the usual way in."""
 
-    supervisor: Supervisor | None = None
-
     def __init__(
         self,
         repository: Path,
@@ -207,6 +204,8 @@ class EmbeddedServer(ServerHandle):
             "--pinned-memory-pool-byte-size=0",
             f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
         ]
+        if self.region_prefix:
+            command.append(shm.prefix_flag(self.region_prefix))
         if config_name:
             command.append(f"--model-config-name={config_name}")
         if self.control_key:
@@ -221,7 +220,7 @@ class EmbeddedServer(ServerHandle):
         triton = BundledTriton.find()
         env = stub_environment(triton)
         ports = choose_ports(self.host, *self.requested_ports)
-        self.workdir = make_workdir()
+        self.prepare()
         atexit.register(self.stop)
         try:
             self.control_key = self.key_with_file()
@@ -236,8 +235,7 @@ class EmbeddedServer(ServerHandle):
             )
             info = self.server.start()
             if self.supervise:
-                self.supervisor = Supervisor(info.pid, info.http_url, info.metrics_url, self.control_key)
-                self.supervisor.start()
+                self.start_supervisor(info.pid, info)
             return info
         except BaseException:
             self.stop()
@@ -255,9 +253,6 @@ class EmbeddedServer(ServerHandle):
         return repository
 
     def stop(self) -> None:
-        if self.supervisor is not None:
-            self.supervisor.stop()
-            self.supervisor = None
         super().stop()
         atexit.unregister(self.stop)
 

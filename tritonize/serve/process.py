@@ -268,16 +268,16 @@ def make_workdir() -> Path:
             pid, started = (stale / OWNER_FILE).read_text().split()
         except (OSError, ValueError):
             continue
-        if _start_time(int(pid)) != started:
+        if start_time(int(pid)) != started:
             shutil.rmtree(stale, ignore_errors=True)
             if not stale.exists():
                 say(f"removed {stale}: left by a server whose process ({pid}) is gone")
     workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
-    (workdir / OWNER_FILE).write_text(f"{os.getpid()} {_start_time(os.getpid())}\n")
+    (workdir / OWNER_FILE).write_text(f"{os.getpid()} {start_time(os.getpid())}\n")
     return workdir
 
 
-def _start_time(pid: int) -> str | None:
+def start_time(pid: int) -> str | None:
     """When the process started (clock ticks after boot), None once it is dead (a zombie too): with
     the pid, it tells the process from a later one that got the same pid."""
     try:
@@ -288,13 +288,24 @@ def _start_time(pid: int) -> str | None:
 
 
 class ServerHandle:
-    """The life cycle both engines share: `start()` (the engine's own) sets `server` and a
-    temporary `workdir` and returns a ServerInfo; `stop()` ends the server and removes the
-    workdir; as a context manager, `with Engine(...) as info:`."""
+    """The life cycle both engines share: `start()` (the engine's own) calls `prepare()`, sets `server`
+    and returns a ServerInfo; `stop()` ends the server and removes its temporary `workdir` and its
+    shared-memory regions; as a context manager, `with Engine(...) as info:`."""
 
     server: RunningServer | None = None
     workdir: Path | None = None
+    region_prefix: str | None = None  # names the server's shared-memory regions (serve/shm.py)
     control_key: ControlKey | None = None  # restricts the control APIs; None: open
+    supervisor = None  # the Supervisor (serve/supervisor.py) watching the server's models, if any
+
+    def prepare(self) -> None:
+        """Before a start: remove what servers that are gone left behind, then make this one's workdir and
+        the prefix of its regions."""
+        from tritonize.serve import shm  # not at the top: shm reads process identities from this module
+
+        self.workdir = make_workdir()
+        shm.remove_stale()
+        self.region_prefix = shm.region_prefix()
 
     def key_with_file(self) -> ControlKey | None:
         """The control key with a file to point clients to: the user's, else one in the workdir (only
@@ -305,10 +316,26 @@ class ServerHandle:
     def start(self) -> ServerInfo:
         raise NotImplementedError
 
+    def start_supervisor(self, server_pid: int | None, info: ServerInfo) -> None:
+        """Reload a model whose backend stub crashed while the server runs (serve/supervisor.py); `server_pid`:
+        tritonserver's process on this machine, None where it cannot be seen."""
+        from tritonize.serve.supervisor import Supervisor  # not at the top: it reads the models' state from here
+
+        self.supervisor = Supervisor(server_pid, info.http_url, info.metrics_url, self.control_key)
+        self.supervisor.start()
+
     def stop(self) -> None:
+        from tritonize.serve import shm
+
+        if self.supervisor is not None:
+            self.supervisor.stop()
+            self.supervisor = None
         if self.server is not None:
-            self.server.stop()
+            self.server.stop()  # returns once no process of the server is left
             self.server = None
+        if self.region_prefix is not None:
+            shm.remove_owned(self.region_prefix)
+            self.region_prefix = None
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
