@@ -146,11 +146,11 @@ def test_torch_tensorrt_gets_only_arguments_its_torchscript_frontend_has():
 def test_polygraphy_does_what_tritonize_relies_on():
     """Polygraphy (pinned <0.60) lets the runtime load version-compatible plans and copies inputs and
     executes on one stream it owns; plan_check.py has no stream or runtime code of its own."""
-    from polygraphy.backend.trt import EngineFromPath, TrtRunner
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
-    assert "runtime.engine_host_code_allowed = True" in inspect.getsource(EngineFromPath.call_impl)
+    assert "runtime.engine_host_code_allowed = True" in inspect.getsource(EngineFromBytes.call_impl)
     runner = inspect.getsource(TrtRunner)
     assert "_get_array_on_gpu(\n                    underlying_array, name, self.device_input_buffers, self.stream" in runner
     assert "execute_async_v3(self.stream.ptr)" in runner and "self.stream.synchronize()" in runner
     plan_check = (PACKAGE / "convert" / "plan_check.py").read_text()
-    assert "Stream" not in plan_check and "deserialize_cuda_engine" not in plan_check
+    assert "Stream(" not in plan_check and "deserialize_cuda_engine" not in plan_check

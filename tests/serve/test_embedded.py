@@ -251,7 +251,7 @@ def test_gpu_repository_served_unchanged_without_gpu(small_artifacts, tmp_path):
     cpu variants are chosen automatically, trt_model (no cpu variant) is UNAVAILABLE with Triton's
     reason, the others serve."""
     from tritonize.repository_builder import RepoOptions, build_repository
-    from tritonize.serve.repository import gpu_visible
+    from tritonize.machine import gpu_visible
 
     if gpu_visible():
         pytest.skip("a GPU is visible: the automatic cpu variant is not chosen here")
@@ -273,7 +273,7 @@ def test_tensorrt_backend_says_what_is_missing(small_artifacts, tmp_path, local_
     import importlib.util
 
     from tritonize.repository_builder import RepoOptions, build_repository
-    from tritonize.serve.repository import gpu_visible
+    from tritonize.machine import gpu_visible
 
     if importlib.util.find_spec("tensorrt") is not None and gpu_visible():
         pytest.skip("TensorRT and a GPU are present: the tensorrt backend can run here")

@@ -4,6 +4,7 @@ It enforces the parts of Docker's documented contract that tritonize relies on (
 docs/reference/commandline/container_run.md, container_kill.md), and fails where the real engine
 would misbehave, not only where it would refuse:
 - `docker info --format '{{json .Runtimes}}'`: the runtimes in STANDIN_DOCKER_RUNTIMES.
+- `docker run IMAGE true` succeeds (the GPU probe when no runtime is named nvidia).
 - `docker run`: a bind-mount source must be an absolute path that exists (docker mounts a relative
   one as an empty named volume, and creates a missing absolute one owned by root); no --entrypoint
   (tritonize keeps the image's own); `--gpus all` (STANDIN_DOCKER_GPU=0: the daemon's error for a
@@ -110,6 +111,8 @@ def run(args):
     release = tag.removesuffix("-py3")
     if not command:
         die("stand-in: no command (the image's default would start a shell)")
+    if command == ["true"]:  # every image has it: `docker run --gpus all IMAGE true` probes for the GPU
+        return
     if command[0] == "tritonserver":
         return tritonserver(release, command[1:], mounts)
     if command[:2] == ["sh", "-c"]:

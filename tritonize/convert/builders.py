@@ -23,8 +23,7 @@ from tritonize.convert.trtexec import (
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path
 from tritonize.releases import Release
-from tritonize.serve.docker import docker_gpu_problem
-from tritonize.serve.repository import gpu_visible
+from tritonize.machine import docker_gpu_problem, gpu_visible
 
 # Where Triton's QA scripts run trtexec in images built FROM tritonserver:<release>-py3
 # (server qa/L0_perf_resnet/test.sh); not confirmed for the -py3 image itself, so it is probed.
@@ -100,11 +99,11 @@ class ContainerBuilder(Builder):
         self._version: str | None = None
 
     def why_not(self):
-        problem = docker_gpu_problem()
+        problem = docker_gpu_problem(self.release.image)
         if problem:
             return problem
         if not gpu_visible():
-            return "no NVIDIA GPU on this host (no /dev/nvidia*)"
+            return "no NVIDIA GPU on this host (no /dev/nvidia*, no /dev/dxg)"
         return self.probe()
 
     def probe(self) -> str | None:

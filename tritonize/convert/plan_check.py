@@ -1,9 +1,16 @@
-"""Checks of a built plan; they need TensorRT and a CUDA GPU, so they run only on the GPU box.
+"""Runs a built plan with TensorRT's Python API and compares it with onnxruntime FP32: the check of the
+plans that the `tensorrt` and `torch-tensorrt` builders make with this Python's TensorRT (trtexec and
+container plans are checked where their own TensorRT is: engine.py, `TrtexecCheck`).
 
-The engine runs through Polygraphy's TrtRunner (NVIDIA/TensorRT tools/Polygraphy): its loader lets
-the runtime deserialize version-compatible plans (`engine_host_code_allowed`), and it copies the
-inputs and executes on the one CUDA stream it owns. The verdict is tritonize's own
-(`verify_runner`: error relative to the output scale, top-1 agreement, batch invariance).
+The engine runs through Polygraphy's TrtRunner (NVIDIA/TensorRT tools/Polygraphy 0.53.6): its loader lets
+the runtime deserialize version-compatible plans (`engine_host_code_allowed`), and it copies the inputs
+and executes on the one CUDA stream it owns. The verdict is tritonize's own (`verify_runner`: error
+relative to the output scale, top-1 agreement, batch invariance). Four things Polygraphy 0.53.6 does
+that this module works around, each found by running it on the emulated TensorRT (tests/standins/):
+- TrtRunner has no output metadata: the engine's own tensor list says what is an input and an output;
+- infer() returns views of host buffers it reuses and resizes: verify_runner copies each result;
+- EngineFromPath reads through trt.IStreamReader(V2), which 8.6 lacks: the plan's bytes are read here;
+- deactivate() leaves the output allocator's device buffers allocated: they are freed here.
 """
 
 from __future__ import annotations
@@ -13,25 +20,69 @@ from pathlib import Path
 import numpy as np
 
 from tritonize.errors import TritonizeError
+from tritonize.releases import tensorrt_loads
 from tritonize.verify import Tolerance, VerificationReport, verify_runner
 
 
 def verify_plan(plan: Path, engine_io: tuple[str, str], inputs: np.ndarray, reference: np.ndarray, tol: Tolerance,
-                batches: list[int], described: str) -> VerificationReport:
+                batches: list[int], described: str, built_with: str | None = None,
+                version_compatible: bool = False) -> VerificationReport:
     """Run the engine on inputs[:b] for each batch b and compare with `reference` (onnxruntime FP32).
 
     The engine must have exactly the input and output `engine_io`: the names the repository serves.
+    `built_with`: the TensorRT that built the plan; refused at once when this Python's cannot load it.
     """
     try:
-        import tensorrt  # noqa: F401  (Polygraphy imports it only when it runs; say so before)
-        from polygraphy.backend.trt import EngineFromPath, TrtRunner
+        import tensorrt as trt
+        from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+        from polygraphy.exception import PolygraphyException
     except ImportError as e:
         raise TritonizeError(f"cannot verify the plan: {e.name} is not installed (pip install 'tritonize[gpu]')") from None
-    with TrtRunner(EngineFromPath(str(plan))) as runner:
-        check_engine_io(list(runner.get_input_metadata()), list(runner.get_output_metadata()), engine_io)
+    if built_with and not tensorrt_loads(built_with, trt.__version__, version_compatible):
+        raise TritonizeError(
+            f"the plan check runs plans with this Python's TensorRT {trt.__version__}, which cannot load a plan of "
+            f"TensorRT {built_with}: pip install '{tensorrt_pin(built_with)}' to check it here"
+        )
+    from tritonize.machine import cuda_runtime
+
+    try:
+        cuda_runtime()  # Polygraphy's CUDA wrapper, from the CUDA runtime the Python packages brought
+    except RuntimeError as e:
+        raise TritonizeError(f"cannot verify the plan: {e}") from None
+    runner = TrtRunner(EngineFromBytes(Path(plan).read_bytes()))
+    try:
+        runner.activate()
+        check_engine_io(*engine_tensors(runner.engine, trt), engine_io)
         name_in, name_out = engine_io
         return verify_runner(lambda x: runner.infer({name_in: x})[name_out], inputs, reference, tol,
                              batches=batches, described=described)
+    except PolygraphyException as e:  # raised after Polygraphy logged TensorRT's own error
+        raise TritonizeError(f"TensorRT could not run {Path(plan).name}: {_last_line(e)} (TensorRT's messages are above)") from None
+    finally:
+        _deactivate(runner)
+
+
+def engine_tensors(engine, trt) -> tuple[list[str], list[str]]:
+    """The engine's input and output tensor names, from the engine itself."""
+    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
+    return ([n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT],
+            [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT])
+
+
+def _deactivate(runner) -> None:
+    """End the runner's session and free the output buffers Polygraphy 0.53.6 leaves allocated."""
+    if not runner.is_active:
+        return
+    allocator = getattr(runner, "output_allocator", None)
+    leftover = list(allocator.buffers.values()) if allocator is not None else []
+    runner.deactivate()
+    for buffer in leftover:
+        buffer.free()
+
+
+def _last_line(error: Exception) -> str:
+    lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 def check_engine_io(inputs: list[str], outputs: list[str], expected: tuple[str, str]) -> None:
@@ -43,9 +94,6 @@ def check_engine_io(inputs: list[str], outputs: list[str], expected: tuple[str, 
         )
 
 
-def gpu_facts() -> dict:
-    import tensorrt as trt
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(0)
-    return {"name": torch.cuda.get_device_name(0), "compute_capability": f"{major}.{minor}", "tensorrt": trt.__version__}
+def tensorrt_pin(version: str) -> str:
+    """The pip requirement of TensorRT's Python package for `version` (PyPI's versions have three parts)."""
+    return f"tensorrt-cu12=={'.'.join(str(version).split('.')[:3])}"

@@ -23,12 +23,13 @@ from tritonize.convert import precision as prec
 from tritonize.convert.builders import Builder, candidate_builders, container_argv, pick_builders
 from tritonize.convert.network import Network, network_from_onnx
 from tritonize.convert.options import SYNTHETIC, ConvertOptions, Precision
-from tritonize.convert.plan_check import gpu_facts, verify_plan
+from tritonize.convert.plan_check import verify_plan
 from tritonize.convert.reproducer import argv_by_major, write_reproducer
 from tritonize.convert.trtexec import BuildJob, trtexec_argv
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir, sha256_file
 from tritonize.images import image_files, load_batch
+from tritonize.machine import gpu_facts
 from tritonize.manifest import (
     FileRef, Manifest, Plan, PlanOptions, PrecisionVariant, Status, Target, file_facts, manifest_path, now_iso, variant_key,
 )

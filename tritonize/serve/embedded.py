@@ -30,6 +30,7 @@ from typing import Iterator
 import tritonize
 from tritonize.access import ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
+from tritonize.machine import gpu_visible
 from tritonize.progress import say
 from tritonize.repository_builder.config import not_built_notes
 from tritonize.serve import unavailable
@@ -37,7 +38,6 @@ from tritonize.serve.backends import BACKEND_NAMES
 from tritonize.serve.repository import (
     CPU_CONFIG_NAME,
     DEFAULT_CONFIG_NAME,
-    gpu_visible,
     has_config_variant,
     model_control_flags,
     validate_repository,
