@@ -17,11 +17,13 @@ would misbehave, not only where it would refuse:
   (tests/data/tritonserver_options.json), in the forms tritonserver parses (restricted APIs:
   `<apis>:<header>=<value>`, known API names), needs the TLS files it is given to exist in the
   container (tritonserver reads a missing one as empty), and serves nothing; `sh -c SCRIPT sh ARGS`
-  runs in a real shell whose PATH has these `tritonserver` and a `pip` that reads its -r files
-  (both call back into this script as `docker image-tool TOOL ...`, which no real docker has).
+  runs in a real shell whose PATH has these `tritonserver`, a `pip` that reads its -r files and, in
+  images with one, `trtexec` (all call back into this script as `docker image-tool TOOL ...`, which no
+  real docker has), in the container's working directory, with the image's environment: the emulated
+  TensorRT and CUDA runtime of the tests when they run it (EMULATION_VARIABLES).
 - The container runs outside the client's process group: killing the client leaves it running;
-  SIGTERM to the client reaches it only through --init; `docker kill NAME` ends it. Running
-  containers are files in STANDIN_DOCKER_STATE (name -> pid).
+  SIGTERM to the client reaches PID 1, which trtexec ignores (only --init passes it on); `docker kill
+  NAME` ends it. Running containers are files in STANDIN_DOCKER_STATE (name -> pid).
 """
 
 import json
@@ -115,30 +117,57 @@ def run(args):
         return
     if command[0] == "tritonserver":
         return tritonserver(release, command[1:], mounts)
-    if command[:2] == ["sh", "-c"]:
-        return shell(release, command[1:], mounts, container_env(options))
-    if command[0] != TRTEXEC:
-        die(f"stand-in: {command[0]}: not in the image", 127)
     trt = json.loads(os.environ.get("STANDIN_IMAGE_TRT", "{}")).get(release)
-    if trt is None:  # the image's entrypoint ends in `exec "$@"`
-        print(f"/opt/nvidia/nvidia_entrypoint.sh: line 67: {TRTEXEC}: No such file or directory", file=sys.stderr)
-        sys.exit(127)
-    if "--init" not in options:
+    runs_trtexec = command[0] == TRTEXEC or (command[:2] == ["sh", "-c"] and "trtexec" in command[2])
+    if runs_trtexec and "--init" not in options:
         die("stand-in: trtexec would run as PID 1, which ignores SIGTERM and SIGINT: pass --init")
     workdir = (options.get("-w") or options.get("--workdir") or ["/"])[-1]
     cwd = next((Path(h) / os.path.relpath(workdir, c) for h, c in mounts
                 if workdir == c or workdir.startswith(c.rstrip("/") + "/")), None)
+    if cwd is None and any(a.startswith("--saveEngine") for a in command):
+        die(f"stand-in: -w {workdir} is not a mounted directory: what trtexec writes there is lost with the container")
+    name = options.get("--name", [None])[-1]
+    if command[:2] == ["sh", "-c"]:
+        env = {**image_environment(), **container_env(options), "STANDIN_RELEASE": release,
+               "STANDIN_MOUNTS": json.dumps(mounts)}
+        with tempfile.TemporaryDirectory() as tools, tempfile.TemporaryDirectory() as inside:
+            env["PATH"] = f"{image_tools(tools, trt is not None)}:/usr/bin:/bin"
+            return container(name, ["sh", *command[1:]], cwd or inside, env, init="--init" in options,
+                             forward=not runs_trtexec)
+    if command[0] != TRTEXEC:
+        die(f"stand-in: {command[0]}: not in the image", 127)
+    if trt is None:  # the image's entrypoint ends in `exec "$@"`
+        print(f"/opt/nvidia/nvidia_entrypoint.sh: line 67: {TRTEXEC}: No such file or directory", file=sys.stderr)
+        sys.exit(127)
     env = {**os.environ, "STANDIN_TRT_VERSION": trt, "STANDIN_MOUNTS": json.dumps(mounts)}
     argv = [sys.executable, os.environ["STANDIN_TRTEXEC"], *command[1:]]
-    if cwd is not None:
-        return container(options.get("--name", [None])[-1], argv, cwd, env, init="--init" in options)
-    if any(a.startswith("--saveEngine") for a in command):
-        die(f"stand-in: -w {workdir} is not a mounted directory: what trtexec writes there is lost with the container")
-    with tempfile.TemporaryDirectory() as inside:  # e.g. `trtexec --help`: nothing to keep
-        return container(options.get("--name", [None])[-1], argv, inside, env, init="--init" in options)
+    with tempfile.TemporaryDirectory() as inside:  # without a mounted -w (`trtexec --help`): nothing to keep
+        return container(name, argv, cwd or inside, env, init="--init" in options)
 
 
-def container(name, argv, cwd, env, init):
+# What the emulated image carries besides its tools: the emulated TensorRT and CUDA runtime of the tests
+# (tests/emulation), which the image's trtexec and tritonserver backends run on.
+EMULATION_VARIABLES = ("TRITONIZE_EMULATED_TENSORRT", "TRITONIZE_EMULATED_CUDART", "TRITONIZE_EMULATED_CUDA_REPORT",
+                       "TRITONIZE_EMULATED_GPU_CC", "PYTHONPATH", "LD_LIBRARY_PATH")
+
+
+def image_environment():
+    """The image's own environment (the container sees no other variable of the client's)."""
+    keep = EMULATION_VARIABLES + ("STANDIN_TRTEXEC", "STANDIN_IMAGE_TRT", "STANDIN_DOCKER_STATE", "STANDIN_MODE")
+    return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+def image_tools(directory, has_trtexec):
+    """The image's `tritonserver` and `pip` (and `trtexec`, when the release's image has one), as commands
+    that call back into this stand-in as `docker image-tool TOOL ...` (no real docker has that)."""
+    for tool in ("tritonserver", "pip") + (("trtexec",) if has_trtexec else ()):
+        path = Path(directory) / tool
+        path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" image-tool {tool} "$@"\n')
+        path.chmod(0o755)
+    return directory
+
+
+def container(name, argv, cwd, env, init, forward=False):
     state = Path(os.environ["STANDIN_DOCKER_STATE"])
     name = name or f"anonymous-{os.getpid()}"
     if (state / name).exists():
@@ -146,8 +175,8 @@ def container(name, argv, cwd, env, init):
     child = subprocess.Popen(argv, cwd=cwd, env=env, start_new_session=True)  # not the client's process group
     (state / name).write_text(str(child.pid))
 
-    def proxy(sig, _frame):  # docker run proxies signals to PID 1; only tini (--init) passes them on
-        if init:
+    def proxy(sig, _frame):  # docker run proxies signals to PID 1: trtexec ignores them there, tini (--init) passes them on
+        if init or forward:
             try:
                 os.kill(child.pid, sig)
             except ProcessLookupError:
@@ -185,22 +214,15 @@ def tritonserver(release, args, mounts):
     print(f"stand-in tritonserver {release}: options accepted, nothing served")
 
 
-def shell(release, args, mounts, env):
-    """`sh -c SCRIPT sh ARGS` in a real shell; the image's `tritonserver` and `pip` are stand-ins."""
-    with tempfile.TemporaryDirectory() as bin_dir:
-        for tool in ("tritonserver", "pip"):
-            path = Path(bin_dir) / tool
-            path.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{Path(__file__).resolve()}" image-tool {tool} "$@"\n')
-            path.chmod(0o755)
-        env = {**env, "PATH": f"{bin_dir}:/usr/bin:/bin", "STANDIN_RELEASE": release, "STANDIN_MOUNTS": json.dumps(mounts)}
-        sys.exit(subprocess.run(["sh", *args], env=env).returncode)
-
-
 def image_tool(args):
-    """A tool inside the stand-in image, run by `shell`."""
+    """A tool inside the stand-in image, run by a `sh -c` container."""
     release, mounts = os.environ["STANDIN_RELEASE"], json.loads(os.environ["STANDIN_MOUNTS"])
     if args[0] == "tritonserver":
         return tritonserver(release, args[1:], mounts)
+    if args[0] == "trtexec":
+        trt = json.loads(os.environ["STANDIN_IMAGE_TRT"])[release]
+        os.execve(sys.executable, [sys.executable, os.environ["STANDIN_TRTEXEC"], *args[1:]],
+                  {**os.environ, "STANDIN_TRT_VERSION": trt})
     files = [args[i + 1] for i, a in enumerate(args) if a == "-r"]  # pip install ... -r FILE ...
     for file in files:
         if in_container(file, mounts) is None or not Path(in_container(file, mounts)).is_file():

@@ -1,6 +1,7 @@
-"""Runs a built plan with TensorRT's Python API and compares it with onnxruntime FP32: the check of the
-plans that the `tensorrt` and `torch-tensorrt` builders make with this Python's TensorRT (trtexec and
-container plans are checked where their own TensorRT is: engine.py, `TrtexecCheck`).
+"""Runs a built plan where its TensorRT is and compares it with onnxruntime FP32: with this Python's
+TensorRT through Polygraphy (`verify_plan`: the plans of the `tensorrt` and `torch-tensorrt` builders), or
+with the trtexec that built it, on the host or in the container (`verify_with_trtexec`), which loads the
+plan, runs each batch and exports the outputs.
 
 The engine runs through Polygraphy's TrtRunner (NVIDIA/TensorRT tools/Polygraphy 0.53.6): its loader lets
 the runtime deserialize version-compatible plans (`engine_host_code_allowed`), and it copies the inputs
@@ -15,13 +16,29 @@ that this module works around, each found by running it on the emulated TensorRT
 
 from __future__ import annotations
 
+import json
+import subprocess
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from tritonize.convert.trtexec import trtexec_run_argv
 from tritonize.errors import TritonizeError
 from tritonize.releases import tensorrt_loads
 from tritonize.verify import Tolerance, VerificationReport, verify_runner
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    """What a built plan is checked on, and against (onnxruntime on the FP32 ONNX)."""
+
+    inputs: np.ndarray
+    reference: np.ndarray
+    tolerance: Tolerance
+    batches: list[int]
+    described: str
 
 
 def verify_plan(plan: Path, engine_io: tuple[str, str], inputs: np.ndarray, reference: np.ndarray, tol: Tolerance,
@@ -37,7 +54,8 @@ def verify_plan(plan: Path, engine_io: tuple[str, str], inputs: np.ndarray, refe
         from polygraphy.backend.trt import EngineFromBytes, TrtRunner
         from polygraphy.exception import PolygraphyException
     except ImportError as e:
-        raise TritonizeError(f"cannot verify the plan: {e.name} is not installed (pip install 'tritonize[gpu]')") from None
+        raise TritonizeError(f"cannot verify the plan: {e.name} is not installed (install your target release's TensorRT: "
+                             "`tritonize convert releases` prints the pins)") from None
     if built_with and not tensorrt_loads(built_with, trt.__version__, version_compatible):
         raise TritonizeError(
             f"the plan check runs plans with this Python's TensorRT {trt.__version__}, which cannot load a plan of "
@@ -97,3 +115,50 @@ def check_engine_io(inputs: list[str], outputs: list[str], expected: tuple[str, 
 def tensorrt_pin(version: str) -> str:
     """The pip requirement of TensorRT's Python package for `version` (PyPI's versions have three parts)."""
     return f"tensorrt-cu12=={'.'.join(str(version).split('.')[:3])}"
+
+
+def verify_with_trtexec(command: list[str], workdir: Path, plan_file: str, engine_io: tuple[str, str], check: PlanCheck,
+                        version_compatible: bool, timeout_s: float, kill: list[str] | None = None) -> VerificationReport:
+    """The check through trtexec: `command` (the trtexec executable, or a `docker run` of the image's, working
+    in `workdir`) loads the plan and runs each batch of the check inputs once (raw input file, JSON output
+    file, both in `workdir` and removed after); the comparison is tritonize's, as with Polygraphy."""
+    name_in, name_out = engine_io
+
+    def run(batch: np.ndarray) -> np.ndarray:
+        tag = uuid.uuid4().hex[:12]
+        inputs, outputs = Path(workdir) / f".check-{tag}.bin", Path(workdir) / f".check-{tag}.json"
+        try:
+            np.ascontiguousarray(batch, dtype=np.float32).tofile(inputs)
+            argv = [*command, *trtexec_run_argv(plan_file, name_in, batch.shape, inputs.name, outputs.name,
+                                                version_compatible)]
+            try:
+                done = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                if kill:
+                    subprocess.run(kill, capture_output=True, timeout=60)
+                raise TritonizeError(f"trtexec did not run the plan within {timeout_s:.0f} s") from None
+            if done.returncode != 0:
+                lines = [l.strip() for l in (done.stderr + done.stdout).splitlines() if l.strip()]
+                errors = [l for l in lines if "error" in l.lower()] or lines
+                raise TritonizeError(f"trtexec could not run the plan (exit code {done.returncode}): "
+                                     f"{' | '.join(errors[-2:]) or 'no output'}")
+            return exported_output(outputs.read_text(), name_out)
+        finally:
+            inputs.unlink(missing_ok=True)
+            outputs.unlink(missing_ok=True)
+
+    return verify_runner(run, check.inputs, check.reference, check.tolerance, batches=check.batches,
+                         described=check.described)
+
+
+def exported_output(text: str, name: str) -> np.ndarray:
+    """One output of trtexec's --exportOutput file: a JSON list of {"name", "dimensions": "2x1000",
+    "values": [...]} (NVIDIA/TensorRT samples/common/sampleReporting.cpp, exportJSONOutput)."""
+    try:
+        tensors = {t["name"]: t for t in json.loads(text)}
+        tensor = tensors[name]
+        shape = [int(d) for d in str(tensor["dimensions"]).split("x")]
+        return np.asarray(tensor["values"], dtype=np.float32).reshape(shape)
+    except (ValueError, KeyError, TypeError) as e:
+        raise TritonizeError(f"trtexec's exported output has no readable tensor {name!r} ({type(e).__name__}: {e})") from None
+
