@@ -16,7 +16,9 @@ would misbehave, not only where it would refuse:
   127), with the container's view of the mounts; `tritonserver` accepts the options its release has
   (tests/data/tritonserver_options.json), in the forms tritonserver parses (restricted APIs:
   `<apis>:<header>=<value>`, known API names), needs the TLS files it is given to exist in the
-  container (tritonserver reads a missing one as empty), and serves nothing; `sh -c SCRIPT sh ARGS`
+  container (tritonserver reads a missing one as empty), and serves nothing, unless STANDIN_DOCKER_SERVE=1:
+  then it serves the mounted repository on the published ports (`serve`: the bundled Triton server with
+  tritonize's Python-based backends, the tensorrt one on the emulated TensorRT of the release); `sh -c SCRIPT sh ARGS`
   runs in a real shell whose PATH has these `tritonserver`, a `pip` that reads its -r files and, in
   images with one, `trtexec` (all call back into this script as `docker image-tool TOOL ...`, which no
   real docker has), in the container's working directory, with the image's environment: the emulated
@@ -116,7 +118,10 @@ def run(args):
     if command == ["true"]:  # every image has it: `docker run --gpus all IMAGE true` probes for the GPU
         return
     if command[0] == "tritonserver":
-        return tritonserver(release, command[1:], mounts)
+        tritonserver(release, command[1:], mounts)
+        if os.environ.get("STANDIN_DOCKER_SERVE") == "1":
+            return serve(release, command[1:], mounts, options)
+        return print(f"stand-in tritonserver {release}: options accepted, nothing served")
     trt = json.loads(os.environ.get("STANDIN_IMAGE_TRT", "{}")).get(release)
     runs_trtexec = command[0] == TRTEXEC or (command[:2] == ["sh", "-c"] and "trtexec" in command[2])
     if runs_trtexec and "--init" not in options:
@@ -211,14 +216,102 @@ def tritonserver(release, args, mounts):
             if host is None or not Path(host).is_file():
                 print(f"stand-in: {name} {value} is not in the container: tritonserver would read it as empty", file=sys.stderr)
                 sys.exit(1)
-    print(f"stand-in tritonserver {release}: options accepted, nothing served")
+
+
+# The bundled tritonserver (2.51) lacks some options of newer releases; what they change (client shared
+# memory allowed from 26.04) is what 2.51 does without them.
+NEWER_THAN_BUNDLED = ("--allow-client-shm",)
+
+
+def serve(release, args, mounts, options):
+    """STANDIN_DOCKER_SERVE=1: the image's tritonserver serves the mounted repository on the published ports,
+    as the real bundled Triton server of tritonize's embedded engine with its Python-based backends, the
+    tensorrt one on the emulated TensorRT of the image's release (STANDIN_IMAGE_TRT). Like Triton's native
+    tensorrt backend, it loads a version-compatible plan only with --backend-config=tensorrt,version-compatible=true,
+    and a plan its TensorRT cannot deserialize fails the start (tritonserver exits on a model that does not
+    load at startup). Instances run as KIND_CPU in a private copy of the repository: Triton core refuses
+    KIND_GPU where its own driver sees no GPU, before any backend runs."""
+    from tritonize.serve.embedded import EXIT_TIMEOUT_S, BundledTriton, assemble_backend_dir, stub_environment
+
+    trt = json.loads(os.environ.get("STANDIN_IMAGE_TRT", "{}")).get(release)
+    flags = [a for a in args if a.partition("=")[0] not in NEWER_THAN_BUNDLED]
+    repository = in_container(dict(a.partition("=")[::2] for a in args)["--model-repository"], mounts)
+    ports = {}
+    for spec in options.get("-p", []) + options.get("--publish", []):
+        host, _, inside = spec.rpartition(":")
+        ports[int(inside)] = host.rpartition(":")[::2]  # (address, port)
+    with tempfile.TemporaryDirectory(prefix="standin-tritonserver-") as workdir:
+        copy = Path(workdir) / "models"
+        plans = copy_repository(Path(repository), copy)
+        if trt is not None and plans:
+            check_plans(trt, plans, "--backend-config=tensorrt,version-compatible=true" in args)
+        triton = BundledTriton.find()
+        command = [str(triton.binary), f"--model-repository={copy}",
+                   f"--backend-directory={assemble_backend_dir(triton, Path(workdir) / 'backends')}",
+                   *(f"--{kind}-port={ports[inside][1]}" for kind, inside in (("http", 8000), ("grpc", 8001), ("metrics", 8002))),
+                   *(f"--{kind}-address={ports[8000][0] or '0.0.0.0'}" for kind in ("http", "grpc", "metrics")),
+                   "--disable-auto-complete-config", "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
+                   f"--exit-timeout-secs={EXIT_TIMEOUT_S}",
+                   *(a for a in flags if not a.startswith("--model-repository="))]
+        env = stub_environment(triton)
+        if trt is not None:
+            env["TRITONIZE_EMULATED_TENSORRT"] = trt
+        return container(options.get("--name", [None])[-1], command, workdir, env, init="--init" in options, forward=True)
+
+
+def copy_repository(source, dest):
+    """The repository with every instance group on KIND_CPU (files hard-linked); returns its plan files."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    from tritonize.repository_builder.config import parse_config
+
+    plans = []
+    for path in sorted(source.rglob("*")):
+        target = dest / path.relative_to(source)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif path.suffix == ".pbtxt":
+            config = parse_config(path)
+            for group in config.instance_group:
+                if group.kind == pb.ModelInstanceGroup.KIND_GPU:
+                    group.kind = pb.ModelInstanceGroup.KIND_CPU
+            target.write_text(text_format.MessageToString(config))
+        else:
+            os.link(path, target)
+            if path.suffix == ".plan":
+                plans.append(target)
+    return plans
+
+
+def check_plans(trt_version, plans, host_code):
+    """What Triton's native tensorrt backend does first with each plan, with the image's TensorRT."""
+    os.environ["TRITONIZE_EMULATED_TENSORRT"] = trt_version
+    import tensorrt
+
+    errors = []
+
+    class Logger(tensorrt.ILogger):
+        def log(self, severity, msg):
+            errors.append(msg)
+
+    for plan in plans:
+        runtime = tensorrt.Runtime(Logger())
+        runtime.engine_host_code_allowed = host_code
+        if runtime.deserialize_cuda_engine(plan.read_bytes()) is None:
+            model = plan.parent.parent.name
+            print(f"E0000 model_lifecycle.cc] failed to load '{model}' version 1: Internal: unable to load plan file: "
+                  f"{errors[-1] if errors else 'deserialization failed'}", file=sys.stderr, flush=True)
+            print("error: creating server: Internal - failed to load all models", file=sys.stderr, flush=True)
+            sys.exit(1)
 
 
 def image_tool(args):
     """A tool inside the stand-in image, run by a `sh -c` container."""
     release, mounts = os.environ["STANDIN_RELEASE"], json.loads(os.environ["STANDIN_MOUNTS"])
     if args[0] == "tritonserver":
-        return tritonserver(release, args[1:], mounts)
+        tritonserver(release, args[1:], mounts)
+        return print(f"stand-in tritonserver {release}: options accepted, nothing served")
     if args[0] == "trtexec":
         trt = json.loads(os.environ["STANDIN_IMAGE_TRT"])[release]
         os.execve(sys.executable, [sys.executable, os.environ["STANDIN_TRTEXEC"], *args[1:]],
