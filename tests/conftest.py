@@ -165,6 +165,10 @@ def emulated_tensorrt(request, emulated_cudart, monkeypatch, tmp_path):
     version = request.param
     for name, value in environment(version, emulated_cudart).items():
         monkeypatch.setenv(name, value)
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        # `make mutation`'s first pass records calls through mutmut's config, which the stand-ins' processes
+        # (run elsewhere) cannot read: they run the original code then (this process keeps its own copy).
+        monkeypatch.delenv("MUTANT_UNDER_TEST")
     monkeypatch.setenv(REPORT_ENV, str(tmp_path / "cuda-report.txt"))
     monkeypatch.syspath_prepend(str(EMULATED))
     purge()

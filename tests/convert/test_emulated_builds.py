@@ -46,12 +46,23 @@ def test_every_builder_builds_and_checks_a_plan(emulated_tensorrt, standins, art
     # trtexec's banner names the build number from 10.4 on: 8.6's reads 8.6.3 (tests/data/trtexec_options.json)
     assert emulated_tensorrt.version.startswith(entry["tensorrt_version"]) and len(entry["tensorrt_version"]) >= 5
     assert entry["verification"]["passed"] and set(entry["verification"]["batches"]) == {"1", "3", "4"}
+    assert entry["verification"]["inputs"] == "synthetic (normalized uniform noise)"
+    assert entry["verification"]["tolerance"] == {"max_rel_to_scale": 1e-3, "min_top1_agreement": 1.0}
     io = ("input_0", "output_0") if builder == "torch-tensorrt" else ("input", "output")
     assert (entry["input_name"], entry["output_name"]) == io
     header = plan_header(artifacts_copy / "model.plan")
     assert header.tensorrt_version == emulated_tensorrt.version and [t.name for t in header.inputs] == [io[0]]
     assert header.profiles == [{io[0]: [[1, 3, 224, 224], [2, 3, 224, 224], [4, 3, 224, 224]]}]
     assert "TF32" not in header.precision["flags"] and entry["tf32"] is False  # FP32 plans are strict FP32 (N15)
+    assert f"build the engine with {builder} (TensorRT {entry['tensorrt_version']})" in result.output
+    where = {"trtexec": "with the same trtexec", "container": "with trtexec in the same image"}.get(
+        builder, "with this Python's TensorRT (Polygraphy)")
+    assert f"(batches [1, 3, 4]), {where}" in result.output
+    assert entry.get("log") == ("convert.log" if builder in ("trtexec", "container") else None)
+    assert ("argv_used" in entry) == (builder in ("trtexec", "container"))
+    assert set(entry["timings"]) == {"build", "builder_seconds", "verify"} and entry["timings"]["verify"]["seconds"] > 0
+    assert f"✓ built {artifacts_copy / 'model.plan'} ({entry['size_bytes'] / 1e6:.0f} MB) — rel err" in result.output
+    assert entry["timing_cache_file"] == f"timing-trt{entry['tensorrt_version']}-sm86.cache"
     assert entry["gpu"] == {"name": "Emulated GPU (tritonize tests, sm_86)", "compute_capability": "8.6", "count": 1}
     if emulated_tensorrt.version.startswith("8.") and builder != "torch-tensorrt":  # N5
         assert entry["onnx"]["file"] == "model_opset17.onnx" and manifest(artifacts_copy)["artifacts"]["onnx_opset17"]["verification"]["passed"]
@@ -148,5 +159,98 @@ def test_tensorrt_8_never_reads_an_onnx_newer_than_its_parser(emulated_tensorrt,
     monkeypatch.setenv("STANDIN_TRT_VERSION", "8.6.3.1")
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
                      "--builder", "trtexec", "--triton-release", "26.08")
-    assert result.exit_code == 1 and "reads opsets up to 17 and misreads model.onnx (opset 18)" in result.output
-    assert manifest(artifacts_copy)["artifacts"]["tensorrt"]["status"] == "failed"
+    error = ("trtexec has TensorRT 8.6.3, whose ONNX parser reads opsets up to 17 and misreads model.onnx (opset 18); "
+             "target a release with TensorRT 8 (e.g. --triton-release 24.04), for which tritonize converts the ONNX to "
+             "opset 17, or use a TensorRT 10 builder")
+    assert result.exit_code == 1 and f"error: {error}" in result.output
+    entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    assert entry["status"] == "failed" and entry["error"] == error
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_an_int8_plan_is_checked_on_the_held_out_photos_at_the_max_batch(emulated_tensorrt, artifacts_copy, photo_dir):
+    """INT8 (the Q/DQ ONNX) through the TensorRT API: checked on the 4 held-out photos, repeated to the profile's
+    max batch 8 (N18), with INT8's tolerance and random-init weights' ungated top-1 (N10's rule)."""
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "int8", "--max", "8", "--opt", "4",
+                     "--calib-images", photo_dir, "--calib-count", "10", "--builder", "tensorrt", "--triton-release", "24.10")
+    assert result.exit_code == 0, result.output
+    entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    check = entry["verification"]
+    assert entry["status"] == "built" and entry["onnx"]["file"] == "model_int8.onnx" and entry["tf32"] is True
+    assert check["inputs"] == "held-out real images (4, repeated to 8)" and set(check["batches"]) == {"1", "3", "8"}
+    assert check["tolerance"] == {"max_rel_to_scale": 0.1, "min_top1_agreement": 0.0}
+    assert "TF32" in plan_header(artifacts_copy / "model.plan").precision["flags"]
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_every_failure_is_named_when_all_builders_fail(emulated_tensorrt, standins, artifacts_copy, monkeypatch):
+    """auto: trtexec fails, the `tensorrt` builder raises (a timing cache in /proc), torch-tensorrt raises; each
+    failure is said as it happens (the next builder is tried), and the last error names them all."""
+    monkeypatch.setenv("STANDIN_MODE", "fail")
+    monkeypatch.setenv("STANDIN_TORCH_TENSORRT_MODE", "raise")
+    monkeypatch.setenv("STANDIN_DOCKER_RUNTIMES", json.dumps({"runc": {}}))
+    monkeypatch.setenv("STANDIN_DOCKER_GPU", "0")  # and the container builder cannot run
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+                     "--triton-release", "24.10", "--timing-cache", "/proc/tritonize-timing.cache")
+    assert result.exit_code == 1
+    said = [line for line in result.output.splitlines() if "trying the next builder" in line]
+    assert [line.split()[1] for line in said] == ["trtexec", "tensorrt"]
+    error = next(line for line in result.output.splitlines() if line.startswith("error: "))
+    assert error.startswith("error: every builder failed: trtexec: trtexec failed with exit code 1: ")
+    assert "; tensorrt: tensorrt failed: FileNotFoundError: " in error
+    assert error.endswith("; torch-tensorrt: torch-tensorrt failed: RuntimeError: [Error thrown at "
+                          "core/conversion/conversion.cpp:230] stand-in: unable to convert the graph")
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_builds_and_checks_stop_at_the_timeout(emulated_tensorrt, standins, artifacts_copy, monkeypatch):
+    from tritonize.convert import ConvertOptions, Profile, convert_trt
+    from tritonize.errors import TritonizeError
+
+    options = ConvertOptions(profile=Profile(1, 2, 4), precision="fp32", builder="trtexec", triton_release="24.10",
+                             build_timeout_s=3)
+    monkeypatch.setenv("STANDIN_MODE", "hang")
+    with pytest.raises(TritonizeError, match=r"^trtexec timed out after 3 s and was stopped; no plan written"):
+        convert_trt(artifacts_copy, options)
+    monkeypatch.setenv("STANDIN_MODE", "hang-run")
+    with pytest.raises(TritonizeError, match=r"^trtexec did not run the plan within 3 s$"):
+        convert_trt(artifacts_copy, options)
+    entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    assert entry["status"] == "failed" and not (artifacts_copy / "model.plan").exists()
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_a_version_compatible_plan_may_target_a_later_release(emulated_tensorrt, standins, artifacts_copy, monkeypatch):
+    """trtexec 10.3 (Triton 24.08) builds a version-compatible plan for 24.10 (10.5): allowed, and checked with
+    --versionCompatible; without --version-compatible it is refused before it is built."""
+    monkeypatch.setenv("STANDIN_TRT_VERSION", "10.3.0.26")
+    args = ["convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+            "--builder", "trtexec", "--triton-release", "24.10"]
+    refused = run_cli(*args)
+    assert refused.exit_code == 1 and "error: trtexec has TensorRT 10.3.0 but Triton 24.10 runs TensorRT 10.5.0.18" in refused.output
+    built = run_cli(*args, "--version-compatible")
+    assert built.exit_code == 0, built.output
+    entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    assert entry["status"] == "built" and plan_header(artifacts_copy / "model.plan").version_compatible
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_a_plan_that_fails_its_check_is_recorded_and_removed(emulated_tensorrt, artifacts_copy, monkeypatch):
+    """The check's reference turned upside down: the plan is built, fails verification, is recorded as failed
+    with its figures, and removed."""
+    from dataclasses import replace
+
+    from tritonize.convert import engine
+
+    def upside_down(network, onnx, options):
+        check = engine.plan_check(network, onnx, options)
+        return replace(check, reference=-check.reference)
+
+    monkeypatch.setattr("tritonize.convert.stage.plan_check", upside_down)
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+                     "--builder", "tensorrt", "--triton-release", "24.10")
+    assert result.exit_code == 1
+    assert "error: the TensorRT plan failed verification (rel err " in result.output and "); it was removed" in result.output
+    entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    assert entry["status"] == "failed" and not entry["verification"]["passed"] and entry["file"] == "model.plan"
+    assert not (artifacts_copy / "model.plan").exists()

@@ -77,3 +77,57 @@ def test_random_init_plans_report_top1_without_gating_it(precision):
 def test_timing_caches_are_named_by_tensorrt_and_gpu(base, cc, name):
     """A timing cache holds one TensorRT version's entries for one GPU (N14)."""
     assert timing_cache_file(base, "10.5.0.18", cc) == name
+
+
+def test_a_failure_without_a_message_still_says_something():
+    from tritonize.convert.plan_check import last_line
+
+    assert last_line(OSError()) == "(no message)"
+    assert last_line(RuntimeError("first\n\n  last line  \n")) == "last line"
+
+
+@pytest.mark.parametrize("profile,available,batches", [((1, 4, 8), 8, [1, 3, 8]), ((2, 4, 8), 8, [2, 3, 8]),
+                                                       ((1, 1, 2), 2, [1, 2]), ((1, 4, 8), 5, [1, 3, 5])])
+def test_plan_batches(profile, available, batches):
+    assert plan_batches(Profile(*profile), available) == batches
+
+
+def test_fp32_plans_are_held_to_a_little_more_than_the_exports():
+    from tritonize.verify import Tolerance
+
+    assert plan_tolerance("fp32", NETWORK) == Tolerance(1e-3, 1.0)
+
+
+def test_a_refused_target_names_the_rule_and_the_pins(capsys):
+    from tritonize.releases import release_info
+
+    with pytest.raises(TritonizeError) as error:
+        check_target("trtexec", "10.5.0.18", release_info("24.08"), False)
+    assert str(error.value) == (
+        "trtexec has TensorRT 10.5.0.18 but Triton 24.08 runs TensorRT 10.3.0.26: the plan would not deserialize there; "
+        "use --builder container, or a TensorRT that matches (Triton 24.08 (TensorRT 10.3.0.26): pip install "
+        "'tensorrt-cu12==10.3.0' 'torch-tensorrt==2.5.0'), or --version-compatible with a TensorRT of 8.6 or newer and "
+        "not newer than 10.3.0.26 (across majors only 8 -> 10, 10 -> 11)")
+    check_target("trtexec", "10.4.0.26", release(None), True)  # version-compatible: 24.10 and later run it
+    said = capsys.readouterr().err
+    assert "tritonize does not know Triton 26.01's TensorRT; building with TensorRT 10.4.0.26 (--builder container " \
+           "matches the server by construction)" in said and "no release in tritonize's table" not in said
+    check_target("trtexec", "10.4.0.26", release(None), False)
+    assert "no release in tritonize's table runs TensorRT 10.4.0.26; the pins of the releases it knows:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("domain", ["", "ai.onnx"])
+def test_tensorrt_8_refuses_an_onnx_newer_than_17_in_either_spelling_of_the_domain(tmp_path, domain):
+    import onnx
+
+    from tests.emulation import tiny_classifier
+    from tritonize.convert.engine import check_opset
+
+    model = onnx.load(str(tiny_classifier(tmp_path / "tiny.onnx", opset=18)))
+    model.opset_import[0].domain = domain
+    onnx.save(model, str(tmp_path / "tiny.onnx"))
+    check_opset("trtexec", "10.5.0.18", tmp_path / "tiny.onnx")
+    with pytest.raises(TritonizeError, match=r"^trtexec has TensorRT 8\.6\.3\.1, whose ONNX parser reads opsets up to 17"):
+        check_opset("trtexec", "8.6.3.1", tmp_path / "tiny.onnx")
+    tiny_classifier(tmp_path / "tiny17.onnx", opset=17)
+    check_opset("trtexec", "8.6.3.1", tmp_path / "tiny17.onnx")

@@ -30,24 +30,28 @@ def test_deserialization_agrees_with_tritonize_releases(compatible):
         assert emulated == tensorrt_loads(built, served, compatible), (built, served, compatible)
 
 
+LEAN = "the plan is version-compatible: it carries the lean runtime, which runs only with engine_host_code_allowed = True"
+
+
 @pytest.mark.parametrize("built,runtime,compatible,allowed,problem", [
     ("10.5.0.18", "10.5.0.18", False, False, None),
-    ("8.6.1.6", "8.6.1.2", False, True, "this runtime is 8.6.1.2"),  # the build number counts (server#5975)
-    ("10.5.0.18", "10.5.0.18", True, False, "engine_host_code_allowed"),
-    ("10.5.0.18", "10.8.0.43", True, False, "engine_host_code_allowed"),
+    ("8.6.1.6", "8.6.1.2", False, True,  # the build number counts (server#5975)
+     "the plan was built with TensorRT 8.6.1.6; this runtime is 8.6.1.2 (a plan loads only in the version that built it)"),
+    ("10.5.0.18", "10.5.0.18", True, False, LEAN),
+    ("10.5.0.18", "10.8.0.43", True, False, LEAN),
     ("10.5.0.18", "10.8.0.43", True, True, None),
-    ("10.8.0.43", "10.5.0.18", True, True, "older runtime"),
-    ("8.5.3.1", "8.6.3.1", True, True, "needs TensorRT 8.6 or newer"),
-    ("8.6.3.1", "8.5.3.1", True, True, "needs TensorRT 8.6 or newer"),
+    ("10.8.0.43", "10.5.0.18", True, True, "a version-compatible plan of TensorRT 10.8.0.43 does not load in an older runtime (10.5.0.18)"),
+    ("8.5.3.1", "8.6.3.1", True, True, "version compatibility needs TensorRT 8.6 or newer on both sides (plan 8.5.3.1, runtime 8.6.3.1)"),
+    ("8.6.3.1", "8.5.3.1", True, True, "version compatibility needs TensorRT 8.6 or newer on both sides (plan 8.6.3.1, runtime 8.5.3.1)"),
     ("8.6.3.1", "9.3.0.1", True, True, None),
     ("8.6.3.1", "10.5.0.18", True, True, None),
-    ("8.6.3.1", "11.4.0.106", True, True, "of TensorRT 8 does not load in TensorRT 11"),
+    ("8.6.3.1", "11.4.0.106", True, True, "a version-compatible plan of TensorRT 8 does not load in TensorRT 11"),
     ("10.16.1.11", "11.0.0.114", True, True, None),
     ("11.0.0.114", "11.4.0.106", True, True, None),
+    ("10.3.0.26", "10.5.0.18", True, True, None),
 ])
 def test_deserialize_rule(built, runtime, compatible, allowed, problem):
-    found = rules.deserialize_problem(built, runtime, compatible, allowed)
-    assert found is None if problem is None else problem in found
+    assert rules.deserialize_problem(built, runtime, compatible, allowed) == problem
 
 
 @pytest.mark.parametrize("version,opset", [("8.6.1", 17), ("8.6.3.1", 17), ("10.0.1.6", 20), ("10.5.0.18", 20),
@@ -81,6 +85,8 @@ def test_precision_flags():
 def test_input_shape_rule(shape, problem):
     found = rules.input_shape_problem(shape, (-1, 3, 8, 8), (1, 3, 8, 8), (4, 3, 8, 8))
     assert found is None if problem is None else problem in found
+    assert rules.input_shape_problem((2, 3, 8), (-1, 3, 8, 8), (1, 3, 8, 8), (4, 3, 8, 8)) == (
+        "shape [2, 3, 8] has rank 3, the input has rank 4")
 
 
 def test_output_allocator_order():
@@ -97,12 +103,17 @@ def test_output_allocator_order():
 def test_hardware_rule(level, built, running, problem):
     found = rules.hardware_problem(level, built, running)
     assert found is None if problem is None else problem in found
+    assert rules.hardware_problem("NONE", (8, 6), (9, 0)) == (
+        "the plan was built for compute capability 8.6, this GPU has 9.0 (build with hardware compatibility to move "
+        "plans between GPUs)")
+    assert rules.hardware_problem("AMPERE_PLUS", (8, 6), (7, 5)) == (
+        "an AMPERE_PLUS plan needs compute capability 8.0 or newer, this GPU has 7.5")
 
 
 @pytest.mark.parametrize("version,chosen", [
     ("8.6.3.1", ["8.6.1"]), ("8.6.1.6", ["8.6.1"]), ("10.0.1.6", ["10.0.1"]), ("10.5.0.18", ["10.0.1", "10.16.1.11"]),
     ("10.16.1.11", ["10.16.1.11"]), ("10.17.0", ["10.16.1.11"]), ("11.2.0", ["11.0.0.114", "11.4.0.106"]),
-    ("11.5.0", ["11.4.0.106"]), ("8.5.3.1", []), ("12.0.0", []),
+    ("11.5.0", ["11.4.0.106"]), ("8.7.0", ["8.6.1"]), ("8.5.3.1", []), ("12.0.0", []),
 ])
 def test_inventory_choice(version, chosen):
     available = ["8.6.1", "10.0.1", "10.16.1.11", "11.0.0.114", "11.4.0.106"]

@@ -23,7 +23,7 @@ writes --exportOutput as trtexec's JSON (sampleReporting.cpp exportJSONOutput; v
 std::ostream does, 6 significant digits).
 
 Environment: STANDIN_TRT_VERSION (default 10.5.0.18); STANDIN_MODE ok | fail | crash | hang | stubborn (hangs
-and ignores SIGTERM) | empty (exits 0 with an empty engine file).
+and ignores SIGTERM) | empty (exits 0 with an empty engine file) | hang-run (hangs in --loadEngine runs).
 """
 
 import json
@@ -179,6 +179,8 @@ def run_plan(trt, options):
 
     if trt is None:
         fail("[E] stand-in: --loadEngine needs the emulated TensorRT (tests/emulation)")
+    if os.environ.get("STANDIN_MODE") == "hang-run":
+        time.sleep(600)
     from tensorrt import _cuda
 
     plan = host_path(options["--loadEngine"])

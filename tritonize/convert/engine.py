@@ -17,7 +17,7 @@ from tritonize.convert import precision as prec
 from tritonize.convert.builders import Builder, Built
 from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
-from tritonize.convert.plan_check import PlanCheck
+from tritonize.convert.plan_check import PlanCheck, last_line
 from tritonize.convert.prepare import FP16_TOLERANCE, INT8_TOLERANCE, TENSORRT_8_OPSET, check_inputs, cpu_data, random_init_tolerance
 from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
@@ -92,7 +92,7 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
             report = builder.verify(out / PLAN_NAME, built.engine_io, check, job, version, options.build_timeout_s)
     except Exception as e:  # noqa: BLE001 - whatever failed (tritonize, Polygraphy, torch-tensorrt, the OS) is recorded
         (out / PLAN_NAME).unlink(missing_ok=True)
-        error = str(e) if isinstance(e, TritonizeError) else f"{builder.name} failed: {type(e).__name__}: {_first_line(e)}"
+        error = str(e) if isinstance(e, TritonizeError) else f"{builder.name} failed: {type(e).__name__}: {last_line(e)}"
         manifest.record("tensorrt", replace(entry, status=Status.failed, error=error))
         raise TritonizeError(error) from None
     entry = replace(
@@ -115,11 +115,6 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
         raise TritonizeError(f"the TensorRT plan failed verification ({report.summary()}); it was removed")
     say(f"  ✓ built {out / PLAN_NAME} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}")
     return entry
-
-
-def _first_line(error: Exception) -> str:
-    lines = [l.strip() for l in str(error).splitlines() if l.strip()]
-    return lines[-1] if lines else "(no message)"
 
 
 def check_target(builder: str, version: str, release: Release, version_compatible: bool) -> None:

@@ -75,7 +75,7 @@ def verify_plan(plan: Path, engine_io: tuple[str, str], inputs: np.ndarray, refe
         return verify_runner(lambda x: runner.infer({name_in: x})[name_out], inputs, reference, tol,
                              batches=batches, described=described)
     except PolygraphyException as e:  # raised after Polygraphy logged TensorRT's own error
-        raise TritonizeError(f"TensorRT could not run {Path(plan).name}: {_last_line(e)} (TensorRT's messages are above)") from None
+        raise TritonizeError(f"TensorRT could not run {Path(plan).name}: {last_line(e)} (TensorRT's messages are above)") from None
     finally:
         _deactivate(runner)
 
@@ -91,16 +91,16 @@ def _deactivate(runner) -> None:
     """End the runner's session and free the output buffers Polygraphy 0.53.6 leaves allocated."""
     if not runner.is_active:
         return
-    allocator = getattr(runner, "output_allocator", None)
-    leftover = list(allocator.buffers.values()) if allocator is not None else []
+    leftover = list(runner.output_allocator.buffers.values())
     runner.deactivate()
     for buffer in leftover:
         buffer.free()
 
 
-def _last_line(error: Exception) -> str:
+def last_line(error: Exception) -> str:
+    """The last non-empty line of an error's message (where Polygraphy and TensorRT put the cause)."""
     lines = [l.strip() for l in str(error).splitlines() if l.strip()]
-    return lines[-1] if lines else type(error).__name__
+    return lines[-1] if lines else "(no message)"
 
 
 def check_engine_io(inputs: list[str], outputs: list[str], expected: tuple[str, str]) -> None:

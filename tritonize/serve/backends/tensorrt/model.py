@@ -28,10 +28,8 @@ class TritonPythonModel(BatchingModel):
         from polygraphy.datatype import DataType
 
         trt = _require_tensorrt_and_gpu()
-        wrapper = cuda.wrapper()
-        device = placement.device_id if placement.kind == "GPU" else 0
-        if wrapper.handle.cudaSetDevice(ctypes.c_int(device)) != 0:
-            raise RuntimeError(f"cannot use CUDA device {device} (cudaSetDevice failed)")
+        if cuda.wrapper().handle.cudaSetDevice(ctypes.c_int(placement.device_id)) != 0:
+            raise RuntimeError(f"cannot use CUDA device {placement.device_id} (cudaSetDevice failed)")
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         # A version-compatible plan embeds its lean runtime (host code), which TensorRT refuses unless
         # allowed (default false; Triton's tensorrt backend: --backend-config=tensorrt,version-compatible=true).
