@@ -164,3 +164,34 @@ def test_trtexec_checks_the_plans_it_can_load(emulated_tensorrt, tmp_path, monke
         verify_with_trtexec(trtexec, tmp_path, plan.name, ("images", "logits"), _check(x, reference), True, 2,
                             kill=["touch", str(marker)])
     assert marker.exists() and not list(tmp_path.glob(".check-*"))
+
+
+@pytest.mark.parametrize("command,said", [
+    (["false"], "no output"),
+    (["sh", "-c", "echo '[E] error one' >&2; echo '[E] error two' >&2; echo '[E] error three' >&2; exit 3", "sh"],
+     "[E] error two | [E] error three"),
+])
+def test_a_failed_trtexec_run_says_its_last_errors(tmp_path, command, said):
+    from tritonize.convert.plan_check import verify_with_trtexec
+
+    x = np.zeros((1, 3, 16, 16), np.float32)
+    with pytest.raises(TritonizeError) as error:
+        verify_with_trtexec(command, tmp_path, "tiny.plan", ("images", "logits"), _check(x, x, batches=[1]), False, 60)
+    code = 1 if command == ["false"] else 3
+    assert str(error.value) == f"trtexec could not run the plan (exit code {code}): {said}"
+    assert not list(tmp_path.glob(".check-*"))
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_without_a_cuda_runtime_the_check_says_where_it_looked(emulated_tensorrt, tmp_path, monkeypatch):
+    from tests.emulation import purge
+    from tritonize.convert.plan_check import verify_plan
+
+    plan = _emulated_plan(tmp_path)
+    purge()
+    monkeypatch.setattr("tritonize.machine.cudart_path", lambda: None)
+    with pytest.raises(TritonizeError) as error:
+        verify_plan(plan, ("images", "logits"), None, None, None, [1], "-")
+    assert str(error.value) == (
+        "cannot verify the plan: no CUDA runtime library (libcudart.so*) on LD_LIBRARY_PATH, in the nvidia-cuda-runtime "
+        "wheels or in /usr/local/cuda/lib64: pip install nvidia-cuda-runtime-cu12")

@@ -18,7 +18,9 @@ from tritonize.convert.builders import Builder, Built
 from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
 from tritonize.convert.plan_check import PlanCheck, last_line
-from tritonize.convert.prepare import FP16_TOLERANCE, INT8_TOLERANCE, TENSORRT_8_OPSET, check_inputs, cpu_data, random_init_tolerance
+from tritonize.convert.prepare import (
+    FP16_TOLERANCE, INT8_TOLERANCE, TENSORRT_8_OPSET, check_inputs, cpu_data, random_init_tolerance,
+)
 from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
 from tritonize.machine import gpu_facts
