@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # GPU acceptance: the half of tritonize that no machine of this project can run (no GPU, no TensorRT).
 #
-# Run it on a GPU box with TensorRT's Python package (`pip install -e ".[gpu]"`), trtexec on PATH and
-# Docker with the NVIDIA Container Toolkit:
+# Run it on a GPU box with tritonize and its tests (`pip install -e ".[gpu,dev]"`), the TensorRT Python
+# package and torch-tensorrt of a Triton release (`tritonize convert releases` prints the pins), trtexec on
+# PATH and Docker with the NVIDIA Container Toolkit:
 #
-#   bash benchmarks/gpu_acceptance.sh [--arch resnet50] [--weights DEFAULT] [--release 24.10]
+#   bash benchmarks/gpu_acceptance.sh [--arch resnet50] [--weights DEFAULT] [--release YY.MM]
 #                                     [--images DIR] [--out DIR]
 #
+# --release defaults to the release whose TensorRT is this Python's (`tritonize convert releases --host`);
+# the script stops before any work when there is none, or when pytest is missing.
 # It exports the model once, then builds a plan with every builder (container, trtexec, tensorrt,
 # torch-tensorrt) for fp32, fp16 and int8 (each build runs the plan check against onnxruntime),
 # runs the tests marked requires_tensorrt / requires_gpu / requires_docker, serves one plan with
@@ -16,7 +19,7 @@
 # (torch-tensorrt refuses INT8, and FP16 on TensorRT 11).
 set -uo pipefail
 
-ARCH=resnet50 WEIGHTS=DEFAULT RELEASE=24.10 IMAGES="" OUT=gpu_acceptance
+ARCH=resnet50 WEIGHTS=DEFAULT RELEASE="" IMAGES="" OUT=gpu_acceptance
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) ARCH=$2; shift 2 ;;
@@ -24,13 +27,25 @@ while [ $# -gt 0 ]; do
     --release) RELEASE=$2; shift 2 ;;
     --images) IMAGES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 PY=${PYTHON:-python}
 TRITONIZE=("$PY" -m tritonize.cli)
+if ! "$PY" -m pytest --version >/dev/null 2>&1; then
+  echo "the GPU-marked tests need pytest: pip install -e \".[gpu,dev]\"" >&2
+  exit 2
+fi
+if [ -z "$RELEASE" ]; then
+  # A plan loads only in the TensorRT that built it: test the release this Python's TensorRT serves.
+  if ! RELEASE=$("${TRITONIZE[@]}" convert releases --host); then
+    echo "give --release YY.MM after installing its TensorRT (the pins above)" >&2
+    exit 2
+  fi
+fi
+"${TRITONIZE[@]}" convert releases | grep -F "Triton $RELEASE " || echo "Triton $RELEASE: TensorRT unknown to tritonize"
 mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
 REPORT="$OUT/report.md"
@@ -107,7 +122,7 @@ for builder in container trtexec tensorrt torch-tensorrt; do
     calib=()
     [ "$precision" = int8 ] && calib=(--calib-images "$IMAGES" --calib-count "$CALIB")
     if step "convert $builder $precision" "cannot honour" "${TRITONIZE[@]}" convert trt --artifacts "$art" \
-        --builder "$builder" --precision "$precision" --triton-release "$RELEASE" --max 32 "${calib[@]}"; then
+        --builder "$builder" --precision "$precision" --triton-release "$RELEASE" --max 32 ${calib[@]+"${calib[@]}"}; then
       # Serve the container's FP16 plan when it built (it matches the release by construction), else the first plan.
       if [ -z "$SERVED" ] || [ "$builder-$precision" = container-fp16 ]; then SERVED=$art; fi
     fi
@@ -139,7 +154,7 @@ fi
   echo
   echo "| step | result | seconds | detail |"
   echo "|---|---|---|---|"
-  printf '%s\n' "${ROWS[@]}"
+  printf '%s\n' ${ROWS[@]+"${ROWS[@]}"}
   echo
   echo "Logs: $OUT/logs/; each plan's manifest entry (verification figures, GPU, TensorRT version): $OUT/art-*/manifest.json;"
   echo "perf CSV and plot: $OUT/perf/."

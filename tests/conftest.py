@@ -8,10 +8,13 @@ import shlex
 import shutil
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+
+from tests.emulation import VERSIONS as EMULATED_VERSIONS
 
 SMALL_ARCH = "resnet18"
 STANDINS = Path(__file__).parent / "standins"
@@ -165,6 +168,50 @@ def _shared_memory_as_found():
     assert not left, f"the tests left {len(left)} shared-memory region(s) in {shm.SHM}: {left}"
 
 
+@pytest.fixture(scope="session")
+def emulated_cudart(tmp_path_factory) -> Path:
+    """The CUDA runtime STAND-IN (tests/standins/cudart.c), compiled once per session."""
+    import subprocess
+
+    from tests.emulation import build_cudart
+
+    try:
+        return build_cudart(tmp_path_factory.mktemp("cudart"))
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"the emulated TensorRT needs the CUDA runtime stand-in, which could not be built: {e}")
+
+
+@dataclass(frozen=True)
+class Emulation:
+    version: str  # the TensorRT version emulated
+    release: str | None  # the Triton release that runs it (None: no release in the table yet)
+    cudart: Path
+
+
+@pytest.fixture(params=EMULATED_VERSIONS, ids=lambda v: f"trt{v}")
+def emulated_tensorrt(request, emulated_cudart, monkeypatch, tmp_path):
+    """This process and its children on the EMULATED TensorRT of the parameter's version (tests/emulation,
+    tests/standins/emulated): `import tensorrt` is the emulation, Polygraphy's CUDA wrapper loads the CUDA
+    runtime stand-in. At teardown the stand-in must hold no allocation or stream the test did not start with."""
+    from tests.emulation import EMULATED, RELEASES, REPORT_ENV, environment, live_cuda, purge
+
+    version = request.param
+    for name, value in environment(version, emulated_cudart).items():
+        monkeypatch.setenv(name, value)
+    if os.environ.get("MUTANT_UNDER_TEST") == "stats":
+        # `make mutation`'s first pass records calls through mutmut's config, which the stand-ins' processes
+        # (run elsewhere) cannot read: they run the original code then (this process keeps its own copy).
+        monkeypatch.delenv("MUTANT_UNDER_TEST")
+    monkeypatch.setenv(REPORT_ENV, str(tmp_path / "cuda-report.txt"))
+    monkeypatch.syspath_prepend(str(EMULATED))
+    purge()
+    before = live_cuda()
+    yield Emulation(version, RELEASES.get(version), emulated_cudart)
+    after = live_cuda()
+    purge()
+    assert after[:3] == before[:3], f"the CUDA stand-in holds (allocations, bytes, streams) {after[:3]}, was {before[:3]}"
+
+
 @pytest.fixture(autouse=True)
 def _golden_calls_per_test():
     from tests.golden import Golden
@@ -173,8 +220,13 @@ def _golden_calls_per_test():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Under `make mutation` (mutmut sets MUTANT_UNDER_TEST): the fastest tests first, by the durations mutmut
+    """Tests on the emulated TensorRT carry the marker `emulated_tensorrt` (`pytest -m emulated_tensorrt`).
+
+    Under `make mutation` (mutmut sets MUTANT_UNDER_TEST): the fastest tests first, by the durations mutmut
     recorded, so that a mutant costs only the tests up to the first that fails (mutmut runs pytest with -x)."""
+    for item in items:
+        if "emulated_tensorrt" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.emulated_tensorrt)
     stats = Path("mutmut-stats.json")  # mutmut runs the tests in its mutants/ copy
     if "MUTANT_UNDER_TEST" not in os.environ or not stats.is_file():
         return

@@ -5,6 +5,7 @@
     key           entry type         written by                      read by
     torchscript   ExportedArtifact   export                          convert (torch-tensorrt), repo build/check
     onnx          ExportedArtifact   export                          convert, repo build/check
+    onnx_opset17  PrecisionVariant   convert (TensorRT 8.x targets)  convert (up-to-date check)
     onnx_fp16     PrecisionVariant   convert (--precision fp16)      convert (up-to-date check)
     onnx_int8     PrecisionVariant   convert (--precision int8)      convert (up-to-date check)
     onnx_int8_cpu PrecisionVariant   convert cpu (with cpu_serving)  repo build/check (onnx_int8_model)
@@ -192,9 +193,10 @@ class ServingGates:
 @dataclass(frozen=True)
 class PrecisionVariant(Entry):
     """`onnx_fp16` / `onnx_int8` (for TensorRT) / `onnx_int8_cpu` (for onnxruntime on the CPU): the FP32 ONNX
-    with its precision in the graph, verified on the CPU."""
+    with its precision in the graph, verified on the CPU. `onnx_opset17`: the FP32 ONNX converted to the
+    opset TensorRT 8.x's parser reads, verified the same way."""
 
-    precision: str  # "fp16" | "int8"
+    precision: str  # "fp32" (opset variant) | "fp16" | "int8"
     file: str
     size_bytes: int
     sha256: str
@@ -205,8 +207,13 @@ class PrecisionVariant(Entry):
     inputs: Mapping[str, Any]  # what the calibration / range data were (convert's up-to-date check)
     created: str
     cpu_serving: ServingGates | None = None  # `convert cpu`'s gates, once measured
+    fp32_nodes: tuple[str, ...] | None = None  # FP16: the nodes kept FP32 (FP16 would overflow there); builders pin them
 
     _nested: ClassVar[dict[str, Any]] = {"verification": VerificationReport, "source": FileRef, "cpu_serving": ServingGates}
+
+    def __post_init__(self):
+        if self.fp32_nodes is not None:
+            object.__setattr__(self, "fp32_nodes", tuple(self.fp32_nodes))
 
 
 @dataclass(frozen=True)
@@ -240,6 +247,7 @@ class Plan(Entry):
 ENTRY_TYPES: dict[str, type[Entry]] = {
     "torchscript": ExportedArtifact,
     "onnx": ExportedArtifact,
+    "onnx_opset17": PrecisionVariant,
     "onnx_fp16": PrecisionVariant,
     "onnx_int8": PrecisionVariant,
     "onnx_int8_cpu": PrecisionVariant,

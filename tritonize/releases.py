@@ -42,6 +42,8 @@ class Release:
     trtllm_tensorrt: str | None = None  # TensorRT in the -trtllm-python-py3 container (differs!)
     trtllm_pytorch: str | None = None
     upstream_container: str | None = None  # the NGC stack it is built on (26.05 and 26.06: the month before)
+    tensorrt_pip: str | None = None  # "tensorrt-cu12==10.5.0": TensorRT's Python package for building and checking plans
+    torch_tensorrt_pip: str | None = None  # "torch-tensorrt==2.5.0": the release built against exactly that TensorRT
 
     @property
     def image(self) -> str:
@@ -79,7 +81,7 @@ def latest_release() -> Release:
     return load_releases()[-1]
 
 
-def _version_parts(version: str) -> tuple[int, ...]:
+def version_parts(version: str) -> tuple[int, ...]:
     """Leading numeric components: "10.5.0.18" -> (10, 5, 0, 18); "9.3.0.post12.dev1" -> (9, 3, 0)."""
     parts = []
     for piece in str(version).strip().split("."):
@@ -92,7 +94,7 @@ def _version_parts(version: str) -> tuple[int, ...]:
 
 def tensorrt_matches(built_with: str, served_by: str) -> bool:
     """True when a plan built with TensorRT `built_with` deserializes in TensorRT `served_by`."""
-    a, b = _version_parts(built_with), _version_parts(served_by)
+    a, b = version_parts(built_with), version_parts(served_by)
     if len(a) < 3 or len(b) < 3 or a[:3] != b[:3]:
         return False
     return len(a) < 4 or len(b) < 4 or a[3] == b[3]
@@ -102,14 +104,38 @@ def tensorrt_loads(built_with: str, served_by: str, version_compatible: bool = F
     """True when a plan built with `built_with` (version-compatible or not) loads in `served_by`."""
     if tensorrt_matches(built_with, served_by):
         return True
-    a, b = _version_parts(built_with)[:3], _version_parts(served_by)[:3]
+    a, b = version_parts(built_with)[:3], version_parts(served_by)[:3]
     if not version_compatible or len(a) < 2 or len(b) < 2 or a < (8, 6) or b < a:
         return False
     return a[0] == b[0] or (a[0], b[0]) in CROSS_MAJOR
 
 
+def pins_line(release: Release | None = None) -> str:
+    """The pip pins that build plans for `release` (or, without one, for every release whose pins are known):
+    TensorRT's Python package of its exact TensorRT, and the torch-tensorrt built against it. tritonize's
+    `gpu` extra pins neither: torch-tensorrt's newest release would choose a TensorRT no server runs."""
+    def one(r: Release) -> str:
+        torch_trt = f" '{r.torch_tensorrt_pip}'" if r.torch_tensorrt_pip else " (no torch-tensorrt release uses it)"
+        if not r.tensorrt_pip:
+            return f"Triton {r.release} (TensorRT {r.tensorrt or 'unknown'}): no pip wheel; build with --builder container"
+        return f"Triton {r.release} (TensorRT {r.tensorrt}): pip install '{r.tensorrt_pip}'{torch_trt}"
+
+    if release is not None:
+        return one(release)
+    return "\n".join(f"    {one(r)}" for r in load_releases() if r.tensorrt_pip)
+
+
+def host_tensorrt() -> str | None:
+    """The TensorRT version of this Python's `tensorrt` package, or None when it is not installed."""
+    try:
+        import tensorrt
+    except ImportError:
+        return None
+    return tensorrt.__version__
+
+
 def releases_for_tensorrt(version: str, version_compatible: bool = False) -> list[Release]:
     """Releases whose -py3 container runs a plan built with TensorRT `version` (rules: module doc)."""
-    if len(_version_parts(version)) < 3:
+    if len(version_parts(version)) < 3:
         raise TritonizeError(f"TensorRT version {version!r} needs at least major.minor.patch (e.g. 10.5.0)")
     return [r for r in load_releases() if r.tensorrt and tensorrt_loads(version, r.tensorrt, version_compatible)]

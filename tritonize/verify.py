@@ -168,7 +168,8 @@ def verify_runner(
     `described` says what the inputs are when they are not the default synthetic set.
     """
     batches = list(batches or verification_batches(len(inputs)))
-    outputs = {b: np.asarray(run(inputs[:b])) for b in batches}
+    # A copy of each result: runners reuse their output buffers (Polygraphy's TrtRunner resizes one per output).
+    outputs = {b: np.array(run(inputs[:b]), copy=True) for b in batches}
     per_batch = {b: compare(reference[:b], outputs[b], tol) for b in batches}
     largest = max(batches)
     invariance = [compare(outputs[largest][:b], outputs[b], tol) for b in batches if b != largest]

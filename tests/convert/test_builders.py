@@ -23,6 +23,9 @@ def job(**kw) -> BuildJob:
     ({"opt_level": 5}, "10.8.0.43", "--opt-level"),
     ({"version_compatible": True}, "11.0.0.114", "--version-compatible"),
     ({"hardware_compatibility": "ampere+"}, "10.8.0.43", "--hardware-compatibility"),
+    # N13: it compiles the TorchScript, not the mixed-precision ONNX: the FP32 islands would run in FP16
+    ({"precision": "fp16", "fp32_layers": ("node_conv1", "node_add3")}, "10.8.0.43",
+     "the 2 FP32 nodes of the mixed-precision graph"),
 ])
 def test_torch_tensorrt_refuses_what_its_torchscript_frontend_cannot_honour(change, version, refused):
     reason = torchscript_frontend_refuses(job(**change), version)
@@ -49,3 +52,24 @@ def test_a_builder_asked_for_that_cannot_honour_the_job_is_an_error(standin_trte
         pick_builders("trtexec", builders, job(precision="int8"))
     assert pick_builders("auto", builders, job(precision="int8")) == ([], "trtexec: cannot honour INT8")
     assert pick_builders("auto", builders, job())[0] == [builders["trtexec"]]
+
+
+def test_trtexec_is_looked_up_on_the_images_path_first(tmp_path):
+    """The image's PATH first, then /usr/src/tensorrt/bin/trtexec (N16: that path only), in the container
+    builder's command and in convert.sh's container and local modes."""
+    import subprocess
+
+    from tritonize.convert.builders import IMAGE_TRTEXEC, TRTEXEC_FALLBACK, container_argv
+
+    argv = container_argv("nvcr.io/nvidia/tensorrt:24.10-py3", None, ["--help"])
+    assert argv[-5:] == ["sh", "-c", IMAGE_TRTEXEC, "sh", "--help"] and TRTEXEC_FALLBACK in IMAGE_TRTEXEC
+    fake = tmp_path / "bin" / "trtexec"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "trtexec on PATH got $*"\n')
+    fake.chmod(0o755)
+    found = subprocess.run(["sh", "-c", IMAGE_TRTEXEC, "sh", "--help"], capture_output=True, text=True,
+                           env={"PATH": f"{fake.parent}:/usr/bin:/bin"})
+    assert found.stdout.strip() == "trtexec on PATH got --help"
+    missing = subprocess.run(["sh", "-c", IMAGE_TRTEXEC, "sh", "--help"], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin"})
+    assert missing.returncode == 127  # what ContainerBuilder.probe reads as "no trtexec in the image"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -185,7 +186,7 @@ def test_int8_variant_calibrated_on_photos(artifacts_copy, photo_dir):
     q = entry["quantization"]
     assert q["zero_points_all_zero"] and q["zero_point_dtypes"] == ["int8"] and q["per_channel_weight_dq"] > 10
     v = entry["verification"]
-    assert v["inputs"] == "held-out real images" and v["passed"]
+    assert v["inputs"] == "held-out real images (4, repeated to 32)" and v["passed"]  # the max batch runs too
     assert 0 < v["worst_rel_to_scale"] < 0.10
     assert "--int8" not in manifest(artifacts_copy)["artifacts"]["tensorrt"]["trtexec_argv"]["10"]
     assert "--int8" in manifest(artifacts_copy)["artifacts"]["tensorrt"]["trtexec_argv"]["8"]
@@ -204,10 +205,49 @@ def test_convert_decides_itself_what_is_up_to_date(artifacts_copy):
     assert run_cli(*args).exit_code == 0
     first = manifest(artifacts_copy)["artifacts"]["tensorrt"]
     again = run_cli(*args)
-    assert again.exit_code == 0 and "tensorrt: up to date" in again.output and "still waiting for a GPU box" in again.output
+    assert again.exit_code == 0 and "tensorrt: waiting for GPU" in again.output and "still waiting for a GPU box" in again.output
     assert manifest(artifacts_copy)["artifacts"]["tensorrt"] == first
     changed = run_cli(*args, "--max", "16", "--opt", "8")
     assert changed.exit_code == 0 and "tensorrt: waiting for GPU" in changed.output
     assert manifest(artifacts_copy)["artifacts"]["tensorrt"]["profile"] == {"min": 1, "opt": 8, "max": 16}
-    # Without --dry-run a plan still waiting for a GPU is exit code 3, up to date or not.
-    assert run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "16", "--opt", "8").exit_code == 3
+    # Without --dry-run a plan still waiting for a GPU is exit code 3, up to date or not: the stage says
+    # `waiting_for_gpu` also for an unchanged wait,
+    unchanged = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "16", "--opt", "8")
+    assert unchanged.exit_code == 3 and "still waiting for a GPU box" in unchanged.output
+
+
+def test_the_cli_maps_the_stage_status_to_the_exit_code(tmp_path, monkeypatch):
+    """... and the CLI acts on the status alone: it does not reload the manifest (here there is none)."""
+    from tritonize.stage import StageResult, StageStatus
+
+    monkeypatch.setattr("tritonize.convert.convert_trt",
+                        lambda artifacts, options: StageResult("convert", StageStatus.waiting_for_gpu, "run it there"))
+    result = run_cli("convert", "trt", "--artifacts", tmp_path)
+    assert result.exit_code == 3 and "TensorRT cannot run on this machine; run it there" in result.output
+    assert run_cli("convert", "trt", "--artifacts", tmp_path, "--dry-run").exit_code == 0
+
+
+@pytest.mark.parametrize("options", [
+    {},
+    {"precision": "fp32", "triton_release": "24.04"},
+    {"profile": (2, 8, 64), "precision": "int8", "calib_images": Path("synthetic"), "calib_count": 8, "builder": "trtexec",
+     "workspace_gib": 1.5, "opt_level": 5, "version_compatible": True, "hardware_compatibility": "ampere+"},
+    {"timing_cache": Path("/shared/caches/t.cache"), "onnx": Path("their.onnx"), "precision": "fp32"},
+])
+def test_to_argv_asks_the_cli_for_exactly_these_options(options, tmp_path, monkeypatch):
+    """ConvertOptions.to_argv(), parsed back by the real CLI, gives the same options: the GPU-box command
+    states every non-default setting, and the CLI's defaults are the options' own."""
+    from tritonize.convert import ConvertOptions, Profile
+    from tritonize.stage import StageResult, StageStatus
+
+    (tmp_path / "their.onnx").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    if "profile" in options:
+        options = {**options, "profile": Profile(*options["profile"])}
+    wanted = ConvertOptions(**options)
+    seen = []
+    monkeypatch.setattr("tritonize.convert.convert_trt",
+                        lambda artifacts, opts: seen.append(opts) or StageResult("convert", StageStatus.done))
+    result = run_cli("convert", "trt", "--artifacts", tmp_path, *wanted.to_argv())
+    assert result.exit_code == 0, result.output
+    assert seen == [wanted]

@@ -68,7 +68,8 @@ def test_inventories_are_the_real_wheels():
 @pytest.mark.parametrize("precision,fp32_layers", [("fp32", ()), ("fp16", ("node_conv1", "node_add3")), ("int8", ())])
 def test_tensorrt_builder_asks_only_for_what_each_version_has(version, precision, fp32_layers, tmp_path):
     """plan_from_onnx is built with each version's real names; every flag Polygraphy will set by name
-    for this configuration exists there; TF32 is cleared for FP32 on every version (11 included)."""
+    for this configuration exists there; TF32 is cleared for FP32 on every version (11 included) and kept
+    for FP16 and INT8, as trtexec and torch-tensorrt builds do."""
     job = BuildJob(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
                    input_shape=(3, 224, 224), profile={"min": 1, "opt": 4, "max": 8}, precision=precision,
                    workspace_mib=4096, timing_cache="timing.cache", version_compatible=True,
@@ -77,7 +78,7 @@ def test_tensorrt_builder_asks_only_for_what_each_version_has(version, precision
     build = plan_from_onnx(job, tmp_path, trt)  # constructs Polygraphy's loaders: their argument names are checked
     config = build._config
     major = int(version.split(".")[0])
-    assert config.tf32 is False
+    assert config.tf32 is (precision != "fp32")  # the one TF32 rule of every builder (BuildJob.tf32)
     assert config.fp16 == (precision == "fp16" and major < 10) and config.int8 == (precision == "int8" and major < 10)
     assert config.memory_pool_limits == {"MemoryPoolType.WORKSPACE": 4096 << 20}
     assert config.hardware_compatibility_level == "HardwareCompatibilityLevel.AMPERE_PLUS"
@@ -146,11 +147,11 @@ def test_torch_tensorrt_gets_only_arguments_its_torchscript_frontend_has():
 def test_polygraphy_does_what_tritonize_relies_on():
     """Polygraphy (pinned <0.60) lets the runtime load version-compatible plans and copies inputs and
     executes on one stream it owns; plan_check.py has no stream or runtime code of its own."""
-    from polygraphy.backend.trt import EngineFromPath, TrtRunner
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
 
-    assert "runtime.engine_host_code_allowed = True" in inspect.getsource(EngineFromPath.call_impl)
+    assert "runtime.engine_host_code_allowed = True" in inspect.getsource(EngineFromBytes.call_impl)
     runner = inspect.getsource(TrtRunner)
     assert "_get_array_on_gpu(\n                    underlying_array, name, self.device_input_buffers, self.stream" in runner
     assert "execute_async_v3(self.stream.ptr)" in runner and "self.stream.synchronize()" in runner
     plan_check = (PACKAGE / "convert" / "plan_check.py").read_text()
-    assert "Stream" not in plan_check and "deserialize_cuda_engine" not in plan_check
+    assert "Stream(" not in plan_check and "deserialize_cuda_engine" not in plan_check

@@ -91,3 +91,23 @@ def test_releases_for_tensorrt():
     assert [r.release for r in releases_for_tensorrt("10.5.0.18", version_compatible=True)] == ["24.10", "24.12", "25.01"]
     with pytest.raises(TritonizeError, match="major.minor.patch"):
         releases_for_tensorrt("10")
+
+
+def test_the_gpu_extra_leaves_tensorrt_to_the_release_pins():
+    """N4: the `gpu` extra's `torch-tensorrt>=2.4` resolved to 2.14, which pins TensorRT 11.1 for CUDA 13, a
+    TensorRT no release in the table runs. The extra pins neither; the release data says what matches."""
+    import re
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert not any(re.match(r"(tensorrt|torch-tensorrt)\b", d) for d in pyproject["project"]["optional-dependencies"]["gpu"])
+    assert (release_info("24.08").tensorrt_pip, release_info("24.08").torch_tensorrt_pip) == (
+        "tensorrt-cu12==10.3.0", "torch-tensorrt==2.5.0")
+    assert (release_info("24.12").tensorrt_pip, release_info("24.12").torch_tensorrt_pip) == (
+        "tensorrt-cu12==10.7.0.post1", "torch-tensorrt==2.6.0")
+    assert release_info("24.10").torch_tensorrt_pip is None and release_info("24.04").tensorrt_pip is None
+    for release in load_releases():
+        if release.tensorrt_pip:  # the wheel of exactly the release's TensorRT
+            pinned = release.tensorrt_pip.split("==")[1].removesuffix(".post1")
+            assert release.tensorrt.startswith(pinned), release.release

@@ -164,7 +164,7 @@ def test_triton_release_that_cannot_load_the_plan_is_refused(onnx_repo, artifact
 
 
 def test_docker_engine_without_docker_gpu_engine_is_a_clear_error(onnx_repo):
-    from tritonize.serve.docker import docker_gpu_problem
+    from tritonize.machine import docker_gpu_problem
 
     if docker_gpu_problem() is None:
         pytest.skip("a Docker engine with the NVIDIA runtime is present: the docker engine would run")

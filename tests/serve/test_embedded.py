@@ -251,7 +251,7 @@ def test_gpu_repository_served_unchanged_without_gpu(small_artifacts, tmp_path):
     cpu variants are chosen automatically, trt_model (no cpu variant) is UNAVAILABLE with Triton's
     reason, the others serve."""
     from tritonize.repository_builder import RepoOptions, build_repository
-    from tritonize.serve.repository import gpu_visible
+    from tritonize.machine import gpu_visible
 
     if gpu_visible():
         pytest.skip("a GPU is visible: the automatic cpu variant is not chosen here")
@@ -273,7 +273,7 @@ def test_tensorrt_backend_says_what_is_missing(small_artifacts, tmp_path, local_
     import importlib.util
 
     from tritonize.repository_builder import RepoOptions, build_repository
-    from tritonize.serve.repository import gpu_visible
+    from tritonize.machine import gpu_visible
 
     if importlib.util.find_spec("tensorrt") is not None and gpu_visible():
         pytest.skip("TensorRT and a GPU are present: the tensorrt backend can run here")
@@ -387,8 +387,9 @@ def test_stub_that_cannot_start_is_refused(tmp_path):
 
 
 def test_backends_run_the_tritonize_that_started_the_server(tmp_path):
-    """The stub ignores PYTHONPATH and finds packages through the venv: each backend's model.py pins
-    the checkout that assembled it, so a server started from another checkout never mixes code."""
+    """The stub ignores PYTHONPATH and finds packages through the venv: each backend's model.py puts
+    PYTHONPATH back, then pins the checkout that assembled it in front of everything, so a server
+    started from another checkout never mixes code."""
     import tritonize
     from tritonize.serve.embedded import PACKAGE_ROOT, BundledTriton, assemble_backend_dir
 
@@ -396,8 +397,9 @@ def test_backends_run_the_tritonize_that_started_the_server(tmp_path):
     assert PACKAGE_ROOT == Path(tritonize.__file__).resolve().parent.parent
     for name in ("onnxruntime", "pytorch", "tensorrt"):
         lines = (backends / name / "model.py").read_text().splitlines()
-        assert lines[1].startswith(f"sys.path.insert(0, {str(PACKAGE_ROOT)!r})")
-        assert lines[2].startswith(f"from tritonize.serve.backends.{name}.model import TritonPythonModel")
+        assert lines[2].startswith("sys.path[:0] = [p for p in os.environ.get('PYTHONPATH', '')")
+        assert lines[3].startswith(f"sys.path.insert(0, {str(PACKAGE_ROOT)!r})")
+        assert lines[4].startswith(f"from tritonize.serve.backends.{name}.model import TritonPythonModel")
 
 
 # ------------------------------------------------------------------ stopping

@@ -1,9 +1,13 @@
 """The four ways to build the same engine, each a thin, exact call; `pick_builders` chooses.
 
 All build one optimization profile (min/opt/max on the batch axis) from the precision-prepared ONNX
-(torch-tensorrt from the TorchScript export), strongly typed where TensorRT supports it. None of
-them can run on a machine without TensorRT and a GPU; `why_not()` then says why, and the stage
-writes the reproducer instead. Nothing here ever writes a plan that TensorRT did not produce.
+(torch-tensorrt from the TorchScript export), strongly typed where TensorRT supports it, with one TF32
+rule (BuildJob.tf32). None of them can run on a machine without TensorRT and a GPU; `why_not()` then
+says why, and the stage writes the reproducer instead. Nothing here ever writes a plan that TensorRT
+did not produce.
+
+Each builder also checks its plan where its TensorRT is (`verify`): trtexec plans with the same trtexec,
+on the host or in the same image; the others with this Python's TensorRT, through Polygraphy.
 """
 
 from __future__ import annotations
@@ -17,18 +21,22 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonize.convert.plan_check import PlanCheck, verify_plan, verify_with_trtexec
 from tritonize.convert.trtexec import (
     BuildJob, log_tail, parse_banner_version, probe_trtexec, run_trtexec, trtexec_argv, version_tuple,
 )
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path
+from tritonize.machine import cuda_gpu, docker_gpu_problem, gpu_visible
 from tritonize.releases import Release
-from tritonize.serve.docker import docker_gpu_problem
-from tritonize.serve.repository import gpu_visible
+from tritonize.verify import VerificationReport
 
-# Where Triton's QA scripts run trtexec in images built FROM tritonserver:<release>-py3
-# (server qa/L0_perf_resnet/test.sh); not confirmed for the -py3 image itself, so it is probed.
-CONTAINER_TRTEXEC = "/usr/src/tensorrt/bin/trtexec"
+# Where Triton's QA scripts run trtexec in images built FROM tritonserver:<release>-py3 (server
+# qa/L0_perf_resnet/test.sh); NVIDIA's TensorRT images have it on PATH. trtexec is looked up on PATH
+# first, then here: on the host (`find_trtexec`) and in the image (`IMAGE_TRTEXEC`).
+TRTEXEC_FALLBACK = "/usr/src/tensorrt/bin/trtexec"
+# Run in the image by `sh -c SCRIPT sh ARGS...`; `sh` exits 127 when neither exists.
+IMAGE_TRTEXEC = f'exec "$(command -v trtexec || echo {TRTEXEC_FALLBACK})" "$@"'
 LOG_NAME = "convert.log"
 PROBE_TIMEOUT_S = 900  # the first `docker run` pulls a ~15 GB image
 
@@ -44,6 +52,7 @@ class Built:
 
 class Builder:
     name = ""
+    checked_where = "with this Python's TensorRT (Polygraphy)"
 
     def why_not(self) -> str | None:
         """None when this builder can run here, else the reason it cannot."""
@@ -59,13 +68,26 @@ class Builder:
     def build(self, job: BuildJob, out: Path, timeout_s: float) -> Built:
         raise NotImplementedError
 
+    def verify(self, plan: Path, engine_io: tuple[str, str], check: PlanCheck, job: BuildJob, version: str,
+               timeout_s: float) -> VerificationReport:
+        """Run the plan where its TensorRT is and compare it with onnxruntime FP32."""
+        return verify_plan(plan, engine_io, check.inputs, check.reference, check.tolerance, check.batches,
+                           check.described, built_with=version, version_compatible=job.version_compatible)
+
 
 def find_trtexec() -> str | None:
-    return shutil.which("trtexec") or (CONTAINER_TRTEXEC if Path(CONTAINER_TRTEXEC).is_file() else None)
+    return shutil.which("trtexec") or (TRTEXEC_FALLBACK if Path(TRTEXEC_FALLBACK).is_file() else None)
+
+
+def _gpu_problem() -> str | None:
+    """Why no CUDA GPU can run a build here (through the CUDA runtime, as TensorRT will), or None."""
+    gpu = cuda_gpu()
+    return gpu["error"] if "error" in gpu else None
 
 
 class TrtexecBuilder(Builder):
     name = "trtexec"
+    checked_where = "with the same trtexec"
 
     def __init__(self, executable: str | None = None):
         self.executable = executable or find_trtexec()
@@ -73,7 +95,7 @@ class TrtexecBuilder(Builder):
 
     def why_not(self):
         if not self.executable:
-            return "no trtexec on PATH or in /usr/src/tensorrt/bin"
+            return f"no trtexec on PATH or at {TRTEXEC_FALLBACK}"
         if not self._version:
             return f"{self.executable} did not report a TensorRT version"
         return None
@@ -85,26 +107,32 @@ class TrtexecBuilder(Builder):
         argv = trtexec_argv(job, self._version, executable=self.executable)
         return _run(argv, job, out, timeout_s, self._version)
 
+    def verify(self, plan, engine_io, check, job, version, timeout_s):
+        return verify_with_trtexec([self.executable], plan.parent, plan.name, engine_io, check, job.version_compatible,
+                                   timeout_s)
+
 
 class ContainerBuilder(Builder):
-    """trtexec inside nvcr.io/nvidia/tritonserver:<release>-py3: the plan matches the server by construction.
+    """trtexec inside nvcr.io/nvidia/tritonserver:<release>-py3: the plan matches the server by construction,
+    and is checked by a second `docker run` of the same image.
 
-    `why_not` needs Docker with the NVIDIA runtime and a GPU on this host, then runs the image's
+    `why_not` needs Docker that gives containers the GPU and a GPU on this host, then runs the image's
     trtexec once (`--help`: its banner names the TensorRT version, with the build number from 10.4).
     """
 
     name = "container"
+    checked_where = "with trtexec in the same image"
 
     def __init__(self, release: Release):
         self.release = release
         self._version: str | None = None
 
     def why_not(self):
-        problem = docker_gpu_problem()
+        problem = docker_gpu_problem(self.release.image)
         if problem:
             return problem
-        if not gpu_visible():
-            return "no NVIDIA GPU on this host (no /dev/nvidia*)"
+        if not gpu_visible() and _gpu_problem():
+            return "no NVIDIA GPU on this host (no /dev/nvidia*, no /dev/dxg)"
         return self.probe()
 
     def probe(self) -> str | None:
@@ -120,10 +148,10 @@ class ContainerBuilder(Builder):
         except subprocess.TimeoutExpired:
             subprocess.run(["docker", "kill", name], capture_output=True)
             return f"`docker run {image}` did not finish within {PROBE_TIMEOUT_S} s"
-        if done.returncode in (126, 127):  # the entrypoint's `exec` found no such file
-            return (f"{image} has no {CONTAINER_TRTEXEC}: NVIDIA's TensorRT container {self.release.tensorrt_image} "
-                    f"has trtexec (check that its TensorRT is the server's {self.release.tensorrt or 'version'}); "
-                    "build there with `IMAGE=<that image> bash convert.sh container`")
+        if done.returncode in (126, 127):  # neither on the image's PATH nor at the fallback
+            return (f"{image} has no trtexec (on its PATH or at {TRTEXEC_FALLBACK}): NVIDIA's TensorRT container "
+                    f"{self.release.tensorrt_image} has trtexec (check that its TensorRT is the server's "
+                    f"{self.release.tensorrt or 'version'}); build there with `IMAGE=<that image> bash convert.sh container`")
         self._version = parse_banner_version(done.stdout + done.stderr)
         if not self._version:
             lines = [l.strip() for l in (done.stderr or done.stdout).splitlines() if l.strip()]
@@ -137,15 +165,23 @@ class ContainerBuilder(Builder):
             raise TritonizeError(f"cannot build in the container: {problem}")
         return self._version
 
-    def build(self, job, out, timeout_s):
-        version = self.tensorrt_version()
-        mounts = []
+    def _mounts(self, job: BuildJob) -> list[Path]:
         if Path(job.timing_cache).is_absolute():  # a cache outside the artifacts: mount its directory too
             Path(job.timing_cache).parent.mkdir(parents=True, exist_ok=True)
-            mounts.append(Path(job.timing_cache).parent)
+            return [Path(job.timing_cache).parent]
+        return []
+
+    def build(self, job, out, timeout_s):
+        version = self.tensorrt_version()
         name = _container_name()
-        argv = container_argv(self.release.image, out, trtexec_argv(job, version)[1:], name=name, mounts=mounts)
+        argv = container_argv(self.release.image, out, trtexec_argv(job, version)[1:], name=name, mounts=self._mounts(job))
         return _run(argv, job, out, timeout_s, version, kill=["docker", "kill", name])
+
+    def verify(self, plan, engine_io, check, job, version, timeout_s):
+        name = _container_name()
+        command = container_argv(self.release.image, plan.parent, [], name=name)
+        return verify_with_trtexec(command, plan.parent, plan.name, engine_io, check, job.version_compatible, timeout_s,
+                                   kill=["docker", "kill", name])
 
 
 def _container_name() -> str:
@@ -159,7 +195,8 @@ def container_argv(image: str, workdir: Path | None, trtexec_args: list[str], *,
     Docker's contract (docker/cli docs/reference/commandline/container_run.md): a relative mount
     source names a volume, so sources are absolute (other `mounts` keep their host path inside);
     the image's entrypoint stays; trtexec as PID 1 would ignore SIGTERM, so `--init` forwards
-    signals, and `--name` lets a timed-out build be ended with `docker kill`.
+    signals, and `--name` lets a timed-out build be ended with `docker kill`. trtexec is found by
+    `IMAGE_TRTEXEC` (the image's PATH, then TRTEXEC_FALLBACK); the arguments follow the command.
     """
     argv = ["docker", "run", "--rm", "--init", "--gpus", "all"]
     if name:
@@ -168,7 +205,7 @@ def container_argv(image: str, workdir: Path | None, trtexec_args: list[str], *,
         argv += ["--user", user or f"{os.getuid()}:{os.getgid()}", "-v", f"{Path(workdir).resolve()}:/work", "-w", "/work"]
     for mount in mounts:
         argv += ["-v", f"{Path(mount).resolve()}:{Path(mount).resolve()}"]
-    return [*argv, image, CONTAINER_TRTEXEC, *trtexec_args]
+    return [*argv, image, "sh", "-c", IMAGE_TRTEXEC, "sh", *trtexec_args]
 
 
 def _run(argv, job, out, timeout_s, version, kill=None) -> Built:
@@ -185,15 +222,6 @@ def _run(argv, job, out, timeout_s, version, kill=None) -> Built:
                  log=run.log.name, argv=argv)
 
 
-def _cuda_device() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
-
-
 class TensorRTApiBuilder(Builder):
     """The same build through the TensorRT Python API, driven by Polygraphy (`plan_from_onnx`)."""
 
@@ -202,9 +230,7 @@ class TensorRTApiBuilder(Builder):
     def why_not(self):
         if importlib.util.find_spec("tensorrt") is None:
             return "the tensorrt Python package is not installed"
-        if not _cuda_device():
-            return "no CUDA GPU"
-        return None
+        return _gpu_problem()
 
     def tensorrt_version(self):
         import tensorrt as trt
@@ -222,6 +248,9 @@ class TensorRTApiBuilder(Builder):
         except PolygraphyException as e:  # raised after Polygraphy logged TensorRT's own errors
             raise TritonizeError(f"TensorRT could not build {job.onnx_file}: {str(e).strip().splitlines()[-1]}; "
                                  "no plan written (TensorRT's messages are above)") from None
+        finally:
+            # Polygraphy locks the timing cache with <cache>.lock and leaves that file behind.
+            Path(f"{out / job.timing_cache}.lock").unlink(missing_ok=True)
         seconds = round(time.perf_counter() - start, 3)
         with atomic_path(out / job.plan_file) as tmp:
             tmp.write_bytes(bytes(engine))
@@ -234,9 +263,9 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
 
     Polygraphy (NVIDIA/TensorRT tools/Polygraphy) knows what each TensorRT version has: EXPLICIT_BATCH
     only before 10, and a precision flag 11 lacks fails loudly, so FP16/INT8 flags are asked for only
-    where the network is weakly typed (8.x). `tf32=False` clears TF32, which is on by default in every
-    version. The names taken from `trt` here are checked against the real bindings of 8.6, 10 and 11
-    by tests/convert/test_tensorrt_api.py.
+    where the network is weakly typed (8.x). TF32 follows `job.tf32` (on by default in every version).
+    The names taken from `trt` here are checked against the real bindings of 8.6, 10 and 11 by
+    tests/convert/test_tensorrt_api.py, and the build runs on the emulated TensorRT in the tests.
     """
     from polygraphy.backend.trt import CreateConfig, EngineBytesFromNetwork, NetworkFromOnnxPath, Profile, SetLayerPrecisions
 
@@ -250,7 +279,7 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
     cache = str(out / job.timing_cache)
     modern = (major, minor) >= (8, 6)
     config = CreateConfig(
-        tf32=False,
+        tf32=job.tf32,
         fp16=weakly_typed and job.precision == "fp16",
         int8=weakly_typed and job.precision == "int8",
         precision_constraints="obey" if pin else None,
@@ -272,8 +301,11 @@ class TorchTensorRTBuilder(Builder):
     py/torch_tensorrt/ts/_compiler.py, 1.4 to 2.14; no **kwargs): no optimization level, version or
     hardware compatibility, or timing cache (build time only: not used). From 2.13 (TensorRT 11) it
     ignores FP16 and keeps the graph's FP32 types (core/conversion/conversionctx/ConversionCtx.cpp).
+    It compiles the TorchScript, not the mixed-precision ONNX: it cannot keep that graph's FP32 nodes.
     What it cannot honour is refused. Its engine names the tensors input_0 / output_0
-    (core/conversion/conversion.cpp), which the manifest records for the repository.
+    (core/conversion/conversion.cpp), which the manifest records for the repository. The module is
+    loaded on the CPU: the converter copies each weight to the CPU itself (core/conversion/converters/
+    Weights.cpp, `t.to(at::kCPU)`) and the engine does not use the module again.
     """
 
     name = "torch-tensorrt"
@@ -285,11 +317,9 @@ class TorchTensorRTBuilder(Builder):
     def why_not(self):
         if importlib.util.find_spec("torch_tensorrt") is None:
             return "torch-tensorrt is not installed"
-        if not _cuda_device():
-            return "no CUDA GPU"
         if self.torchscript is None or not self.torchscript.is_file():
             return "no TorchScript export (model.pt) to compile"
-        return None
+        return _gpu_problem()
 
     def refuses(self, job):
         return torchscript_frontend_refuses(job, self.tensorrt_version())
@@ -303,7 +333,7 @@ class TorchTensorRTBuilder(Builder):
         import torch
         import torch_tensorrt
 
-        module = torch.jit.load(str(self.torchscript), map_location="cuda").eval()
+        module = torch.jit.load(str(self.torchscript), map_location="cpu").eval()
         shapes = {k: (job.profile[k], *job.input_shape) for k in ("min", "opt", "max")}
         inputs = [torch_tensorrt.Input(min_shape=shapes["min"], opt_shape=shapes["opt"], max_shape=shapes["max"],
                                        dtype=torch.float32)]
@@ -311,7 +341,7 @@ class TorchTensorRTBuilder(Builder):
         start = time.perf_counter()
         engine = torch_tensorrt.ts.convert_method_to_trt_engine(
             module, "forward", inputs=inputs, enabled_precisions=precisions,
-            workspace_size=job.workspace_mib << 20, disable_tf32=job.precision == "fp32",
+            workspace_size=job.workspace_mib << 20, disable_tf32=not job.tf32,
         )
         seconds = round(time.perf_counter() - start, 3)
         with atomic_path(out / job.plan_file) as tmp:
@@ -326,6 +356,9 @@ def torchscript_frontend_refuses(job: BuildJob, tensorrt_version: str) -> str | 
         cannot.append("INT8 (that needs the Q/DQ ONNX)")
     if job.precision == "fp16" and version_tuple(tensorrt_version)[0] >= 11:
         cannot.append(f"FP16 on TensorRT {tensorrt_version} (it would build FP32)")
+    elif job.precision == "fp16" and job.fp32_layers:
+        cannot.append(f"the {len(job.fp32_layers)} FP32 nodes of the mixed-precision graph (it would run them in FP16, "
+                      "where they overflow)")
     if job.opt_level != 3:
         cannot.append("--opt-level other than TensorRT's default 3")
     if job.version_compatible:

@@ -7,38 +7,42 @@ from typing import Annotated, Optional
 
 import typer
 
-from tritonize.convert.options import BuilderName, Precision
+from tritonize.convert.options import BuilderName, ConvertOptions, Precision
 from tritonize.errors import TritonizeError
+from tritonize.manifest import Profile
+from tritonize.stage import StageStatus
 from tritonize.options import DEFAULT_ARTIFACTS, Artifacts, Force, OldOut, TritonRelease, renamed
 
 app = typer.Typer(no_args_is_help=True)
 
 # Exit code when TensorRT cannot run here and this was not a dry run: the GPU box has work to do.
 WAITING_FOR_GPU_EXIT = 3
+DEFAULTS = ConvertOptions()  # the one statement of the defaults (ConvertOptions.to_argv relies on it)
 
 
 @app.command("trt")
 def trt_command(
-    min_batch: Annotated[int, typer.Option("--min", help="Smallest batch of the optimization profile.")] = 1,
-    opt_batch: Annotated[int, typer.Option("--opt", help="Batch TensorRT tunes kernels for.")] = 16,
-    max_batch: Annotated[int, typer.Option("--max", help="Largest batch of the optimization profile.")] = 32,
+    min_batch: Annotated[int, typer.Option("--min", help="Smallest batch of the optimization profile.")] = Profile.min,
+    opt_batch: Annotated[int, typer.Option("--opt", help="Batch TensorRT tunes kernels for.")] = Profile.opt,
+    max_batch: Annotated[int, typer.Option("--max", help="Largest batch of the optimization profile.")] = Profile.max,
     precision: Annotated[Precision, typer.Option(help="fp32; fp16 = mixed precision (FP32 kept where FP16 overflows); "
-                                                      "int8 = Q/DQ calibrated on --calib-images.")] = Precision.fp16,
+                                                      "int8 = Q/DQ calibrated on --calib-images.")] = DEFAULTS.precision,
     builder: Annotated[BuilderName, typer.Option(help="Who builds the engine; auto = the first of container, trtexec, "
                                                       "tensorrt, torch-tensorrt that can run here (the next one when "
-                                                      "it fails).")] = BuilderName.auto,
-    workspace: Annotated[float, typer.Option(help="Builder workspace memory in GiB.")] = 4.0,
-    timing_cache: Annotated[Optional[Path], typer.Option(help="Timing cache file, reused across builds "
+                                                      "it fails).")] = DEFAULTS.builder,
+    workspace: Annotated[float, typer.Option(help="Builder workspace memory in GiB.")] = DEFAULTS.workspace_gib,
+    timing_cache: Annotated[Optional[Path], typer.Option(help="Timing cache file, reused across builds; its name gets "
+                                                              "the TensorRT version and the GPU's compute capability "
                                                               "(default: timing.cache in --artifacts).")] = None,
-    opt_level: Annotated[int, typer.Option(help="TensorRT builder optimization level 0-5 (TensorRT 8.6+).")] = 3,
+    opt_level: Annotated[int, typer.Option(help="TensorRT builder optimization level 0-5 (TensorRT 8.6+).")] = DEFAULTS.opt_level,
     version_compatible: Annotated[bool, typer.Option("--version-compatible", help="Build a version-compatible "
                                                      "plan (runs on later TensorRT; TensorRT 8.6+).")] = False,
     hardware_compatibility: Annotated[str, typer.Option(help="none, or ampere+ to run on any Ampere-or-newer GPU "
-                                                             "(TensorRT 8.6+).")] = "none",
+                                                             "(TensorRT 8.6+).")] = DEFAULTS.hardware_compatibility,
     triton_release: TritonRelease = None,
     calib_images: Annotated[Optional[Path], typer.Option(help="Folder of real images for INT8 calibration and "
                                                               "held-out checks (`synthetic` = noise, accuracy unknown).")] = None,
-    calib_count: Annotated[int, typer.Option(help="How many images calibrate; the rest are held out.")] = 32,
+    calib_count: Annotated[int, typer.Option(help="How many images calibrate; the rest are held out.")] = DEFAULTS.calib_count,
     onnx: Annotated[Optional[Path], typer.Option(help="ONNX to convert (default: the export named in the manifest). "
                                                       "Into a directory without a manifest: an ONNX from elsewhere, "
                                                       "names and shape read from its graph.")] = None,
@@ -54,8 +58,7 @@ def trt_command(
     prepared ONNX, the manifest entry) and the command exits with code 3 naming the command to run
     there (0 with --dry-run).
     """
-    from tritonize.convert import ConvertOptions, Profile, convert_trt
-    from tritonize.manifest import Manifest, Status
+    from tritonize.convert import convert_trt
 
     artifacts = renamed(artifacts, out, "--out", "--artifacts")
     options = ConvertOptions(
@@ -75,9 +78,32 @@ def trt_command(
         force=force,
     )
     result = convert_trt(artifacts, options)
-    if Manifest.load(artifacts).plan.status is Status.waiting_for_gpu and not dry_run:
+    if result.status is StageStatus.waiting_for_gpu and not dry_run:
         raise TritonizeError(f"TensorRT cannot run on this machine; {result.detail}", exit_code=WAITING_FOR_GPU_EXIT)
     typer.echo(f"tensorrt: {result.status.value} ({artifacts / 'manifest.json'})")
+
+
+@app.command("releases")
+def releases_command(
+    host: Annotated[bool, typer.Option("--host", help="Print only the release whose TensorRT is this Python's "
+                                                      "(exit code 1 when none is).")] = False,
+) -> None:
+    """The Triton releases whose TensorRT tritonize knows, with the pip pins that build plans for each:
+    TensorRT's Python package of exactly that TensorRT and the torch-tensorrt built against it."""
+    from tritonize.releases import host_tensorrt, load_releases, pins_line, releases_for_tensorrt
+
+    version = host_tensorrt()
+    matching = releases_for_tensorrt(version) if version and len(version.split(".")) >= 3 else []
+    if host:
+        if matching:
+            typer.echo(matching[-1].release)
+            return
+        raise TritonizeError(f"no release in tritonize's table runs this Python's TensorRT "
+                             f"({version or 'not installed'}); install the pins of your target release:\n{pins_line()}")
+    for release in load_releases():
+        if release.tensorrt:
+            mark = "  <- this Python's TensorRT" if release in matching else ""
+            typer.echo(pins_line(release) + mark)
 
 
 @app.command("cpu")

@@ -31,7 +31,7 @@ from tritonize.client.perf import ENGINES, UNJUDGED, PerfOptions, run_perf
 from tritonize.convert import precision as prec
 from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
-from tritonize.convert.stage import CPU_INT8, INT8_TOLERANCE, cpu_data, prepare_precision
+from tritonize.convert.prepare import CPU_INT8, INT8_TOLERANCE, cpu_data, prepare_precision
 from tritonize.errors import TritonizeError
 from tritonize.manifest import FileRef, Gate, Manifest, PrecisionVariant, ServingGates, now_iso, variant_key
 from tritonize.progress import say

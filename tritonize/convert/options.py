@@ -83,6 +83,34 @@ class ConvertOptions:
     def workspace_mib(self) -> int:
         return max(1, int(round(self.workspace_gib * 1024)))
 
+    def to_argv(self) -> list[str]:
+        """The `tritonize convert trt` options that ask for these settings: the profile, the precision and the
+        target release always, every other setting where it differs from its default above (the one place
+        the defaults are stated; the CLI takes its defaults from here too). --dry-run and --force are the
+        caller's business."""
+        p, default = self.profile, ConvertOptions()
+        argv = ["--min", str(p.min), "--opt", str(p.opt), "--max", str(p.max), "--precision", self.precision.value]
+        if self.triton_release is not None:
+            argv += ["--triton-release", self.triton_release]
+        if self.calib_images is not None:
+            argv += ["--calib-images", SYNTHETIC if self.synthetic_calibration else str(self.calib_images)]
+        changed = {
+            "--calib-count": (self.calib_count, default.calib_count, str(self.calib_count)),
+            "--builder": (self.builder, default.builder, self.builder.value),
+            "--workspace": (self.workspace_gib, default.workspace_gib, f"{self.workspace_gib:g}"),
+            "--timing-cache": (self.timing_cache, default.timing_cache, str(self.timing_cache)),
+            "--opt-level": (self.opt_level, default.opt_level, str(self.opt_level)),
+            "--hardware-compatibility": (self.hardware_compatibility, default.hardware_compatibility,
+                                         self.hardware_compatibility),
+            "--onnx": (self.onnx, default.onnx, str(self.onnx)),
+        }
+        for flag, (value, default_value, text) in changed.items():
+            if value != default_value:
+                argv += [flag, text]
+        if self.version_compatible:
+            argv.append("--version-compatible")
+        return argv
+
 
 def _enum(kind, value, option: str):
     try:

@@ -320,3 +320,34 @@ def _version(dist: str) -> str:
         return version(dist)
     except PackageNotFoundError:
         return "?"
+
+
+# --------------------------------------------------------------------------------------------- opset
+
+# Reduce ops whose `axes` became an input in opset 18 (ReduceSum's in 13): converted down, they get it
+# back as an attribute, and lose `noop_with_empty_axes`, which they did not have before 18.
+_AXES_INPUT_FROM_18 = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+                       "ReduceLogSumExp", "ReduceSumSquare"}
+
+
+def opset_converted(model, opset: int):
+    """`model` in ONNX `opset` (onnx.version_converter), checked by onnx.checker.
+
+    onnx 1.23's 18 -> 17 adapters move a Reduce node's `axes` input into the attribute but keep
+    `noop_with_empty_axes`, which opset 17 does not know: 0 (the exporter's value) is opset 17's only
+    behaviour and is dropped; 1 cannot be said in opset 17 and is refused.
+    """
+    import onnx
+    from onnx import version_converter
+
+    converted = version_converter.convert_version(model, opset)
+    for node in converted.graph.node:
+        if node.op_type not in _AXES_INPUT_FROM_18 or opset >= 18:
+            continue
+        for attribute in [a for a in node.attribute if a.name == "noop_with_empty_axes"]:
+            if attribute.i:
+                raise TritonizeError(f"{node.name} ({node.op_type}) reduces nothing when its axes are empty, which "
+                                     f"ONNX opset {opset} cannot express")
+            node.attribute.remove(attribute)
+    onnx.checker.check_model(converted)
+    return converted

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from tritonize.convert.builders import CONTAINER_TRTEXEC, LOG_NAME
+from tritonize.convert.builders import IMAGE_TRTEXEC, LOG_NAME, TRTEXEC_FALLBACK
 from tritonize.convert.trtexec import SUPPORTED_MAJORS, BuildJob, trtexec_argv
 from tritonize.files import atomic_path
 
@@ -31,7 +31,7 @@ def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) ->
     lines = [
         "#!/usr/bin/env bash",
         "# Written by `tritonize convert trt`. Rebuilds the TensorRT plan by hand on a GPU box:",
-        f"#   bash {SCRIPT_NAME}             # trtexec from PATH (or $TRTEXEC)",
+        f"#   bash {SCRIPT_NAME}             # trtexec from PATH, else {TRTEXEC_FALLBACK} (or $TRTEXEC)",
         f"#   bash {SCRIPT_NAME} container   # trtexec inside {image}, the release that serves the plan",
         "#   IMAGE=nvcr.io/nvidia/tensorrt:YY.MM-py3 bash convert.sh container   # another image with trtexec",
         *(f"# {h}" for h in header),
@@ -41,12 +41,13 @@ def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) ->
         'cd "$(dirname "$0")"',
         f'IMAGE="${{IMAGE:-{image}}}"',
         'if [ "${1:-local}" = container ]; then',
-        "  # --init: trtexec as PID 1 would ignore Ctrl-C; the image's own entrypoint stays.",
+        "  # --init: trtexec as PID 1 would ignore Ctrl-C; the image's own entrypoint stays; trtexec from the",
+        f"  # image's PATH, else {TRTEXEC_FALLBACK}.",
         '  RUN=(docker run --rm --init --gpus all --user "$(id -u):$(id -g)" -v "$PWD":/work -w /work '
-        f'{_cache_mount(job)}"$IMAGE" {CONTAINER_TRTEXEC})',
+        f'{_cache_mount(job)}"$IMAGE" sh -c {shlex.quote(IMAGE_TRTEXEC)} sh)',
         *([f"  mkdir -p {shlex.quote(str(Path(job.timing_cache).parent))}"] if _cache_mount(job) else []),
         "else",
-        '  RUN=("${TRTEXEC:-trtexec}")',
+        f'  RUN=("${{TRTEXEC:-$(command -v trtexec || echo {TRTEXEC_FALLBACK})}}")',
         "fi",
         'if [ -z "${TRT_MAJOR:-}" ]; then',
         "  N=$(\"${RUN[@]}\" --help 2>&1 | grep -o 'TensorRT v[0-9]*' | head -n1 | tr -dc 0-9 || true)",

@@ -58,6 +58,13 @@ class BuildJob:
         return "x".join(str(d) for d in (batch, *self.input_shape))
 
     @property
+    def tf32(self) -> bool:
+        """Whether TF32 may run the FP32 math: the one rule of every builder. TF32 is on by default in
+        every TensorRT (11 included); an FP32 plan is held to FP32's tolerance, so it stays strict FP32.
+        FP16 and INT8 plans keep TF32 for their FP32 parts: their tolerance is FP16's or INT8's anyway."""
+        return self.precision != "fp32"
+
+    @property
     def partial_plan(self) -> str:
         """The name trtexec writes to; renamed to plan_file only after a successful build."""
         return f".{self.plan_file}.partial"
@@ -111,7 +118,7 @@ def trtexec_argv(job: BuildJob, tensorrt_version: str, executable: str = "trtexe
 
 
 def _precision_flags(job: BuildJob, major: int, minor: int) -> list[str]:
-    strict_fp32 = ["--noTF32"] if job.precision == "fp32" else []  # TF32 is on by default, 11 included
+    strict_fp32 = [] if job.tf32 else ["--noTF32"]  # TF32 is on by default, 11 included
     if major >= 11:
         return strict_fp32  # always strongly typed; precision flags were removed
     if major == 10:
@@ -125,6 +132,19 @@ def _precision_flags(job: BuildJob, major: int, minor: int) -> list[str]:
             )
         flags += ["--precisionConstraints=obey", "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in job.fp32_layers)]
     return flags
+
+
+def trtexec_run_argv(plan_file: str, input_name: str, shape, inputs_file: str, outputs_file: str,
+                     version_compatible: bool) -> list[str]:
+    """trtexec arguments that load a plan, run it once at `shape` on the raw input file and export the output
+    as JSON (every version from 8.6 has these). `--versionCompatible` lets the runtime run a
+    version-compatible plan's lean runtime (samples/common/sampleEngines.cpp: setEngineHostCodeAllowed)."""
+    argv = [f"--loadEngine={plan_file}", f"--shapes={input_name}:{'x'.join(str(d) for d in shape)}",
+            f"--loadInputs={input_name}:{inputs_file}", f"--exportOutput={outputs_file}",
+            "--iterations=1", "--warmUp=0", "--duration=0"]
+    if version_compatible:
+        argv.append("--versionCompatible")
+    return argv
 
 
 def parse_banner_version(text: str) -> str | None:

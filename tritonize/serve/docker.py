@@ -5,15 +5,14 @@ the TensorRT it was built with, or a later one when it is version-compatible), o
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.access import HTTP_RESTRICTION_FROM, KEY_ENV, ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
+from tritonize.machine import docker_gpu_problem
 from tritonize.progress import say
 from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.serve import shm
@@ -163,27 +162,6 @@ def tritonserver_flags(repository: Path, release: str, *, host: str = "0.0.0.0",
     return flags
 
 
-def docker_gpu_problem() -> str | None:
-    """Why the docker engine cannot run here, or None when a Docker engine with the NVIDIA runtime answers."""
-    if shutil.which("docker") is None:
-        return "no `docker` command"
-    try:
-        result = subprocess.run(["docker", "info", "--format", "{{json .Runtimes}}"],
-                                capture_output=True, text=True, timeout=20)
-    except subprocess.TimeoutExpired:
-        return "`docker info` did not answer within 20 s"
-    if result.returncode != 0:
-        first = (result.stderr or result.stdout).strip().splitlines()[:1] or ["no output"]
-        return f"no Docker engine answers (`docker info`: {first[0]})"
-    try:
-        runtimes = json.loads(result.stdout or "{}") or {}
-    except json.JSONDecodeError:
-        runtimes = {}
-    if "nvidia" not in runtimes:
-        return "the Docker engine has no NVIDIA runtime (install the NVIDIA Container Toolkit)"
-    return None
-
-
 def container_pid(name: str) -> int | None:
     """The pid on this machine of the tritonserver in container `name` (its PID 1, which the `exec` of
     container_command makes tritonserver), or None where it cannot be seen: a Docker engine on another
@@ -218,7 +196,7 @@ class DockerServer(ServerHandle):
 
     def start(self):
         validate_repository(self.repository, self.models)
-        problem = docker_gpu_problem()
+        problem = docker_gpu_problem(release_info(self.release).image)
         if problem:
             raise TritonizeError(f"the docker engine cannot run here: {problem}; use --engine embedded, "
                                  "or --print-command to get the command for a GPU machine")

@@ -30,6 +30,7 @@ from typing import Iterator
 import tritonize
 from tritonize.access import ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
+from tritonize.machine import gpu_visible
 from tritonize.progress import say
 from tritonize.repository_builder.config import not_built_notes
 from tritonize.serve import shm, unavailable
@@ -37,7 +38,6 @@ from tritonize.serve.backends import BACKEND_NAMES
 from tritonize.serve.repository import (
     CPU_CONFIG_NAME,
     DEFAULT_CONFIG_NAME,
-    gpu_visible,
     has_config_variant,
     model_control_flags,
     validate_repository,
@@ -125,11 +125,14 @@ def assemble_backend_dir(triton: BundledTriton, dest: Path) -> Path:
         shutil.copy2(triton.python_backend / name, python / name)
     shutil.copy2(triton.stub, python / triton.stub.name)
     # The stub resolves packages through the venv's site-packages and ignores PYTHONPATH: each
-    # model.py is a shim that loads the backend from the tritonize that starts this server.
+    # model.py is a shim that puts PYTHONPATH back in front (a TensorRT installed outside the venv, say)
+    # and loads the backend from the tritonize that starts this server.
     for backend in BACKEND_NAMES:
         (dest / backend).mkdir()
         (dest / backend / "model.py").write_text(
+            "import os\n"
             "import sys\n"
+            "sys.path[:0] = [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p and p not in sys.path]\n"
             f"sys.path.insert(0, {str(PACKAGE_ROOT)!r})  # the tritonize that started this server\n"
             f"from tritonize.serve.backends.{backend}.model import TritonPythonModel  # noqa: E402,F401\n"
         )

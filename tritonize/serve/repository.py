@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -103,11 +102,3 @@ def models_without_python_requirements(repository: Path) -> list[str]:
 def has_config_variant(repository: Path, name: str) -> bool:
     """True when some model has `configs/<name>.pbtxt` (Triton's --model-config-name)."""
     return any(Path(repository).glob(f"*/configs/{name}.pbtxt"))
-
-
-def gpu_visible() -> bool:
-    """Whether a CUDA GPU is visible to processes started from here (cheap: no CUDA, no torch)."""
-    devices = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if devices is not None and devices.strip() in ("", "-1"):
-        return False
-    return any(Path("/dev").glob("nvidia[0-9]*"))

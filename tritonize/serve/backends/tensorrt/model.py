@@ -1,9 +1,15 @@
 """Python-based `tensorrt` backend: runs a TensorRT plan with the TensorRT runtime on the instance's
 GPU. Where TensorRT or a GPU is missing, initialize() fails with a reason that says so: Triton then
-reports the model UNAVAILABLE with that reason and keeps serving the others."""
+reports the model UNAVAILABLE with that reason and keeps serving the others.
+
+Device memory and the stream come from the CUDA runtime through Polygraphy's CUDA layer (`polygraphy.cuda`,
+loaded from the CUDA runtime tritonize.machine finds), as the plan check's do: no torch, and one layer
+that a CUDA runtime stand-in can stand behind (the tests run this backend on the emulated TensorRT).
+"""
 
 from __future__ import annotations
 
+import ctypes
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +24,12 @@ class TritonPythonModel(BatchingModel):
         _require_tensorrt_and_gpu()
 
     def load(self, path: Path, placement: Placement) -> None:
-        trt, torch = _require_tensorrt_and_gpu()
-        self.torch = torch
-        self.device = torch.device(f"cuda:{placement.device_id}")
-        torch.cuda.set_device(self.device)
+        from polygraphy import cuda
+        from polygraphy.datatype import DataType
+
+        trt = _require_tensorrt_and_gpu()
+        if cuda.wrapper().handle.cudaSetDevice(ctypes.c_int(placement.device_id)) != 0:
+            raise RuntimeError(f"cannot use CUDA device {placement.device_id} (cudaSetDevice failed)")
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         # A version-compatible plan embeds its lean runtime (host code), which TensorRT refuses unless
         # allowed (default false; Triton's tensorrt backend: --backend-config=tensorrt,version-compatible=true).
@@ -32,54 +40,60 @@ class TritonPythonModel(BatchingModel):
             raise RuntimeError(f"TensorRT {trt.__version__} could not load {path}: a plan runs only with the "
                                "TensorRT version and GPU it was built for; rebuild it on this machine")
         self.context = self.engine.create_execution_context()
-        self.stream = torch.cuda.Stream(self.device)
         engine_tensors = {self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)}
         missing = sorted({t.name for t in self.inputs + self.outputs} - engine_tensors)
         if missing:
             raise RuntimeError(f"config tensors {missing} are not in the plan, which has {sorted(engine_tensors)}")
-        self.output_dtypes = {t.name: _torch_dtype(torch, trt.nptype(self.engine.get_tensor_dtype(t.name)))
-                              for t in self.outputs}
+        self.stream = cuda.Stream()
+        self.buffers = {t.name: cuda.DeviceArray(dtype=DataType.from_dtype(t.dtype)) for t in self.inputs}
+        self.output_dtypes = {t.name: np.dtype(trt.nptype(self.engine.get_tensor_dtype(t.name))) for t in self.outputs}
+        for name, dtype in self.output_dtypes.items():
+            self.buffers[name] = cuda.DeviceArray(dtype=DataType.from_dtype(dtype))
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        torch = self.torch
-        with torch.cuda.stream(self.stream):
-            # Keep the device tensors referenced until the stream is synchronized.
-            device_inputs = [torch.from_numpy(np.ascontiguousarray(a)).to(self.device) for a in inputs]
-            for spec, tensor in zip(self.inputs, device_inputs):
-                self.context.set_input_shape(spec.name, tuple(tensor.shape))
-                self.context.set_tensor_address(spec.name, tensor.data_ptr())
-            device_outputs = []
-            for spec in self.outputs:
-                shape = tuple(self.context.get_tensor_shape(spec.name))
-                tensor = torch.empty(shape, dtype=self.output_dtypes[spec.name], device=self.device)
-                self.context.set_tensor_address(spec.name, tensor.data_ptr())
-                device_outputs.append(tensor)
-            if not self.context.execute_async_v3(self.stream.cuda_stream):
-                raise RuntimeError("TensorRT execution failed (see the server log)")
+        for spec, array in zip(self.inputs, inputs):
+            array = np.ascontiguousarray(array)
+            buffer = self.buffers[spec.name].resize(array.shape)
+            buffer.copy_from(array, self.stream)
+            if not self.context.set_input_shape(spec.name, tuple(array.shape)):
+                raise RuntimeError(f"the plan does not take {spec.name} of shape {list(array.shape)} "
+                                   "(outside its optimization profile)")
+            self.context.set_tensor_address(spec.name, buffer.ptr)
+        hosts = []
+        for spec in self.outputs:
+            host = np.empty(tuple(self.context.get_tensor_shape(spec.name)), dtype=self.output_dtypes[spec.name])
+            self.context.set_tensor_address(spec.name, self.buffers[spec.name].resize(host.shape).ptr)
+            hosts.append(host)
+        if not self.context.execute_async_v3(self.stream.ptr):
+            raise RuntimeError("TensorRT execution failed (see the server log)")
+        for spec, host in zip(self.outputs, hosts):
+            self.buffers[spec.name].copy_to(host, self.stream)
         self.stream.synchronize()
-        return [t.cpu().numpy() for t in device_outputs]
+        return hosts
+
+    def finalize(self) -> None:
+        for buffer in getattr(self, "buffers", {}).values():
+            buffer.free()
+        if getattr(self, "stream", None) is not None:
+            self.stream.free()
+            self.stream = None
 
 
 def _require_tensorrt_and_gpu():
+    """TensorRT's `tensorrt` module, after checking that the CUDA runtime sees a GPU."""
+    from tritonize.machine import cuda_gpu
+
     missing = []
     try:
         import tensorrt as trt
     except ImportError:
         trt, missing = None, ["the `tensorrt` Python package is not installed"]
-    try:
-        import torch
-
-        if not torch.cuda.is_available():
-            missing.append("no CUDA GPU is visible")
-    except ImportError:
-        torch, missing = None, missing + ["torch (used for GPU buffers) is not installed"]
+    gpu = cuda_gpu()  # loads Polygraphy's CUDA wrapper from the CUDA runtime the packages brought
+    if "error" in gpu:
+        missing.append(gpu["error"])
     if missing:
         raise RuntimeError(
             "TensorRT plans need TensorRT and an NVIDIA GPU, but " + " and ".join(missing)
             + "; serve this model on a GPU machine (`tritonize serve --engine docker`)"
         )
-    return trt, torch
-
-
-def _torch_dtype(torch, numpy_dtype) -> "torch.dtype":
-    return torch.from_numpy(np.empty(0, dtype=numpy_dtype)).dtype
+    return trt

@@ -1,0 +1,83 @@
+"""The machine probes (tritonize/machine.py): GPU visibility, Docker's GPU, which CUDA runtime the plan
+check loads, and what the GPU is."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tritonize import machine
+
+
+def test_gpu_visible_reads_the_driver_nodes_and_wsl2s(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert not machine.gpu_visible(tmp_path)
+    (tmp_path / "dxg").touch()  # WSL2 exposes the GPU as /dev/dxg, with no /dev/nvidia* (N12)
+    assert machine.gpu_visible(tmp_path)
+    (tmp_path / "dxg").unlink()
+    (tmp_path / "nvidia0").touch()
+    assert machine.gpu_visible(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert not machine.gpu_visible(tmp_path)
+
+
+def test_docker_without_a_runtime_named_nvidia_is_probed_for_real(standins, monkeypatch):
+    """The NVIDIA Container Toolkit's hook, CDI and WSL2 give `--gpus all` with no runtime named nvidia (N12)."""
+    image = "nvcr.io/nvidia/tritonserver:24.10-py3"
+    monkeypatch.setenv("STANDIN_DOCKER_RUNTIMES", json.dumps({"runc": {}}))
+    assert "lists no NVIDIA runtime" in machine.docker_gpu_problem()
+    assert machine.docker_gpu_problem(image) is None  # `docker run --gpus all IMAGE true` worked
+    monkeypatch.setenv("STANDIN_DOCKER_GPU", "0")
+    assert "could not select device driver" in machine.docker_gpu_problem(image)
+    monkeypatch.setenv("STANDIN_DOCKER_RUNTIMES", json.dumps({"nvidia": {}, "runc": {}}))
+    assert machine.docker_gpu_problem(image) is None  # a listed runtime needs no probe
+
+
+def test_gpu_facts_come_from_the_cuda_runtime_not_torch(emulated_tensorrt, monkeypatch):
+    """torch here has no CUDA; the CUDA runtime (the stand-in) names the GPU (N11)."""
+    assert machine.gpu_facts() == {"name": "Emulated GPU (tritonize tests, sm_86)", "compute_capability": "8.6",
+                                   "count": 1}
+    monkeypatch.setenv("TRITONIZE_EMULATED_GPU_CC", "9.0")
+    assert machine.gpu_facts()["compute_capability"] == "9.0"
+
+
+def test_gpu_facts_never_fail(monkeypatch, tmp_path):
+    monkeypatch.setattr(machine, "cudart_path", lambda: None)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi either
+    facts = machine.gpu_facts()
+    assert set(facts) == {"error"} and "no CUDA runtime" in facts["error"] and "no nvidia-smi" in facts["error"]
+
+
+@pytest.mark.emulated_tensorrt
+def test_the_cuda_13_wheels_runtime_is_the_one_polygraphy_loads(emulated_cudart, tmp_path):
+    """The CUDA 13 runtime wheel puts libcudart.so.13 in nvidia/cu13/lib, where Polygraphy 0.53.6 does not
+    look (N7): the plan check finds it there and loads it, here the CUDA stand-in in that place."""
+    from tests.emulation import EMULATED, ROOT, environment
+
+    site = tmp_path / "site"
+    (site / "nvidia" / "cu13" / "lib").mkdir(parents=True)
+    cudart = shutil.copy(emulated_cudart, site / "nvidia" / "cu13" / "lib" / "libcudart.so.13")
+    env = {**os.environ, **environment("10.5.0.18", cudart)}
+    env["LD_LIBRARY_PATH"] = os.environ.get("LD_LIBRARY_PATH", "")  # nothing of ours on the search path
+    env["PYTHONPATH"] = os.pathsep.join([str(EMULATED), str(ROOT), str(site)])
+    script = f"""
+import numpy as np, onnxruntime as ort
+from pathlib import Path
+from tritonize import machine
+from tritonize.convert.plan_check import verify_plan
+from tritonize.verify import Tolerance
+from tests.convert.test_plan_check import _emulated_plan
+out = Path({str(tmp_path)!r})
+assert machine.cudart_path() == Path({str(cudart)!r}), machine.cudart_path()
+plan = _emulated_plan(out)
+x = np.ones((2, 3, 16, 16), np.float32)
+ref = ort.InferenceSession(str(out / "tiny.onnx"), providers=["CPUExecutionProvider"]).run(None, {{"images": x}})[0]
+print(verify_plan(plan, ("images", "logits"), x, ref, Tolerance(), [1, 2], "ones").passed)
+"""
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip().endswith("True"), done.stdout + done.stderr

@@ -1,0 +1,166 @@
+"""Engine build and check: each builder in turn (with `auto`, the next when one fails), the plan checked
+where its own TensorRT is, and every outcome recorded in the manifest's "tensorrt" entry as it happens.
+
+A failure of any kind, inside tritonize, Polygraphy, torch-tensorrt or the OS, is a recorded failure:
+the plan is removed, the entry says why, and the next builder tries (N6 of issue 24).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import numpy as np
+
+from tritonize.convert import precision as prec
+from tritonize.convert.builders import Builder, Built
+from tritonize.convert.network import Network
+from tritonize.convert.options import ConvertOptions, Precision
+from tritonize.convert.plan_check import PlanCheck, last_line
+from tritonize.convert.prepare import (
+    FP16_TOLERANCE, INT8_TOLERANCE, TENSORRT_8_OPSET, check_inputs, cpu_data, random_init_tolerance,
+)
+from tritonize.convert.trtexec import BuildJob
+from tritonize.errors import TritonizeError
+from tritonize.machine import gpu_facts
+from tritonize.manifest import Manifest, Plan, Status, file_facts, now_iso
+from tritonize.progress import say, step
+from tritonize.releases import CROSS_MAJOR, Release, pins_line, releases_for_tensorrt, tensorrt_loads, version_parts
+from tritonize.verify import Tolerance
+
+PLAN_NAME = "model.plan"
+
+
+def plan_check(network: Network, fp32_onnx: Path, options: ConvertOptions) -> PlanCheck:
+    """What a built plan is checked on (INT8: the held-out real images, up to the profile's max batch) and
+    against (onnxruntime on the FP32 ONNX), with which batches and tolerance."""
+    held_out = cpu_data(network, options).held_out if options.precision is Precision.int8 else np.zeros(0)
+    inputs, described = check_inputs(network, held_out, options)
+    reference = prec.run_onnx(prec.ort_session(fp32_onnx), inputs, network.input_name, network.output_name)
+    return PlanCheck(inputs, reference, plan_tolerance(options.precision.value, network),
+                     plan_batches(options.profile, len(inputs)), described)
+
+
+def plan_batches(profile, available: int) -> list[int]:
+    """The profile's min, an odd size and its max (capped at the inputs there are)."""
+    top = min(profile.max, available)
+    odd = next((b for b in range(profile.min + 1, top) if b % 2), profile.min)
+    return sorted({profile.min, odd, top})
+
+
+def plan_tolerance(precision: str, network: Network) -> Tolerance:
+    """TensorRT's FP32 kernels reorder sums (TF32 is off for FP32): a little looser than the export checks.
+    FP16 and INT8 as on the CPU, with the same random-init rule (top-1 reported, not gated)."""
+    if precision == "fp32":
+        return Tolerance(1e-3, 1.0)
+    return random_init_tolerance({"fp16": FP16_TOLERANCE, "int8": INT8_TOLERANCE}[precision], network)
+
+
+def build_engine(manifest: Manifest, job: BuildJob, builders: list[Builder], release: Release,
+                 options: ConvertOptions, entry: Plan, check: PlanCheck) -> Plan:
+    """Build with the first builder; with several (`auto`), fall through to the next when one fails."""
+    failures = []
+    for builder in builders:
+        try:
+            return _build_with(builder, manifest, job, release, options, entry, check)
+        except TritonizeError as e:
+            if len(builders) == 1:
+                raise
+            failures.append(f"{builder.name}: {e}")
+            if builder is not builders[-1]:
+                say(f"  ! {builder.name} failed ({e}); trying the next builder")
+    raise TritonizeError("every builder failed: " + "; ".join(failures))
+
+
+def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Release, options: ConvertOptions,
+                entry: Plan, check: PlanCheck) -> Plan:
+    out = manifest.directory
+    (out / PLAN_NAME).unlink(missing_ok=True)  # a stale plan must not outlive a failed rebuild
+    entry = replace(entry, builder=builder.name)
+    try:
+        version = builder.tensorrt_version()
+        entry = replace(entry, tensorrt_version=version)
+        check_target(builder.name, version, release, job.version_compatible)
+        check_opset(builder.name, version, out / job.onnx_file)
+        gpu = gpu_facts()
+        job = replace(job, timing_cache=timing_cache_file(job.timing_cache, version, gpu.get("compute_capability")))
+        with step(f"build the engine with {builder.name} (TensorRT {version})") as s_build:
+            built: Built = builder.build(job, out, options.build_timeout_s)
+        # The engine's own tensor names are what the repository must serve (torch-tensorrt has its own).
+        entry = replace(entry, input_name=built.engine_io[0], output_name=built.engine_io[1])
+        with step(f"verify the plan against onnxruntime FP32 on {check.described} (batches {check.batches}), "
+                  f"{builder.checked_where}") as s_verify:
+            report = builder.verify(out / PLAN_NAME, built.engine_io, check, job, version, options.build_timeout_s)
+    except Exception as e:  # noqa: BLE001 - whatever failed (tritonize, Polygraphy, torch-tensorrt, the OS) is recorded
+        (out / PLAN_NAME).unlink(missing_ok=True)
+        error = str(e) if isinstance(e, TritonizeError) else f"{builder.name} failed: {type(e).__name__}: {last_line(e)}"
+        manifest.record("tensorrt", replace(entry, status=Status.failed, error=error))
+        raise TritonizeError(error) from None
+    entry = replace(
+        entry,
+        **file_facts(out / PLAN_NAME),
+        status=Status.built if report.passed else Status.failed,
+        verification=report,
+        created=now_iso(),
+    ).with_details(
+        log=built.log,
+        gpu=gpu,
+        tf32=job.tf32,
+        timing_cache_file=job.timing_cache,
+        timings={"build": asdict(s_build), "builder_seconds": built.seconds, "verify": asdict(s_verify)},
+        **({"argv_used": built.argv} if built.argv else {}),
+    )
+    manifest.record("tensorrt", entry)
+    if not report.passed:
+        (out / PLAN_NAME).unlink(missing_ok=True)
+        raise TritonizeError(f"the TensorRT plan failed verification ({report.summary()}); it was removed")
+    say(f"  ✓ built {out / PLAN_NAME} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}")
+    return entry
+
+
+def check_target(builder: str, version: str, release: Release, version_compatible: bool) -> None:
+    """Refuse a build whose plan the target release's TensorRT would not load; name the pip pins of the
+    releases it would load in (or of the target's) when this TensorRT matches none."""
+    if not release.tensorrt:
+        say(f"  ! tritonize does not know Triton {release.release}'s TensorRT; building with TensorRT {version} "
+            "(--builder container matches the server by construction)")
+        if not releases_for_tensorrt(version, version_compatible):
+            say(f"  ! no release in tritonize's table runs TensorRT {version}; the pins of the releases it knows:")
+            say(pins_line())
+        return
+    if tensorrt_loads(version, release.tensorrt, version_compatible):
+        return
+    across = ", ".join(f"{a} -> {b}" for a, b in sorted(CROSS_MAJOR))
+    raise TritonizeError(
+        f"{builder} has TensorRT {version} but Triton {release.release} runs TensorRT {release.tensorrt}: the plan "
+        f"would not deserialize there; use --builder container, or a TensorRT that matches ({pins_line(release)}), "
+        f"or --version-compatible with a TensorRT of 8.6 or newer and not newer than {release.tensorrt} "
+        f"(across majors only {across})"
+    )
+
+
+def check_opset(builder: str, version: str, onnx_file: Path) -> None:
+    """Refuse to let a TensorRT 8.x parser read an ONNX newer than it knows: it would not refuse, it would
+    misread it (prepare.TENSORRT_8_OPSET)."""
+    if version_parts(version)[:1] != (8,):
+        return
+    import onnx
+
+    model = onnx.load(str(onnx_file), load_external_data=False)
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if opset > TENSORRT_8_OPSET:
+        raise TritonizeError(
+            f"{builder} has TensorRT {version}, whose ONNX parser reads opsets up to {TENSORRT_8_OPSET} and misreads "
+            f"{onnx_file.name} (opset {opset}); target a release with TensorRT 8 (e.g. --triton-release 24.04), for "
+            f"which tritonize converts the ONNX to opset {TENSORRT_8_OPSET}, or use a TensorRT 10 builder"
+        )
+
+
+def timing_cache_file(base: str, version: str, compute_capability: str | None) -> str:
+    """The timing cache of one TensorRT version and one GPU: `base` with both in its name (a cache is tied
+    to the TensorRT that wrote it and to the GPU's properties: NvInfer.h ITimingCache::combine,
+    IBuilderConfig::setTimingCache)."""
+    path = Path(base)
+    gpu = f"-sm{compute_capability.replace('.', '')}" if compute_capability and re.fullmatch(r"\d+\.\d+", compute_capability) else ""
+    return str(path.with_name(f"{path.stem}-trt{version}{gpu}{path.suffix}"))
