@@ -12,11 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from typer.testing import CliRunner
 
 from tests.emulation import VERSIONS as EMULATED_VERSIONS
 
 SMALL_ARCH = "resnet18"
+
+# Property-based tests (hypothesis): a profile for `make test` that keeps them to seconds, a larger one for `make
+# mutation` (TRITONIZE_HYPOTHESIS=mutation), where a mutant must meet the inputs that tell it apart. Both are
+# derandomized (the same examples every run: a failure reproduces, mutmut's timings hold) and keep no example
+# database (nothing written beside the tests).
+settings.register_profile("test", max_examples=30, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("mutation", max_examples=120, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("TRITONIZE_HYPOTHESIS", "test"))
 STANDINS = Path(__file__).parent / "standins"
 
 

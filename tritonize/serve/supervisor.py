@@ -93,8 +93,10 @@ class _Model:
 class Supervisor:
     """Watches the models of one tritonserver from a daemon thread: `start()`, `stop()`."""
 
-    def __init__(self, server_pid: int | None, http_url: str, metrics_url: str, key: ControlKey | None = None):
+    def __init__(self, server_pid: int | None, http_url: str, metrics_url: str, key: ControlKey | None = None,
+                 clock=time.monotonic):
         self.server_pid, self.http_url, self.metrics_url, self.key = server_pid, http_url, metrics_url, key
+        self.clock = clock  # seconds, monotonic: the crash window, back-offs and probe interval are read on it
         self.models: dict[str, _Model] = {}
         self._pidfds: dict[int, int] = {}
         self._stop = threading.Event()
@@ -147,7 +149,7 @@ class Supervisor:
             mine = {i: s for i, s in live.items() if _model_of(i) == name}
             model = self.models.setdefault(name, _Model(mine, failures.get(name, 0.0)))
             if model.reload_at is not None:
-                if time.monotonic() >= model.reload_at:
+                if self.clock() >= model.reload_at:
                     self._reload(name, model)
                 continue
             crashed, kept = self._dead_stubs(model, mine)
@@ -155,7 +157,7 @@ class Supervisor:
                 self._crashed(name, model, "; ".join(crashed.values()), [model.stubs[i] for i in crashed])
                 continue
             rose = failures.get(name, 0.0) > model.failures
-            if rose and (mine or not self.server_pid) and time.monotonic() - model.probed >= PROBE_INTERVAL_S:
+            if rose and (mine or not self.server_pid) and self.clock() - model.probed >= PROBE_INTERVAL_S:
                 problem = self._probe(name, model, len(mine) + 1)
                 failures[name] = failure_counts(self.metrics_url).get(name, 0.0)  # the probe's own failure is no news
                 # The error names the stub; an ensemble failing in a step names the step's, whose own check acts.
@@ -198,7 +200,7 @@ class Supervisor:
         """The first error of up to `requests` batch-1 requests of valid input that says a stub is not
         healthy, else None (the requests spread over the instances); None at once for an ensemble. (JSON
         carries the dtypes `repo build` serves, FP32, UINT8 and BYTES; Triton refuses FP16 in JSON.)"""
-        model.probed = time.monotonic()
+        model.probed = self.clock()
         try:
             with urllib.request.urlopen(f"{self.http_url}/v2/models/{name}/config", timeout=REQUEST_TIMEOUT_S) as response:
                 config = json.loads(response.read())
@@ -221,7 +223,7 @@ class Supervisor:
         return None
 
     def _crashed(self, name: str, model: _Model, what: str, dead: list[Stub]) -> None:
-        now = time.monotonic()
+        now = self.clock()
         model.crashes = [t for t in model.crashes if now - t < CRASH_WINDOW_S] + [now]
         model.what = what
         model.dead += dead
@@ -234,7 +236,7 @@ class Supervisor:
             self._reload(name, model)
 
     def _reload(self, name: str, model: _Model) -> None:
-        start = time.monotonic()
+        start = self.clock()
         error = self._load_again(name, model.what)
         model.reload_at = None
         self._forget(model)
@@ -244,7 +246,7 @@ class Supervisor:
         model.stubs = {i: s for i, s in live_stubs(self.server_pid).items() if _model_of(i) == name} if self.server_pid else {}
         model.exited.clear()
         model.failures = failure_counts(self.metrics_url).get(name, 0.0)
-        say(f"{name}: {model.what}; reloaded in {time.monotonic() - start:.1f} s (crash {len(model.crashes)} within "
+        say(f"{name}: {model.what}; reloaded in {self.clock() - start:.1f} s (crash {len(model.crashes)} within "
             f"{CRASH_WINDOW_S / 60:.0f} min; crash {len(RELOAD_DELAYS_S) + 1} makes it UNAVAILABLE)")
 
     def _load_again(self, name: str, what: str) -> str | None:

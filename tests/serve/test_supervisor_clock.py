@@ -1,0 +1,337 @@
+"""The supervisor as a state machine: its time rules (crash window, back-offs, give-up, probe interval) run
+against a fake clock, and its stubs' lives against a fake process table, while it talks HTTP to a fake
+Triton that keeps the model repository API's state (index, config, load/unload, infer, metrics).
+
+Fake pids lie above the kernel's largest pid (2**22), so the SIGKILL the supervisor sends a hung stub can
+reach no real process. The real-server tests (a real tritonserver, real stubs killed) are in
+test_supervision.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from tritonize.serve import supervisor
+from tritonize.serve.supervisor import CRASH_WINDOW_S, PROBE_INTERVAL_S, RELOAD_DELAYS_S, Stub, Supervisor
+
+SERVER_PID = 5_000_000  # above pid_max (at most 2**22): os.kill on it is ESRCH
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Proc:
+    instance: str
+    started: str
+    region: str
+    status: int | None = None  # the wait status once ended (a zombie child of the server)
+    hung: bool = False
+
+
+class FakeTriton:
+    """The repository API's state for models of `count` instances, and the stubs as processes."""
+
+    def __init__(self, models: dict[str, int]):
+        self.lock = threading.Lock()
+        self.count = dict(models)
+        self.state = {name: ("READY", "") for name in models}
+        self.failures = {name: 0.0 for name in models}
+        self.procs: dict[int, Proc] = {}
+        self.next_pid = SERVER_PID + 1
+        self.loads: list[tuple[str, dict]] = []  # (model, the load request's body)
+        self.unloads: list[str] = []
+        self.infers: list[tuple[str, str]] = []  # (model, instance reached)
+        self.turn: dict[str, int] = {}
+        for name in models:
+            self._spawn(name)
+
+    # --- what the test does to the stubs
+    def pid(self, instance: str) -> int:
+        return next(p for p, proc in self.procs.items() if proc.instance == instance and proc.status is None)
+
+    def kill(self, instance: str, signal_number: int = 9) -> int:
+        pid = self.pid(instance)
+        self.procs[pid].status = signal_number  # a zombie until tritonserver unloads its instance
+        return pid
+
+    def hang(self, instance: str) -> int:
+        pid = self.pid(instance)
+        self.procs[pid].hung = True
+        return pid
+
+    def exit_on_purpose(self, instance: str) -> None:
+        """tritonserver ended the stub itself (fewer instances) and reaped it at once."""
+        del self.procs[self.pid(instance)]
+
+    # --- the process table the supervisor reads
+    def live_stubs(self, server_pid):
+        assert server_pid == SERVER_PID
+        return {p.instance: Stub(pid, p.started, p.region) for pid, p in self.procs.items() if p.status is None}
+
+    def zombie_status(self, pid, server_pid):
+        proc = self.procs.get(pid)
+        return None if proc is None or proc.status is None else proc.status
+
+    def start_time(self, pid):
+        proc = self.procs.get(pid)
+        return None if proc is None or proc.status is not None else proc.started
+
+    # --- Triton's side
+    def _spawn(self, name: str) -> None:
+        for pid in [p for p, proc in self.procs.items() if supervisor._model_of(proc.instance) == name]:
+            del self.procs[pid]  # reaped: zombies too
+        for i in range(self.count[name]):
+            pid, self.next_pid = self.next_pid, self.next_pid + 1
+            self.procs[pid] = Proc(f"{name}_0_{i}", f"t{pid}", f"triton_python_backend_shm_region_fake_{pid}")
+
+    def handle(self, method: str, path: str, body: bytes) -> tuple[int, object]:
+        parts = path.strip("/").split("/")
+        with self.lock:
+            if path == "/metrics":
+                return 200, "".join(f'nv_inference_request_failure{{model="{m}",version="1"}} {n}\n'
+                                    for m, n in self.failures.items())
+            if path == "/v2/repository/index":
+                return 200, [{"name": m, "version": "1", "state": s, "reason": r} for m, (s, r) in self.state.items()]
+            if parts[:2] == ["v2", "models"] and parts[3] == "config":
+                return 200, {"name": parts[2], "platform": "onnxruntime_onnx", "max_batch_size": 8,
+                             "input": [{"name": "input", "data_type": "TYPE_FP32", "dims": [3, 2, 2]}],
+                             "instance_group": [{"count": self.count[parts[2]], "kind": "KIND_CPU"}]}
+            if parts[:2] == ["v2", "models"] and parts[3] == "infer":
+                return self._infer(parts[2])
+            name, action = parts[3], parts[4]
+            if action == "unload":
+                self.unloads.append(name)
+                self.state[name] = ("UNAVAILABLE", "unloaded")
+                for pid in [p for p, proc in self.procs.items() if supervisor._model_of(proc.instance) == name]:
+                    del self.procs[pid]
+                return 200, {}
+            request = json.loads(body or b"{}")
+            self.loads.append((name, request))
+            if "file:1/model.py" in request.get("parameters", {}):  # the supervisor's "given up" model
+                reason = base64.b64decode(request["parameters"]["file:1/model.py"]).decode()
+                self.state[name] = ("UNAVAILABLE", reason)
+                return 400, {"error": f"load failed for model '{name}': {reason}"}
+            self.state[name] = ("READY", "")
+            self._spawn(name)
+            return 200, {}
+
+    def _infer(self, name: str) -> tuple[int, object]:
+        instances = sorted(i for i in (p.instance for p in self.procs.values()) if supervisor._model_of(i) == name)
+        turn = self.turn.get(name, 0)
+        self.turn[name] = turn + 1
+        instance = instances[turn % len(instances)]
+        self.infers.append((name, instance))
+        proc = next(p for p in self.procs.values() if p.instance == instance)
+        if proc.status is not None or proc.hung:
+            self.failures[name] += 1
+            return 400, {"error": f"Stub process '{instance}' is not healthy."}
+        return 200, {}
+
+    def client_failures(self, name: str, n: int = 1) -> None:
+        """Failed requests that a client caused (a bad request): the counter rises, no stub is hurt."""
+        self.failures[name] += n
+
+
+@pytest.fixture
+def world(monkeypatch):
+    """(FakeTriton, Supervisor on it, Clock, the supervisor's log lines); one model of 1 instance, one of 2."""
+    triton = FakeTriton({"solo": 1, "pair": 2})
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self, method):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            code, payload = triton.handle(method, self.path, body)
+            data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._answer("GET")
+
+        def do_POST(self):
+            self._answer("POST")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    for name in ("live_stubs", "zombie_status", "start_time"):
+        monkeypatch.setattr(supervisor, name, getattr(triton, name))
+    lines: list[str] = []
+    monkeypatch.setattr(supervisor, "say", lines.append)
+    clock = Clock()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    sup = Supervisor(SERVER_PID, url, f"{url}/metrics", clock=clock)
+    sup.check()
+    try:
+        yield triton, sup, clock, lines
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def _reloads(triton, name):
+    return [body for model, body in triton.loads if model == name and "file:1/model.py" not in body["parameters"]]
+
+
+def test_back_off_steps_then_give_up_on_the_fake_clock(world):
+    """Crash n within the window is reloaded RELOAD_DELAYS_S[n-1] after it, not a tick sooner; the crash
+    after the last delay makes the model UNAVAILABLE with its reason. The other model is never touched."""
+    triton, sup, clock, lines = world
+    for n, delay in enumerate(RELOAD_DELAYS_S, 1):
+        clock.now += 10
+        pid = triton.kill("solo_0_0")
+        sup.check()
+        if delay:
+            assert len(_reloads(triton, "solo")) == n - 1
+            clock.now += delay - 0.001
+            sup.check()
+            assert len(_reloads(triton, "solo")) == n - 1, f"crash {n} reloaded before its {delay} s back-off"
+            clock.now += 0.001
+            sup.check()
+        assert len(_reloads(triton, "solo")) == n, f"crash {n} not reloaded after {delay} s"
+        assert lines[-1].startswith(f"solo: stub solo_0_0 (pid {pid}) died (killed by SIGKILL); reloaded in ")
+        assert f"(crash {n} within 10 min; crash {len(RELOAD_DELAYS_S) + 1} makes it UNAVAILABLE)" in lines[-1]
+        reload = json.loads(_reloads(triton, "solo")[-1]["parameters"]["config"])
+        assert "model_warmup" not in reload and "died (killed by SIGKILL)" in reload["parameters"][supervisor.RELOADED]["string_value"]
+    clock.now += 10
+    triton.kill("solo_0_0")
+    sup.check()
+    assert triton.state["solo"][0] == "UNAVAILABLE"
+    assert f"it crashed {len(RELOAD_DELAYS_S) + 1} times within 10 min" in triton.state["solo"][1]
+    assert lines[-1].startswith("solo: UNAVAILABLE: stub solo_0_0") and len(_reloads(triton, "solo")) == len(RELOAD_DELAYS_S)
+    assert "solo" not in sup.models
+    assert not _reloads(triton, "pair") and triton.state["pair"] == ("READY", "")
+
+
+@pytest.mark.parametrize("spacing, given_up", [
+    (CRASH_WINDOW_S / len(RELOAD_DELAYS_S) - 0.01, True),  # the 1st and the last crash less than the window apart
+    (CRASH_WINDOW_S / len(RELOAD_DELAYS_S), False),  # exactly the window apart: the 1st no longer counts
+])
+def test_crashes_count_only_within_the_window(world, spacing, given_up):
+    triton, sup, clock, lines = world
+    for n in range(len(RELOAD_DELAYS_S) + 1):
+        triton.kill("solo_0_0")
+        sup.check()
+        clock.now += RELOAD_DELAYS_S[min(n, len(RELOAD_DELAYS_S) - 1)]
+        sup.check()  # the back-off served
+        if n < len(RELOAD_DELAYS_S):
+            clock.now += spacing - RELOAD_DELAYS_S[n]
+    assert (triton.state["solo"][0] == "UNAVAILABLE") == given_up, lines
+    if not given_up:
+        assert len(_reloads(triton, "solo")) == len(RELOAD_DELAYS_S) + 1
+        assert f"(crash {len(RELOAD_DELAYS_S)} within 10 min" in lines[-1], lines[-1]
+
+
+def test_crashes_spaced_wider_than_the_window_are_each_a_first_crash(world):
+    triton, sup, clock, lines = world
+    for _ in range(2 * len(RELOAD_DELAYS_S) + 2):
+        triton.kill("solo_0_0")
+        sup.check()  # reloaded at once: no back-off for a first crash
+        assert "(crash 1 within 10 min" in lines[-1], lines[-1]
+        clock.now += CRASH_WINDOW_S
+    assert triton.state["solo"] == ("READY", "")
+
+
+def test_a_model_given_up_and_loaded_again_by_hand_starts_afresh(world):
+    triton, sup, clock, lines = world
+    for delay in (*RELOAD_DELAYS_S, 0.0):
+        triton.kill("solo_0_0")
+        sup.check()
+        clock.now += delay
+        sup.check()
+    assert triton.state["solo"][0] == "UNAVAILABLE"
+    triton.handle("POST", "/v2/repository/models/solo/load", b"{}")  # the user fixed the cause and loaded it
+    clock.now += 1
+    sup.check()
+    triton.kill("solo_0_0")
+    sup.check()
+    assert triton.state["solo"] == ("READY", "") and "(crash 1 within 10 min" in lines[-1], lines[-1]
+
+
+@pytest.mark.parametrize("victim", ["pair_0_0", "pair_0_1"])
+def test_either_instance_of_two_dying_is_a_crash_and_both_come_back(world, victim):
+    triton, sup, clock, lines = world
+    other = ({"pair_0_0", "pair_0_1"} - {victim}).pop()
+    pid = triton.kill(victim)
+    sup.check()
+    assert lines[-1].startswith(f"pair: stub {victim} (pid {pid}) died (killed by SIGKILL); reloaded in "), lines
+    assert set(sup.models["pair"].stubs) == {"pair_0_0", "pair_0_1"}
+    assert pid not in {s.pid for s in sup.models["pair"].stubs.values()}
+    assert other in sup.models["pair"].stubs
+    # the other one next: a second crash, reloaded after its back-off; its stub's region is removed then
+    pid = triton.kill(other)
+    clock.now += 1
+    sup.check()
+    assert len(_reloads(triton, "pair")) == 1 and [s.pid for s in sup.models["pair"].dead] == [pid]
+    clock.now += RELOAD_DELAYS_S[1]
+    sup.check()
+    assert len(_reloads(triton, "pair")) == 2 and not sup.models["pair"].dead
+
+
+@pytest.mark.parametrize("victim", ["pair_0_0", "pair_0_1"])
+def test_a_hung_instance_of_two_is_found_by_the_probe_whichever_it_is(world, victim):
+    """A probe sends one request per instance and one more, so it reaches the hung stub whichever instance
+    the server's round robin starts at."""
+    triton, sup, clock, lines = world
+    for start in range(2):
+        triton.turn["pair"] = start
+        triton.hang(victim)
+        triton.client_failures("pair")  # a client's request failed on it
+        clock.now += PROBE_INTERVAL_S
+        sup.check()
+        assert lines[-1].startswith(f"pair: Stub process '{victim}' is not healthy; reloaded in "), lines
+        clock.now += CRASH_WINDOW_S
+
+
+def test_a_stub_ended_on_purpose_is_no_crash(world):
+    triton, sup, clock, lines = world
+    triton.count["pair"] = 1
+    triton.exit_on_purpose("pair_0_1")  # a config loaded with fewer instances
+    sup.check()
+    clock.now += 100
+    sup.check()
+    assert not lines and not _reloads(triton, "pair") and set(sup.models["pair"].stubs) == {"pair_0_0"}
+
+
+def test_a_stub_that_exited_with_status_0_is_a_crash_only_once_seen_unreaped_twice(world):
+    """Status 0 reads the same for a stub tritonserver is about to reap and for one not ours to inspect: the
+    first round keeps it, the next one still finding it a zombie takes it for a crash."""
+    triton, sup, clock, lines = world
+    triton.kill("solo_0_0", signal_number=0)
+    sup.check()
+    assert not lines
+    clock.now += supervisor.POLL_S
+    sup.check()
+    assert lines and "died (exit code 0)" in lines[-1], lines
+
+
+def test_the_probe_interval_bounds_the_probes_of_clients_bad_requests(world):
+    """Failures that no stub caused: one probe per PROBE_INTERVAL_S at most (1 instance: 2 requests each),
+    and no crash."""
+    triton, sup, clock, lines = world
+    probes = []
+    for step in (0.0, PROBE_INTERVAL_S - 0.001, 0.001, PROBE_INTERVAL_S / 2, PROBE_INTERVAL_S / 2):
+        clock.now += step
+        triton.client_failures("solo")
+        sup.check()
+        probes.append(sum(1 for model, _ in triton.infers if model == "solo") // 2)
+    assert probes == [1, 1, 2, 2, 3]
+    assert not lines and sup.models["solo"].failures == triton.failures["solo"]
