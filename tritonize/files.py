@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import shutil
@@ -34,14 +35,19 @@ def staged_path(final: Path) -> Iterator[Path]:
 def sweep_stale(final: Path) -> tuple[list[Path], list[Path]]:
     """Remove the temporaries of `final` that killed processes left (their pid is in the name), except a
     previous directory that a process killed between the two renames of a swap moved aside: it goes back
-    in place. Returns (what was removed or put back, the temporaries of processes that still run)."""
+    in place. Returns (what was removed or put back, the temporaries of processes that still run).
+
+    One with our own pid is stale too: no publish of `final` is under way in this process when a new one
+    begins, so it was left by an earlier process that had our pid (in a container, every run may get the same).
+    The name is matched literally (a `final` named `a[1]` or `*` has glob characters)."""
     final = Path(final)
     swept, running = [], []
-    for stale in sorted([*final.parent.glob(f".{final.name}.tmp-*"), *final.parent.glob(f".{final.name}.old-*")]):
+    prefix = glob.escape(f".{final.name}.")
+    for stale in sorted([*final.parent.glob(f"{prefix}tmp-*"), *final.parent.glob(f"{prefix}old-*")]):
         pid = stale.name.rpartition("-")[2]
-        if not pid.isdigit() or int(pid) == os.getpid():
+        if not pid.isdigit():
             continue
-        if pid_alive(int(pid)):
+        if int(pid) != os.getpid() and pid_alive(int(pid)):
             running.append(stale)
             continue
         if ".old-" in stale.name and not final.exists():
