@@ -393,7 +393,7 @@ PLANTED = {
         [("torch_model", "configs/cpu.pbtxt: preferred_batch_size [4, 8, 16, 32] outside 1..max_batch_size 1"),
          ("torch_model", "configs/cpu.pbtxt: warmup 'batch_32' uses batch 32 > max_batch_size 1")]),
     "no instances": ("onnx_model", "configs/gpu.pbtxt", _instances(0),
-                     [("onnx_model", "configs/gpu.pbtxt: instance_group count 0")]),
+                     [("onnx_model", "configs/gpu.pbtxt: instance_group count 0: Triton runs 1 instance", "warning")]),
     "ONNX dtype": ("onnx_model", "config.pbtxt", _fp16_input,
                    [("onnx_model", "input 'input': config says TYPE_FP16, the graph has TYPE_FP32"),
                     *[(e, "tensor 'PREPROCESSED'") for e in ENSEMBLES_OF["onnx_model"]]]),
@@ -552,7 +552,9 @@ def test_a_cpu_precision_variant_is_served_only_after_convert_cpus_gates_passed(
     _exactly(serve(replace(variant, cpu_serving=replace(gates, speed=gate))))
 
 
-def test_variable_dims_match_any_size(repo):
+def test_variable_dims_match_any_size_where_the_model_takes_any(repo):
+    """A TorchScript module is probed by a real forward; an ONNX graph's axes are fixed (224, 1000), and Triton's
+    onnxruntime backend takes a config -1 only for a variable graph axis (its CompareDimsSupported)."""
     def variable(c):  # the label file stays: a variable class count cannot be checked against it
         del c.input[0].dims[:]
         c.input[0].dims.extend([3, -1, -1])
@@ -562,7 +564,9 @@ def test_variable_dims_match_any_size(repo):
         edit_config(repo / model, variable, "configs/cpu.pbtxt")
     edit_config(repo / "torch_model", _dims("output", 0, [-1]), "configs/gpu.pbtxt")  # checked by a real forward
     edit_config(repo / "preprocess_uint8", _dims("output", 0, [3, -1, -1]))  # the ensembles' tensor: fits 3x224x224
-    _exactly(check_repository(repo))
+    _exactly(check_repository(repo),
+             ("onnx_model", "configs/cpu.pbtxt: input 'input': config dims [3, -1, -1] do not match the graph's [3, 224, 224]"),
+             ("onnx_model", "configs/cpu.pbtxt: output 'output': config dims [-1] do not match the graph's [1000]"))
 
 
 def test_the_libtorch_naming_rule_allows_forward_argument_names_and_indices_below_the_count(repo):

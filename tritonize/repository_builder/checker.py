@@ -4,10 +4,11 @@ Rules (each finding names the model, what is wrong and how to fix it). configs/*
 with --model-config-name (the embedded engine's choice on a machine without a GPU), get every rule that
 config.pbtxt gets; a variant's finding says its file, and what config.pbtxt already says is not repeated.
   schema      every config.pbtxt / configs/*.pbtxt parses as Triton's ModelConfig; its name is the directory's
-  platform    platform or backend is one Triton ships
+  platform    platform or backend is one Triton ships; a backend Triton knows by type with its own platform only
+  dims        every input and output has dims, each >= 1 or -1
   batching    max_batch_size >= 0; dynamic batching needs max_batch_size > 0; preferred and warmup
               batch sizes in 1..max_batch_size
-  instances   counts >= 1; tensorrt_plan never on KIND_CPU instances
+  instances   counts >= 1 (a warning: Triton runs 1); tensorrt_plan never on KIND_CPU instances
   versions    numeric version directories exist and each holds the backend's model file
   labels      the label file exists and has one line per output class
   onnx        config names, types and dims match the real ONNX graph; its batch axis is symbolic
@@ -54,6 +55,7 @@ PLATFORMS = {
     "tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch",
     "tensorflow_graphdef": "tensorflow", "tensorflow_savedmodel": "tensorflow", "ensemble": "ensemble",
 }
+TYPED_BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow"}  # the backends Triton's core knows by type
 BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow", "openvino", "python", "fil", "dali", "vllm",
             "tensorrtllm", "identity", "repeat", "square"}
 DEFAULT_FILES = {"tensorrt": "model.plan", "onnxruntime": "model.onnx", "pytorch": "model.pt",
@@ -188,10 +190,21 @@ class _ModelCheck:
                      f"set name: \"{self.dir.name}\" (Triton requires them equal)")
         if cfg.backend and cfg.backend not in BACKENDS:
             self.add("error", f"{rel}: unknown backend {cfg.backend!r}", f"use one of {', '.join(sorted(BACKENDS))}")
-        if cfg.platform and cfg.platform not in PLATFORMS:
+        if cfg.platform and cfg.platform not in PLATFORMS and (not cfg.backend or cfg.backend in TYPED_BACKENDS):
+            # (any platform string goes with a backend Triton does not know by type, e.g. python)
             self.add("error", f"{rel}: unknown platform {cfg.platform!r}", f"use one of {', '.join(PLATFORMS)}")
         if not cfg.backend and not cfg.platform:
             self.add("error", f"{rel}: neither platform nor backend is set", "set platform (e.g. onnxruntime_onnx)")
+        # Triton: a backend it knows by type takes only its own platform; an ensemble has no backend.
+        if cfg.backend and cfg.platform in PLATFORMS and PLATFORMS[cfg.platform] != cfg.backend and \
+                (cfg.backend in TYPED_BACKENDS or cfg.platform == "ensemble"):
+            self.add("error", f"{rel}: platform {cfg.platform!r} with backend {cfg.backend!r} (Triton refuses the pair)",
+                     f"drop the platform or set the one of backend {cfg.backend!r}")
+        for role, tensors in (("input", cfg.input), ("output", cfg.output)):
+            for t in tensors:  # Triton's ValidateIOShape
+                if not t.dims or any(d < 1 and d != -1 for d in t.dims):
+                    self.add("error", f"{rel}: {role} {t.name!r} has dims {list(t.dims)}; Triton wants at least one, "
+                                      "each >= 1 or -1 (variable)", f"set the dims the model takes or {REBUILD}")
 
         mb = cfg.max_batch_size
         if mb < 0:
@@ -211,8 +224,9 @@ class _ModelCheck:
 
         backend = _backend_of(cfg)
         for group in cfg.instance_group:
-            if group.count < 1:
-                self.add("error", f"{rel}: instance_group count {group.count}", "set count >= 1")
+            if group.count < 1:  # Triton runs one instance then (its NormalizeInstanceGroup)
+                self.add("warning", f"{rel}: instance_group count {group.count}: Triton runs 1 instance",
+                         "set count >= 1 to say how many")
             if backend == "tensorrt" and kind_name(group.kind) == "KIND_CPU":
                 self.add("error", f"{rel}: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
                          "use kind: KIND_GPU for trt_model; serve CPU-only boxes with onnx_model/torch_model")
@@ -361,6 +375,8 @@ class _ModelCheck:
         dims = [(d.dim_value if d.HasField("dim_value") else None) for d in tensor_type.shape.dim]
         if cfg.max_batch_size > 0:
             if not dims:
+                self.add("error", f"{role} {t.name!r}: the graph's tensor is a scalar (no batch axis), but max_batch_size "
+                                  f"is {cfg.max_batch_size}", "set max_batch_size: 0")
                 return
             batch, dims = dims[0], dims[1:]
             if batch is not None:
@@ -368,7 +384,8 @@ class _ModelCheck:
                                   f"is {cfg.max_batch_size}",
                          "re-export with a symbolic batch axis (`tritonize export --force`) or set max_batch_size: 0")
         expected = list(t.dims)
-        same = len(dims) == len(expected) and all(g is None or e == -1 or g == e for g, e in zip(dims, expected))
+        # Triton's onnxruntime backend: a variable graph dim takes any config dim; a fixed one only itself (not -1).
+        same = len(dims) == len(expected) and all(g is None or g == e for g, e in zip(dims, expected))
         if not same:
             shown = ["?" if d is None else d for d in dims]
             self.add("error", f"{role} {t.name!r}: config dims {expected} do not match the graph's {shown} "

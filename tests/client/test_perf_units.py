@@ -1,0 +1,167 @@
+"""The units of `client perf`, pinned: the built-in engine's conversions on known answers (nanoseconds summed by
+Triton's statistics -> microseconds per request, seconds -> milliseconds, windows counted as perf_analyzer counts
+them), and, for one run of the real perf_analyzer, the server-side figures tritonize computes from Triton's
+statistics against the ones perf_analyzer computed from the same statistics."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.client.test_perf_engines import NEEDS_PERF_ANALYZER
+from tritonize.client import load
+from tritonize.client import perf_analyzer as pa
+from tritonize.client.perf import SERVER_PARTS, LevelResult, _server_delta
+from tritonize.client.stats import latency_summary, percentile
+
+
+def _snapshot(requests: int, inferences: int, executions: int, ns: dict[str, int]) -> dict:
+    """Triton's statistics as Connection.statistics gives them: (count, summed ns) per part."""
+    return {"success": (requests, sum(ns.values())), **{part: (requests, ns[part]) for part in SERVER_PARTS},
+            "executions": (executions, inferences)}
+
+
+def test_server_delta_turns_summed_nanoseconds_into_microseconds_per_request():
+    before = _snapshot(10, 40, 10, dict(queue=1_000_000, compute_input=2_000_000, compute_infer=30_000_000,
+                                        compute_output=500_000))
+    # 4 more requests of batch 4 in 2 executions: 16 inferences; queue 4 x 250 us, infer 4 x 7.5 ms
+    after = _snapshot(14, 56, 12, dict(queue=2_000_000, compute_input=2_400_000, compute_infer=60_000_000,
+                                       compute_output=540_000))
+    per_request, batch, requests = _server_delta(before, after)
+    assert per_request == {"queue": 250.0, "compute_input": 100.0, "compute_infer": 7500.0, "compute_output": 10.0}
+    assert batch == 8.0 and requests == 4  # 16 inferences in 2 executions
+
+
+def test_server_delta_of_nothing_is_zero_not_a_division_by_zero():
+    same = _snapshot(3, 3, 3, dict(queue=1, compute_input=1, compute_infer=1, compute_output=1))
+    assert _server_delta(same, same) == (dict.fromkeys(SERVER_PARTS, 0.0), 0.0, 0)
+    assert _server_delta({}, {}) == (dict.fromkeys(SERVER_PARTS, 0.0), 0.0, 0)
+
+
+def test_latency_summary_is_in_milliseconds_with_nearest_rank_percentiles():
+    seconds = [0.001 * k for k in range(1, 101)]  # 1 ms .. 100 ms
+    summary = latency_summary(seconds)
+    assert summary["count"] == 100 and summary["avg_ms"] == pytest.approx(50.5)
+    assert [summary[f"p{p}_ms"] for p in (50, 90, 95, 99)] == pytest.approx([50.0, 90.0, 95.0, 99.0])
+    assert percentile([5.0, 1.0, 3.0], 50) == 3.0 and percentile([5.0, 1.0, 3.0], 34) == 3.0
+    assert percentile([5.0, 1.0, 3.0], 33) == 1.0 and percentile([2.0], 99) == 2.0
+
+
+def _level(**fields) -> LevelResult:
+    figures = dict(model="m", concurrency=2, batch=4, transport="grpc", requests=100, seconds=2.0, throughput=200.0,
+                   latency=latency_summary([0.010] * 50 + [0.020] * 50), client_send_us=0.0, client_recv_us=0.0,
+                   response_wait_us=15_000.0, server_us={"queue": 500.0, "compute_input": 250.0,
+                                                         "compute_infer": 12_000.0, "compute_output": 250.0},
+                   server_batches=2.0, tensor_bytes_on_wire=1)
+    return LevelResult(**{**figures, **fields})
+
+
+def test_a_builtin_levels_csv_row_is_in_microseconds_as_perf_analyzers():
+    row = _level().csv_row()
+    assert row["Server Queue"] == 500 and row["Server Compute Infer"] == 12_000
+    assert row["p50 latency"] == 10_000 and row["p99 latency"] == 20_000 and row["Avg latency"] == 15_000
+    assert row["Network+Server Send/Recv"] == 15_000 - 13_000 and row["response wait"] == 15_000
+
+
+def test_perf_analyzer_windows_and_figures_convert_on_known_answers():
+    assert pa.time_window_ms(0.6) == 200 and pa.time_window_ms(0.1) == 100 and pa.time_window_ms(None) == 1667
+    assert pa.count_window(30) == 10 and pa.count_window(31) == 11 and pa.count_window(1) == 1
+    row = {"Inferences/Second": "400", "Avg latency": "15000", "p50 latency": "10000", "p90 latency": "20000",
+           "p95 latency": "20000", "p99 latency": "25000", "Client Send": "30", "Client Recv": "5",
+           "response wait": "14000", "Server Queue": "500", "Server Compute Input": "250",
+           "Server Compute Infer": "12000", "Server Compute Output": "250"}
+    figures = pa.level_figures(row, {"requests": 200, "inferences": 800, "executions": 400}, batch=4)
+    assert figures["seconds"] == 2.0 and figures["throughput"] == 400.0 and figures["requests"] == 200
+    assert figures["latency"]["avg_ms"] == 15.0 and figures["latency"]["p99_ms"] == 25.0
+    assert figures["server_us"]["compute_infer"] == 12_000.0 and figures["server_batches"] == 2.0
+    # two time windows of 0.5 s at 400 and 200 inferences/s, batch 4: 50 and 25 requests
+    passes = pa.passes_figures([(400.0, 10_000.0), (200.0, 40_000.0)], batch=4, window_s=0.5, per_window=None)
+    assert passes["requests"] == 75 and passes["seconds"] == 1.0 and passes["throughput"] == 300.0
+    assert passes["response_wait_us"] == 20_000.0 and passes["latency"]["avg_ms"] == 20.0
+    counted = pa.passes_figures([(400.0, 10_000.0)], batch=4, window_s=None, per_window=7)
+    assert counted["requests"] == 7 and counted["seconds"] == 0.07
+    text = "Request count: 12\n  Server:\n    Inference count: 48\n    Execution count: 20\n" \
+           "Request count: 30\n    Inference count: 120\n    Execution count: 40\n"
+    assert pa.stdout_figures(text) == {"requests": 30, "inferences": 120, "executions": 40}
+
+
+class _Slow:
+    """A stand-in for the gRPC call: each request takes `seconds`; those after `fail_after` fail."""
+
+    def __init__(self, seconds: float, fail_after: int | None = None):
+        self.seconds, self.fail_after, self.calls, self.lock = seconds, fail_after, 0, threading.Lock()
+
+    def __call__(self, payload, timeout):
+        import grpc
+
+        with self.lock:
+            self.calls += 1
+            n = self.calls
+        time.sleep(self.seconds)
+        if self.fail_after is not None and n > self.fail_after:
+            error = grpc.RpcError("dead stub")
+            error.code = lambda: grpc.StatusCode.INTERNAL
+            error.details = lambda: "Stub process 'm_0_0' is not healthy."
+            raise error
+
+
+def test_a_count_window_is_exactly_its_requests_and_ends_with_the_last():
+    call = _Slow(0.002)
+    level = load._Level(call, [b"x", b"y"], timeout=5, concurrency=2, warmup=3)
+    level.warmed.wait()
+    assert call.calls == 6  # each worker's warm-up, none of them in the window
+    window = level.measure(seconds=None, count=20, limit=30)
+    assert len(window.requests) == 20 and window.failures == 0 and call.calls == 26
+    assert window.seconds == pytest.approx(window.requests[-1][1] - (window.requests[-1][1] - window.seconds))
+    assert all(sent < done for sent, done in window.requests)
+    assert window.seconds >= max(done for _, done in window.requests) - min(sent for sent, _ in window.requests) - 1e-3
+
+
+def test_a_time_window_counts_what_completed_in_it_and_its_failures():
+    call = _Slow(0.005, fail_after=12)
+    level = load._Level(call, [b"x"], timeout=5, concurrency=1, warmup=2)
+    level.warmed.wait()
+    window = level.measure(seconds=0.6, count=None, limit=30)
+    assert window.seconds == pytest.approx(0.6, abs=0.05)
+    assert len(window.requests) == 10  # requests 3..12 succeeded; later ones failed, each after RETRY_PAUSE
+    assert 1 <= window.failures <= 0.6 / load.RETRY_PAUSE + 1
+    assert window.error == "INTERNAL: Stub process 'm_0_0' is not healthy."
+
+
+@NEEDS_PERF_ANALYZER
+def test_perf_analyzers_server_figures_are_tritonizes_for_the_same_statistics(small_server, tmp_path):
+    """One perf_analyzer run at batch 4 in count windows; Triton's statistics read right before and after it.
+    perf_analyzer's stdout gives its windows' request, inference and execution counts; what the statistics gained
+    over the run is the same requests plus the few it sent outside its windows. Per request, tritonize's figures
+    from the statistics (the built-in engine's conversion) must be perf_analyzer's: within 25 % where a part
+    takes 100 us or more (windows vary that much on a busy machine), within 100 us below. A unit slip (x1000),
+    a per-inference average (/4) or a per-execution one would be far outside."""
+    from tritonize.client.connection import Connection
+    from tritonize.tools import perf_analyzer
+
+    tool = perf_analyzer.find()
+    model = "onnx_model"
+    with Connection(small_server.grpc_url) as connection:
+        info = connection.model(model)
+        sample = np.zeros(info.input_dims, np.float32)
+        runs = pa.PerfAnalyzerRuns(tool, info.input_name, sample)
+        try:
+            csv_file = runs.next_csv()
+            command = pa.argv(tool, model, small_server.grpc_url, runs.data_file, csv_file, concurrency=1, batch=4,
+                              batching=True, seconds=None, requests=30, stability=1000, shared_memory="none",
+                              output_bytes=0)
+            before = connection.statistics(model)
+            row, figures = pa.run_level(command, csv_file, "in the units test", timeout=300)
+            after = connection.statistics(model)
+        finally:
+            runs.close()
+    per_request, batches, requests = _server_delta(before, after)
+    assert figures["requests"] <= requests <= figures["requests"] + 8, (figures, requests)  # its windows, + a few
+    assert batches == pytest.approx(4.0) and figures["inferences"] == 4 * figures["requests"]
+    for part, column in pa.SERVER_COLUMNS.items():
+        theirs = float(row[column])
+        assert abs(per_request[part] - theirs) <= max(100.0, 0.25 * theirs), (part, per_request, row)
+    assert float(row["Server Compute Infer"]) >= 100  # the comparison above is a relative one for the main part
