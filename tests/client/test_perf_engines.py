@@ -6,6 +6,7 @@ import csv
 import json
 import os
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -93,3 +94,40 @@ def test_the_builtin_load_process_sends_prepared_requests_and_counts_its_window(
     wrong = workload.serialized().replace(b"onnx_model", b"nosuch_mdl")
     with LoadProcess(small_server.grpc_url, [wrong], timeout=30) as load, pytest.raises(LoadError, match="nosuch_mdl"):
         load.run(concurrency=1, warmup=1, seconds=0.2, count=None, limit=10)
+
+
+@NEEDS_PERF_ANALYZER
+def test_perf_analyzers_server_figures_are_tritonizes_for_the_same_statistics(small_server, tmp_path):
+    """One perf_analyzer run at batch 4 in count windows; Triton's statistics read right before and after it.
+    perf_analyzer's stdout gives its windows' request, inference and execution counts; what the statistics gained
+    over the run is the same requests plus the few it sent outside its windows. Per request, tritonize's figures
+    from the statistics (the built-in engine's conversion) must be perf_analyzer's: within 25 % where a part
+    takes 100 us or more (windows vary that much on a busy machine), within 100 us below. A unit slip (x1000),
+    a per-inference average (/4) or a per-execution one would be far outside."""
+    from tritonize.client import perf_analyzer as pa
+    from tritonize.client.connection import Connection
+    from tritonize.client.perf import _server_delta
+
+    tool = perf_analyzer.find()
+    model = "onnx_model"
+    with Connection(small_server.grpc_url) as connection:
+        info = connection.model(model)
+        sample = np.zeros(info.input_dims, np.float32)
+        runs = pa.PerfAnalyzerRuns(tool, info.input_name, sample)
+        try:
+            csv_file = runs.next_csv()
+            command = pa.argv(tool, model, small_server.grpc_url, runs.data_file, csv_file, concurrency=1, batch=4,
+                              batching=True, seconds=None, requests=30, stability=1000, shared_memory="none",
+                              output_bytes=0)
+            before = connection.statistics(model)
+            row, figures = pa.run_level(command, csv_file, "in the units test", timeout=300)
+            after = connection.statistics(model)
+        finally:
+            runs.close()
+    per_request, batches, requests = _server_delta(before, after)
+    assert figures["requests"] <= requests <= figures["requests"] + 8, (figures, requests)  # its windows, + a few
+    assert batches == pytest.approx(4.0) and figures["inferences"] == 4 * figures["requests"]
+    for part, column in pa.SERVER_COLUMNS.items():
+        theirs = float(row[column])
+        assert abs(per_request[part] - theirs) <= max(100.0, 0.25 * theirs), (part, per_request, row)
+    assert float(row["Server Compute Infer"]) >= 100  # the comparison above is a relative one for the main part
