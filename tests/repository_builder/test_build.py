@@ -179,7 +179,10 @@ def test_the_served_batch_bound_is_the_verified_one_built_checked_and_served(art
     from tritonize.client.connection import Connection
     from tritonize.serve.embedded import embedded_server
 
-    exported = run_cli("export", "--format", "onnx", "--arch", "resnet18", "--weights", "none", "--max-batch", "8",
+    from tritonize.manifest import Manifest
+
+    arch = Manifest.load(artifacts_copy).model.arch  # resnet18; squeezenet1_1 under `make mutation`
+    exported = run_cli("export", "--format", "onnx", "--arch", arch, "--weights", "none", "--max-batch", "8",
                        "--artifacts", artifacts_copy)
     assert exported.exit_code == 0, exported.output
     repo = tmp_path / "models"
