@@ -29,18 +29,18 @@ from tritonize.serve.supervisor import RELOAD_DELAYS_S, stub_processes
 
 @pytest.fixture(scope="module")
 def serve(small_artifacts, tmp_path_factory):
-    """`tritonize serve` on five copies of the same ONNX model (quick to start, equal answers); each
-    test does its harm to its own copy: onnx_model, onnx_hung, onnx_crashy, onnx_tuned, and onnx_pair,
-    which has two instances."""
+    """`tritonize serve` on six copies of the same ONNX model (quick to start, equal answers); each
+    test does its harm to its own copy: onnx_model, onnx_hung, onnx_crashy, onnx_tuned, and onnx_pair and
+    onnx_stopped_pair, which have two instances."""
     from tritonize.repository_builder import RepoOptions, build_repository
 
     repo = tmp_path_factory.mktemp("supervised") / "models"
     build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
-    for name in ("onnx_hung", "onnx_crashy", "onnx_tuned", "onnx_pair"):
+    for name in ("onnx_hung", "onnx_crashy", "onnx_tuned", "onnx_pair", "onnx_stopped_pair"):
         shutil.copytree(repo / "onnx_model", repo / name)
         for config in [repo / name / "config.pbtxt", *(repo / name / "configs").glob("*.pbtxt")]:
             text = config.read_text().replace('name: "onnx_model"', f'name: "{name}"')
-            config.write_text(text.replace("count: 1\n", "count: 2\n") if name == "onnx_pair" else text)
+            config.write_text(text.replace("count: 1\n", "count: 2\n") if name.endswith("pair") else text)
     with Serve(repo) as serve:
         yield serve
 
@@ -131,6 +131,25 @@ def test_a_model_with_two_instances_heals_when_either_instance_dies(serve):
         after = [error for sent, error in traffic.records if sent > healed]
         assert len(after) > 10 and not [e for e in after if e], set(after)
         assert {i for i in stub_processes(serve.server_pid) if i.startswith("onnx_pair_")} == {"onnx_pair_0_0", "onnx_pair_0_1"}
+
+
+def test_a_hung_instance_of_two_is_found_and_healed_whichever_it_is(serve):
+    """Each instance of a two-instance model stopped in turn (alive, answering nothing) under two clients'
+    requests. Triton gives each request to a free instance, so the probe's requests go to the healthy one, while
+    one request a second reaches the stopped one and fails (on ddf8b97 that went on forever): the stopped stub is
+    found by its state, killed and the model reloaded, after which every request succeeds."""
+    for victim in ("onnx_stopped_pair_0_1", "onnx_stopped_pair_0_0"):
+        with _Traffic(serve.grpc_url, "onnx_stopped_pair", clients=2) as traffic:
+            time.sleep(0.5)
+            pid = stub_processes(serve.server_pid)[victim]
+            os.kill(pid, signal.SIGSTOP)
+            line = serve.expect("onnx_stopped_pair: ", timeout=60)
+            healed = time.monotonic()
+            time.sleep(2)
+        assert line.startswith((f"onnx_stopped_pair: stub {victim} (pid {pid}) is stopped and requests to it fail; "
+                                "reloaded in ", f"onnx_stopped_pair: Stub process '{victim}' is not healthy; reloaded in ")), line
+        after = [error for sent, error in traffic.records if sent > healed]
+        assert len(after) > 5 and not [e for e in after if e], set(after)
 
 
 def test_client_tells_a_failed_model_from_a_dead_server(serve):

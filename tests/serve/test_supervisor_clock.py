@@ -37,7 +37,8 @@ class Proc:
     started: str
     region: str
     status: int | None = None  # the wait status once ended (a zombie child of the server)
-    hung: bool = False
+    hung: bool = False  # answers nothing: requests reaching it fail
+    stopped: bool = False  # SIGSTOP: hung, and its state in /proc says so
 
 
 class FakeTriton:
@@ -54,6 +55,7 @@ class FakeTriton:
         self.unloads: list[str] = []
         self.infers: list[tuple[str, str]] = []  # (model, instance reached)
         self.turn: dict[str, int] = {}
+        self.free_first = False  # requests round robin over the instances; True: only to the ones not hung
         for name in models:
             self._spawn(name)
 
@@ -69,6 +71,11 @@ class FakeTriton:
     def hang(self, instance: str) -> int:
         pid = self.pid(instance)
         self.procs[pid].hung = True
+        return pid
+
+    def stop(self, instance: str) -> int:
+        pid = self.hang(instance)
+        self.procs[pid].stopped = True
         return pid
 
     def exit_on_purpose(self, instance: str) -> None:
@@ -87,6 +94,10 @@ class FakeTriton:
     def start_time(self, pid):
         proc = self.procs.get(pid)
         return None if proc is None or proc.status is not None else proc.started
+
+    def process_state(self, pid):
+        proc = self.procs.get(pid)
+        return None if proc is None else "Z" if proc.status is not None else "T" if proc.stopped else "S"
 
     # --- Triton's side
     def _spawn(self, name: str) -> None:
@@ -129,6 +140,8 @@ class FakeTriton:
 
     def _infer(self, name: str) -> tuple[int, object]:
         instances = sorted(i for i in (p.instance for p in self.procs.values()) if supervisor._model_of(i) == name)
+        if self.free_first:  # as Triton does: a request goes to a free instance, and a hung one is never free
+            instances = [i for i in instances if not self.procs[self.pid(i)].hung] or instances
         turn = self.turn.get(name, 0)
         self.turn[name] = turn + 1
         instance = instances[turn % len(instances)]
@@ -171,7 +184,7 @@ def world(monkeypatch):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    for name in ("live_stubs", "zombie_status", "start_time"):
+    for name in ("live_stubs", "zombie_status", "start_time", "process_state"):
         monkeypatch.setattr(supervisor, name, getattr(triton, name))
     lines: list[str] = []
     monkeypatch.setattr(supervisor, "say", lines.append)
@@ -299,6 +312,26 @@ def test_a_hung_instance_of_two_is_found_by_the_probe_whichever_it_is(world, vic
         sup.check()
         assert lines[-1].startswith(f"pair: Stub process '{victim}' is not healthy; reloaded in "), lines
         clock.now += CRASH_WINDOW_S
+
+
+@pytest.mark.parametrize("victim", ["pair_0_0", "pair_0_1"])
+def test_a_stopped_instance_beside_a_healthy_one_is_found_though_no_probe_reaches_it(world, victim):
+    """Triton gives each request to a free instance: the probe's all go to the healthy one. The stopped stub's
+    state shows it; a merely hung one (no state to see) is left to the probes, and nothing else is killed."""
+    triton, sup, clock, lines = world
+    triton.free_first = True
+    triton.hang(victim)
+    triton.client_failures("pair")
+    clock.now += PROBE_INTERVAL_S
+    sup.check()
+    assert not lines and not _reloads(triton, "pair")  # the probe found nothing, and nothing shows the hung stub
+    pid = triton.stop(victim)
+    triton.client_failures("pair")
+    clock.now += PROBE_INTERVAL_S
+    sup.check()
+    assert lines == [f"pair: stub {victim} (pid {pid}) is stopped and requests to it fail; reloaded in 0.0 s "
+                     f"(crash 1 within 10 min; crash {len(RELOAD_DELAYS_S) + 1} makes it UNAVAILABLE)"]
+    assert len(_reloads(triton, "pair")) == 1 and pid not in triton.procs
 
 
 def test_a_stub_ended_on_purpose_is_no_crash(world):

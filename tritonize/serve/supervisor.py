@@ -11,7 +11,9 @@ comings and goings of stubs without sending a request:
 - A stub that is alive but answers nothing (stopped, frozen) shows only in requests. When a model's
   failed-request counter (Triton's metrics) rises, the supervisor sends a probe: batch-1 requests of valid
   input (zeros; a small PNG where the model takes encoded images), one per instance and one more, and only
-  an error saying a stub of the model "is not healthy" counts; that stub is killed. A valid probe fails only
+  an error saying a stub of the model "is not healthy" counts; that stub is killed. Triton gives each
+  request to a free instance, so beside a healthy instance the probe may never reach a stopped one (it
+  fails one request a second meanwhile): a stub stopped then (its state in /proc) is killed too. A valid probe fails only
   on such a stub, its own failure is no news to the next round (the counter is read again after it), a
   model is probed at most every PROBE_INTERVAL_S, and ensembles are never probed (a step whose stub fails
   counts the failure in its own counter too). So a client's bad request costs at most one probe, which
@@ -170,6 +172,16 @@ class Supervisor:
                             os.kill(mine[hung[1]].pid, signal.SIGKILL)
                     self._crashed(name, model, problem.rstrip("."), [mine[hung[1]]] if hung[1] in mine else [])
                     continue
+                # Triton gives a request to a free instance, so the probe may never reach a stopped stub beside a
+                # healthy one (each request the stopped one takes fails after 1 s meanwhile): its state shows it.
+                stopped = {i: s for i, s in mine.items() if process_state(s.pid) in ("T", "t")}
+                if stopped:
+                    for stub in stopped.values():
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.kill(stub.pid, signal.SIGKILL)
+                    self._crashed(name, model, "; ".join(f"stub {i} (pid {s.pid}) is stopped and requests to it fail"
+                                                         for i, s in stopped.items()), list(stopped.values()))
+                    continue
             model.stubs = {**kept, **mine}  # an instance with a new stub: the new one
             model.failures = failures.get(name, 0.0)
 
@@ -327,6 +339,14 @@ def zombie_status(pid: int, server_pid: int | None) -> int | None:
     if fields[0] != "Z" or int(fields[1]) != server_pid:
         return None
     return int(fields[-1])
+
+
+def process_state(pid: int) -> str | None:
+    """The process's state letter in /proc (R, S, D, T stopped, t traced, Z), None once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def failure_counts(metrics_url: str) -> dict[str, float]:
