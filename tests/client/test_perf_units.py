@@ -33,6 +33,13 @@ def test_server_delta_turns_summed_nanoseconds_into_microseconds_per_request():
     assert batch == 8.0 and requests == 4  # 16 inferences in 2 executions
 
 
+def test_server_delta_from_no_statistics_is_the_totals_themselves():
+    """A model whose statistics were empty before (just loaded): what it has now is what the window did."""
+    after = _snapshot(4, 8, 2, dict(queue=400_000, compute_input=40_000, compute_infer=4_000_000, compute_output=4_000))
+    assert _server_delta({}, after) == ({"queue": 100.0, "compute_input": 10.0, "compute_infer": 1000.0,
+                                         "compute_output": 1.0}, 4.0, 4)
+
+
 def test_server_delta_of_nothing_is_zero_not_a_division_by_zero():
     same = _snapshot(3, 3, 3, dict(queue=1, compute_input=1, compute_infer=1, compute_output=1))
     assert _server_delta(same, same) == (dict.fromkeys(SERVER_PARTS, 0.0), 0.0, 0)
