@@ -116,10 +116,12 @@ class FakeTriton:
             if path == "/v2/repository/index":
                 return 200, [{"name": m, "version": "1", "state": s, "reason": r} for m, (s, r) in self.state.items()]
             if parts[:2] == ["v2", "models"] and parts[3] == "config":
-                return 200, {"name": parts[2], "platform": "onnxruntime_onnx", "max_batch_size": 8,
-                             "input": [{"name": "input", "data_type": "TYPE_FP32", "dims": [3, 2, 2]}],
-                             "instance_group": [{"count": self.count[parts[2]], "kind": "KIND_CPU"}]}
+                return 200, self.config(parts[2])
             if parts[:2] == ["v2", "models"] and parts[3] == "infer":
+                refused = self._refused(parts[2], json.loads(body))
+                if refused:  # Triton counts a bad request as a failure of the model
+                    self.failures[parts[2]] += 1
+                    return 400, {"error": refused}
                 return self._infer(parts[2])
             name, action = parts[3], parts[4]
             if action == "unload":
@@ -137,6 +139,48 @@ class FakeTriton:
             self.state[name] = ("READY", "")
             self._spawn(name)
             return 200, {}
+
+    def config(self, name: str) -> dict:
+        """What Triton's config endpoint says: "solo" and "pair" take FP32 in batches, "image" an encoded image
+        without a batch axis (the preprocess model's kind of input)."""
+        inputs = ([{"name": "image", "data_type": "TYPE_STRING", "dims": [1]}] if name == "image" else
+                  [{"name": "input", "data_type": "TYPE_FP32", "dims": [3, -1, 2]}, {"name": "flag", "data_type": "TYPE_BOOL", "dims": [1]}])
+        if name == "ens":
+            return {"name": name, "platform": "ensemble", "max_batch_size": 8, "input": inputs}
+        return {"name": name, "platform": "onnxruntime_onnx", "max_batch_size": 0 if name == "image" else 8,
+                "input": inputs, "output": [{"name": "output", "data_type": "TYPE_FP32", "dims": [4]}],
+                "instance_group": [{"count": self.count[name], "kind": "KIND_CPU"}],
+                "model_warmup": [{"name": "batch_8", "batch_size": 8}]}
+
+    def _refused(self, name: str, request: dict) -> str | None:
+        """Triton's checks of a JSON request against the config: names, datatypes, shapes, element counts, and
+        here what the supervisor's probe must send (zeros, false, a decodable image)."""
+        import base64
+        import io
+        import math
+
+        from PIL import Image
+
+        config = self.config(name)
+        given = {t["name"]: t for t in request.get("inputs", [])}
+        if sorted(given) != sorted(t["name"] for t in config["input"]):
+            return f"expected inputs {[t['name'] for t in config['input']]}, got {sorted(given)}"
+        for spec in config["input"]:
+            tensor = given[spec["name"]]
+            dtype = spec["data_type"].removeprefix("TYPE_").replace("STRING", "BYTES")
+            shape = ([1] if config["max_batch_size"] else []) + spec["dims"]
+            if tensor.get("datatype") != dtype or len(tensor.get("shape", [])) != len(shape) or \
+                    any(d != -1 and g != d for g, d in zip(tensor["shape"], shape)) or min(tensor["shape"]) < 1:
+                return f"unexpected shape or datatype for input '{spec['name']}'"
+            data = tensor.get("data")
+            if not isinstance(data, list) or len(data) != math.prod(tensor["shape"]):
+                return f"unexpected element count for input '{spec['name']}'"
+            if dtype == "BYTES":
+                for item in data:
+                    Image.open(io.BytesIO(base64.b64decode(item))).verify()
+            elif any(v not in (0, False) or isinstance(v, bool) != (dtype == "BOOL") for v in data):
+                return f"input '{spec['name']}' holds {set(data)}"
+        return None
 
     def _infer(self, name: str) -> tuple[int, object]:
         instances = sorted(i for i in (p.instance for p in self.procs.values()) if supervisor._model_of(i) == name)
@@ -159,8 +203,9 @@ class FakeTriton:
 
 @pytest.fixture
 def world(monkeypatch):
-    """(FakeTriton, Supervisor on it, Clock, the supervisor's log lines); one model of 1 instance, one of 2."""
-    triton = FakeTriton({"solo": 1, "pair": 2})
+    """(FakeTriton, Supervisor on it, Clock, the supervisor's log lines); "solo" has 1 instance, "pair" 2, and
+    "image" takes encoded images."""
+    triton = FakeTriton({"solo": 1, "pair": 2, "image": 1})
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, method):
@@ -190,6 +235,7 @@ def world(monkeypatch):
     monkeypatch.setattr(supervisor, "say", lines.append)
     clock = Clock()
     url = f"http://127.0.0.1:{server.server_address[1]}"
+    triton.url = url
     sup = Supervisor(SERVER_PID, url, f"{url}/metrics", clock=clock)
     sup.check()
     try:
@@ -198,6 +244,10 @@ def world(monkeypatch):
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def sup_url(triton) -> str:
+    return triton.url
 
 
 def _reloads(triton, name):
@@ -332,6 +382,37 @@ def test_a_stopped_instance_beside_a_healthy_one_is_found_though_no_probe_reache
     assert lines == [f"pair: stub {victim} (pid {pid}) is stopped and requests to it fail; reloaded in 0.0 s "
                      f"(crash 1 within 10 min; crash {len(RELOAD_DELAYS_S) + 1} makes it UNAVAILABLE)"]
     assert len(_reloads(triton, "pair")) == 1 and pid not in triton.procs
+
+
+def test_the_probe_sends_what_each_model_takes_and_finds_its_hung_stub(world):
+    """The image model (encoded images, no batch axis) is probed with a valid image; a valid probe of a healthy
+    model fails nothing, so the failure counter it reads back is the clients' alone."""
+    triton, sup, clock, lines = world
+    triton.client_failures("image")
+    sup.check()
+    assert [m for m, _ in triton.infers] == ["image", "image"] and not lines
+    assert sup.models["image"].failures == triton.failures["image"] == 1
+    pid = triton.hang("image_0_0")
+    triton.client_failures("image")
+    clock.now += PROBE_INTERVAL_S
+    sup.check()
+    assert lines[-1].startswith("image: Stub process 'image_0_0' is not healthy; reloaded in ") and pid not in triton.procs
+
+
+def test_where_the_server_processes_cannot_be_seen_the_probe_alone_finds_a_hung_stub_and_ensembles_are_not_probed(world):
+    triton, _, clock, lines = world
+    triton.count["ens"], triton.state["ens"], triton.failures["ens"] = 0, ("READY", ""), 0.0
+    unseen = Supervisor(None, sup_url(triton), f"{sup_url(triton)}/metrics", clock=clock)
+    unseen.check()
+    triton.client_failures("ens", 3)  # a step failed: counted by the ensemble too
+    triton.hang("solo_0_0")
+    triton.client_failures("solo")
+    clock.now += PROBE_INTERVAL_S
+    unseen.check()
+    assert "ens" not in {m for m, _ in triton.infers}
+    assert lines == ["solo: Stub process 'solo_0_0' is not healthy; reloaded in 0.0 s (crash 1 within 10 min; "
+                     f"crash {len(RELOAD_DELAYS_S) + 1} makes it UNAVAILABLE)"]
+    assert unseen.models["solo"].stubs == {}  # nothing of the server's processes is read
 
 
 def test_a_stub_ended_on_purpose_is_no_crash(world):
