@@ -93,6 +93,45 @@ def test_perf_analyzer_windows_and_figures_convert_on_known_answers():
     assert pa.stdout_figures(text) == {"requests": 30, "inferences": 120, "executions": 40}
 
 
+def test_perf_analyzer_figures_are_whole_level_results_and_edge_cases_are_zero():
+    row = {"Inferences/Second": "400", "Avg latency": "15000", "p50 latency": "10000", "p90 latency": "20000",
+           "p95 latency": "21000", "p99 latency": "25000", "Client Send": "30", "Client Recv": "5",
+           "response wait": "14000", "Server Queue": "500", "Server Compute Input": "250",
+           "Server Compute Infer": "12000", "Server Compute Output": "250"}
+    assert pa.level_figures(row, {"requests": 3, "inferences": 12, "executions": 8}, batch=4) == {
+        "requests": 3, "seconds": 0.03, "throughput": 400.0,
+        "latency": {"count": 3, "avg_ms": 15.0, "p50_ms": 10.0, "p90_ms": 20.0, "p95_ms": 21.0, "p99_ms": 25.0},
+        "client_send_us": 30.0, "client_recv_us": 5.0, "response_wait_us": 14000.0,
+        "server_us": {"queue": 500.0, "compute_input": 250.0, "compute_infer": 12000.0, "compute_output": 250.0},
+        "server_batches": 1.5}
+    idle = pa.level_figures({**row, "Inferences/Second": "0"}, {}, batch=4)
+    assert (idle["requests"], idle["seconds"], idle["server_batches"], idle["latency"]["count"]) == (0, 0.0, 0.0, 0)
+    assert pa.level_figures(row, {"requests": 7}, batch=3)["seconds"] == 0.0525  # 4 digits kept: 7 x 3 / 400
+    # windows of 0.25 s at 320 and 80 inferences/s, batch 2: 40 and 10 requests, each window 0.25 s
+    assert pa.passes_figures([(320.0, 2_000.0), (80.0, 5_000.0)], batch=2, window_s=0.25, per_window=None) == {
+        "requests": 50, "seconds": 0.5, "throughput": 200.0, "latency": {"count": 50, "avg_ms": 2.6},
+        "client_send_us": 0.0, "client_recv_us": 0.0, "response_wait_us": 2600.0,
+        "server_us": {"queue": 0.0, "compute_input": 0.0, "compute_infer": 0.0, "compute_output": 0.0},
+        "server_batches": 0.0}
+    assert pa.passes_figures([(700.0, 1_000.0)], batch=7, window_s=0.3, per_window=None)["seconds"] == 0.3
+    nothing = pa.passes_figures([], batch=4, window_s=1.0, per_window=None)
+    assert (nothing["requests"], nothing["seconds"], nothing["throughput"], nothing["response_wait_us"]) == (0, 0, 0.0, 0.0)
+    assert pa.passes_figures([(0.0, 0.0)], batch=4, window_s=None, per_window=None)["requests"] == 0
+    # a LevelResult takes them as they are
+    LevelResult(model="m", concurrency=1, batch=4, transport="grpc", tensor_bytes_on_wire=1,
+                **pa.level_figures(row, {"requests": 3, "inferences": 12, "executions": 8}, batch=4))
+
+
+def test_statistics_of_no_latencies_are_not_numbers_and_a_rank_never_passes_the_end():
+    import math
+
+    assert math.isnan(percentile([], 50)) and math.isnan(latency_summary([])["avg_ms"])
+    assert latency_summary([])["count"] == 0 and math.isnan(latency_summary([])["p99_ms"])
+    assert percentile([1.0, 2.0, 3.0, 4.0], 100) == 4.0 and percentile([1.0, 2.0, 3.0, 4.0], 0) == 1.0
+    values = [float(v) for v in range(1, 201)]
+    assert [percentile(values, p) for p in (50, 90, 99, 99.5)] == [100.0, 180.0, 198.0, 199.0]
+
+
 class _Slow:
     """A stand-in for the gRPC call: each request takes `seconds`; those after `fail_after` fail."""
 
