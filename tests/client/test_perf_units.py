@@ -137,6 +137,7 @@ class _Slow:
 
     def __init__(self, seconds: float, fail_after: int | None = None):
         self.seconds, self.fail_after, self.calls, self.lock = seconds, fail_after, 0, threading.Lock()
+        self.sent: set[tuple[bytes, float]] = set()  # (payload, timeout) of every call
 
     def __call__(self, payload, timeout):
         import grpc
@@ -144,6 +145,7 @@ class _Slow:
         with self.lock:
             self.calls += 1
             n = self.calls
+            self.sent.add((payload, timeout))
         time.sleep(self.seconds)
         if self.fail_after is not None and n > self.fail_after:
             error = grpc.RpcError("dead stub")
@@ -162,6 +164,20 @@ def test_a_count_window_is_exactly_its_requests_and_ends_with_the_last():
     assert window.seconds == pytest.approx(window.requests[-1][1] - (window.requests[-1][1] - window.seconds))
     assert all(sent < done for sent, done in window.requests)
     assert window.seconds >= max(done for _, done in window.requests) - min(sent for sent, _ in window.requests) - 1e-3
+    assert call.sent == {(b"x", 5), (b"y", 5)}  # each worker its own prepared request, with the timeout
+    assert all(not t.is_alive() for t in level.threads)
+
+
+def test_a_failure_in_the_warm_up_ends_the_level_with_its_error():
+    import threading as _threading
+
+    call = _Slow(0.001, fail_after=1)
+    level = load._Level(call, [b"x"], timeout=5, concurrency=1, warmup=3)
+    with pytest.raises(_threading.BrokenBarrierError):
+        level.warmed.wait()
+    assert level.error == ("INTERNAL", "Stub process 'm_0_0' is not healthy.") and level.stop.is_set()
+    level.finish()
+    assert call.calls == 2 and all(t.daemon and not t.is_alive() for t in level.threads)
 
 
 def test_a_time_window_counts_what_completed_in_it_and_its_failures():
