@@ -415,6 +415,23 @@ def test_where_the_server_processes_cannot_be_seen_the_probe_alone_finds_a_hung_
     assert unseen.models["solo"].stubs == {}  # nothing of the server's processes is read
 
 
+def test_one_round_handles_every_model_whatever_comes_before_it(world):
+    """Models are looked at in name order: an unloaded one first ("a_gone"), a crash in "image", a crash waiting
+    out its back-off in "pair", a clients' failure in "solo": all in one round."""
+    triton, sup, clock, lines = world
+    triton.count["a_gone"], triton.state["a_gone"], triton.failures["a_gone"] = 0, ("UNAVAILABLE", "unloaded"), 0.0
+    triton.kill("pair_0_0")
+    sup.check()
+    triton.kill("pair_0_1")  # pair's 2nd crash: reloaded 1 s later
+    triton.kill("image_0_0")
+    triton.client_failures("solo")
+    clock.now += PROBE_INTERVAL_S
+    sup.check()
+    assert [line.split(":")[0] for line in lines] == ["pair", "image"] and sup.models["pair"].reload_at is not None
+    assert ("solo", "solo_0_0") in triton.infers  # probed in the same round
+    assert "a_gone" not in sup.models
+
+
 def test_a_stub_ended_on_purpose_is_no_crash(world):
     triton, sup, clock, lines = world
     triton.count["pair"] = 1
