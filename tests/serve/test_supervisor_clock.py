@@ -432,6 +432,25 @@ def test_one_round_handles_every_model_whatever_comes_before_it(world):
     assert "a_gone" not in sup.models
 
 
+def test_started_it_watches_from_a_daemon_thread_until_stopped(world):
+    """start() looks once, then a daemon thread looks every POLL_S (no pidfd reaches a fake pid): a crash is
+    healed without anyone calling check(); stop() ends the thread."""
+    import time
+
+    triton, sup, clock, lines = world
+    sup.start()
+    try:
+        assert sup._thread.daemon and sup._thread.name == "tritonize-supervisor" and sup._thread.is_alive()
+        pid = triton.kill("solo_0_0")
+        deadline = time.monotonic() + 10
+        while not lines and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lines and lines[0].startswith(f"solo: stub solo_0_0 (pid {pid}) died (killed by SIGKILL); reloaded in ")
+    finally:
+        sup.stop()
+    assert not sup._thread.is_alive() and sup._pidfds == {}
+
+
 def test_a_stub_ended_on_purpose_is_no_crash(world):
     triton, sup, clock, lines = world
     triton.count["pair"] = 1
