@@ -150,7 +150,7 @@ class _Slow:
         if self.fail_after is not None and n > self.fail_after:
             error = grpc.RpcError("dead stub")
             error.code = lambda: grpc.StatusCode.INTERNAL
-            error.details = lambda: "Stub process 'm_0_0' is not healthy."
+            error.details = lambda: f"Stub process 'm_0_0' is not healthy (call {n})."
             raise error
 
 
@@ -175,7 +175,7 @@ def test_a_failure_in_the_warm_up_ends_the_level_with_its_error():
     level = load._Level(call, [b"x"], timeout=5, concurrency=1, warmup=3)
     with pytest.raises(_threading.BrokenBarrierError):
         level.warmed.wait()
-    assert level.error == ("INTERNAL", "Stub process 'm_0_0' is not healthy.") and level.stop.is_set()
+    assert level.error == ("INTERNAL", "Stub process 'm_0_0' is not healthy (call 2).") and level.stop.is_set()
     level.finish()
     assert call.calls == 2 and all(t.daemon and not t.is_alive() for t in level.threads)
 
@@ -184,8 +184,9 @@ def test_a_time_window_counts_what_completed_in_it_and_its_failures():
     call = _Slow(0.005, fail_after=12)
     level = load._Level(call, [b"x"], timeout=5, concurrency=1, warmup=2)
     level.warmed.wait()
+    started = time.monotonic()
     window = level.measure(seconds=0.6, count=None, limit=30)
-    assert window.seconds == pytest.approx(0.6, abs=0.05)
+    assert window.seconds == pytest.approx(0.6, abs=0.05) and time.monotonic() - started < 0.9  # polled finely
     assert len(window.requests) == 10  # requests 3..12 succeeded; later ones failed, each after RETRY_PAUSE
-    assert 1 <= window.failures <= 0.6 / load.RETRY_PAUSE + 1
-    assert window.error == "INTERNAL: Stub process 'm_0_0' is not healthy."
+    assert 2 <= window.failures <= 0.6 / load.RETRY_PAUSE + 1
+    assert window.error == "INTERNAL: Stub process 'm_0_0' is not healthy (call 13)."  # the first failure's
