@@ -13,8 +13,8 @@ comings and goings of stubs without sending a request:
   input (zeros; a small PNG where the model takes encoded images), one per instance and one more, and only
   an error saying a stub of the model "is not healthy" counts; that stub is killed. Triton gives each
   request to a free instance, so beside a healthy instance the probe may never reach a stopped one (it
-  fails one request a second meanwhile): a stub stopped then (its state in /proc) is killed too. A valid probe fails only
-  on such a stub, its own failure is no news to the next round (the counter is read again after it), a
+  fails one request a second meanwhile): a stub stopped then (its state in /proc) is killed too. A valid
+  probe fails only on such a stub, its own failure is no news to the next round (the counter is read again after it), a
   model is probed at most every PROBE_INTERVAL_S, and ensembles are never probed (a step whose stub fails
   counts the failure in its own counter too). So a client's bad request costs at most one probe, which
   succeeds. (A bad image fails in the preprocess step's response, which Triton 2.51 counts a success of
