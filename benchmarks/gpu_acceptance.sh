@@ -8,7 +8,7 @@
 #   bash benchmarks/gpu_acceptance.sh [--arch resnet50] [--weights DEFAULT] [--release YY.MM]
 #                                     [--images DIR] [--out DIR]
 #
-# --release defaults to the release whose TensorRT is this Python's (`tritonize convert releases --host`);
+# --release defaults to the release whose TensorRT is this Python's (`tritonize convert releases --installed`);
 # the script stops before any work when there is none, or when pytest is missing.
 # It exports the model once, then builds a plan with every builder (container, trtexec, tensorrt,
 # torch-tensorrt) for fp32, fp16 and int8 (each build runs the plan check against onnxruntime),
@@ -40,7 +40,7 @@ if ! "$PY" -m pytest --version >/dev/null 2>&1; then
 fi
 if [ -z "$RELEASE" ]; then
   # A plan loads only in the TensorRT that built it: test the release this Python's TensorRT serves.
-  if ! RELEASE=$("${TRITONIZE[@]}" convert releases --host); then
+  if ! RELEASE=$("${TRITONIZE[@]}" convert releases --installed); then
     echo "give --release YY.MM after installing its TensorRT (the pins above)" >&2
     exit 2
   fi
@@ -122,7 +122,7 @@ for builder in container trtexec tensorrt torch-tensorrt; do
     calib=()
     [ "$precision" = int8 ] && calib=(--calib-images "$IMAGES" --calib-count "$CALIB")
     if step "convert $builder $precision" "cannot honour" "${TRITONIZE[@]}" convert trt --artifacts "$art" \
-        --builder "$builder" --precision "$precision" --triton-release "$RELEASE" --max 32 ${calib[@]+"${calib[@]}"}; then
+        --builder "$builder" --precision "$precision" --triton-release "$RELEASE" --max-batch 32 ${calib[@]+"${calib[@]}"}; then
       # Serve the container's FP16 plan when it built (it matches the release by construction), else the first plan.
       if [ -z "$SERVED" ] || [ "$builder-$precision" = container-fp16 ]; then SERVED=$art; fi
     fi
@@ -131,18 +131,18 @@ done
 
 if [ -n "$SERVED" ]; then
   MODELS="$OUT/models"
-  step "repo build ($(basename "$SERVED"))" - "${TRITONIZE[@]}" repo build --artifacts "$SERVED" --repository "$MODELS" --force
+  step "repo build ($(basename "$SERVED"))" - "${TRITONIZE[@]}" repo build "$MODELS" --artifacts "$SERVED" --force
   step "repo check" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --triton-release "$RELEASE"
   read -r HTTP GRPC METRICS < <("$PY" -c 'from tritonize.serve.process import choose_ports as c; p = c("127.0.0.1", None, None, None); print(p.http, p.grpc, p.metrics)')
   SERVE_LOG="$OUT/logs/serve.log"
   "${TRITONIZE[@]}" serve "$MODELS" --engine docker --triton-release "$RELEASE" --http-port "$HTTP" \
-    --grpc-port "$GRPC" --metrics-port "$METRICS" --timeout 900 >"$SERVE_LOG" 2>&1 &
+    --grpc-port "$GRPC" --metrics-port "$METRICS" --ready-timeout 900 >"$SERVE_LOG" 2>&1 &
   SERVER=$!
   step "serve (docker, $RELEASE)" - bash -c "for i in \$(seq 900); do grep -q '^log ' '$SERVE_LOG' && grep -q 'trt_model *READY' '$SERVE_LOG' && exit 0; kill -0 $SERVER 2>/dev/null || exit 1; sleep 1; done; exit 1"
   step "client compare (3 backends)" - "${TRITONIZE[@]}" client compare "$IMAGES"/* --models onnx_model,torch_model,trt_model \
     --min-top1-agreement 0.9 --url "127.0.0.1:$GRPC"
-  step "client perf (sweep, shared memory)" - "${TRITONIZE[@]}" client perf -m onnx_model,torch_model,trt_model \
-    --concurrency 1,4,16 --batch 8 --duration 5 --shared-memory system --url "127.0.0.1:$GRPC" --out "$OUT/perf"
+  step "client perf (sweep, shared memory)" - "${TRITONIZE[@]}" client perf --models onnx_model,torch_model,trt_model \
+    --concurrency 1,4,16 --batch 8 --duration 5 --shared-memory system --url "127.0.0.1:$GRPC" --output-dir "$OUT/perf"
   kill -TERM "$SERVER" 2>/dev/null
   wait "$SERVER" 2>/dev/null
 else

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/perf_engines.py [--arch resnet18] [--levels 1-16] [--duration 6] [--rounds 3]
 
 One embedded Triton serves onnx_model (configs/cpu.pbtxt: 1 instance, dynamic batching). For every
-concurrency level and round, `tritonize client perf --engine perf_analyzer` and `--engine builtin` run
+concurrency level and round, `tritonize client perf --load-generator perf_analyzer` and `--load-generator builtin` run
 back to back (which goes first alternates), batch 1, the same photo in every request, `--duration`
 measured seconds each. Before each pair the script waits (at most --quiet-timeout s) until other
 people's work on this shared machine uses at most --quiet cores; during each run it records the CPU

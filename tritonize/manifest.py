@@ -62,10 +62,10 @@ class Profile:
 
     def __post_init__(self):
         if self.min < 1:
-            raise TritonizeError(f"--min must be >= 1, got {self.min}")
+            raise TritonizeError(f"--min-batch must be >= 1, got {self.min}")
         if not self.min <= self.opt <= self.max:
             raise TritonizeError(
-                f"batch profile must satisfy min <= opt <= max, got --min {self.min} --opt {self.opt} --max {self.max}"
+                f"batch profile must satisfy min <= opt <= max, got --min-batch {self.min} --opt-batch {self.opt} --max-batch {self.max}"
             )
 
     def to_dict(self) -> dict:

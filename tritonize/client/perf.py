@@ -2,7 +2,7 @@
 
 Every request carries the same image (`--image`, default matplotlib's sample photo), in the form the
 model of the chosen preprocessing path takes (`--preprocess`: the FP32 tensor, the encoded file, or
-UINT8 pixels). `--engine auto` measures with the real perf_analyzer when it is found (PATH, or where
+UINT8 pixels). `--load-generator auto` measures with the real perf_analyzer when it is found (PATH, or where
 `tritonize tools get-perf-analyzer` put it), else with the built-in load generator
 (tritonize.client.load: perf_analyzer's synchronous concurrency mode in a process of its own); the
 report says which. Either way the results are written as perf_analyzer's `-f` CSV (with its
@@ -88,14 +88,14 @@ class PerfOptions:
         if self.shared_memory not in ("none", "system"):
             raise TritonizeError(f"--shared-memory must be none or system, got {self.shared_memory!r}")
         if self.engine not in ENGINES:
-            raise TritonizeError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+            raise TritonizeError(f"--load-generator must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if not 0 < self.stability <= UNJUDGED:
             raise TritonizeError(f"--stability must be a percentage between 0 and 1000, got {self.stability}")
 
 
 @dataclass
 class LevelResult:
-    model: str
+    model: str  # the model asked for (--models)
     concurrency: int
     batch: int
     transport: str  # "grpc" | "system shared memory"
@@ -113,6 +113,13 @@ class LevelResult:
     csv: dict | None = None  # perf_analyzer's CSV row, as it wrote it
     failures: int = 0  # requests that failed in the level (requests, throughput and latency are the successes')
     error: str | None = None  # the first failure's error
+    preprocess: str = "client"  # the preprocessing path: client, server or uint8
+    served: str = ""  # the Triton model the requests went to: `model`, or the ensemble that preprocesses for it
+
+    @property
+    def path(self) -> str:
+        """The preprocessing path and, when it is an ensemble, the model it sends to: "server (onnx_classifier)"."""
+        return self.preprocess if self.served in ("", self.model) else f"{self.preprocess} ({self.served})"
 
     @classmethod
     def failed(cls, workload: "Workload", concurrency: int, engine: str, failures: int, error: str,
@@ -122,7 +129,8 @@ class LevelResult:
         figures = measured or {"requests": 0, "seconds": 0.0, "throughput": 0.0, "latency": {"count": 0},
                                "client_send_us": 0.0, "client_recv_us": 0.0, "response_wait_us": 0.0,
                                "server_us": dict.fromkeys(SERVER_PARTS, 0.0), "server_batches": 0.0}
-        return cls(model=workload.info.name, concurrency=concurrency, batch=len(workload.batch),
+        return cls(model=workload.model, preprocess=workload.info.path, served=workload.info.name,
+                   concurrency=concurrency, batch=len(workload.batch),
                    transport=workload.transport, tensor_bytes_on_wire=workload.tensor_bytes_on_wire, engine=engine,
                    failures=max(1, failures), error=error, **figures)
 
@@ -182,13 +190,13 @@ class PerfReport:
         def ms(value: float | None) -> str:
             return "-" if value is None else f"{value:.2f}"
 
-        rows = [(r.model, r.concurrency, r.batch, r.requests, r.failures or "", f"{r.throughput:.1f}",
+        rows = [(r.model, r.path, r.concurrency, r.batch, r.requests, r.failures or "", f"{r.throughput:.1f}",
                  *(ms(r.latency.get(k)) for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms")),
                  # the server's split is not read across a failure (a reloaded model's statistics start again)
                  *(ms(None if r.failures else r.server_us[k] / 1e3) for k in SERVER_PARTS),
                  "-" if r.failures else f"{r.server_batches:.2f}")
                 for r in self.levels]
-        out = [f"measured by {self.engine}", table(("model", "conc", "batch", "requests", "failed", "infer/s", "p50 ms",
+        out = [f"measured by {self.engine}", table(("model", "preprocess", "conc", "batch", "requests", "failed", "infer/s", "p50 ms",
                                                     "p90 ms", "p95 ms", "p99 ms", "queue ms", "in ms", "infer ms",
                                                     "out ms", "srv batch"), rows)]
         out += [f"  {r.model} at concurrency {r.concurrency}: {r.failures} request(s) failed, {r.requests} succeeded; "
@@ -222,10 +230,11 @@ class Workload:
     """What every request of one model carries: `batch` in the form the model takes, in the gRPC message or
     in system shared memory."""
 
-    def __init__(self, info: ModelInfo, batch: np.ndarray, shared_memory: bool):
+    def __init__(self, info: ModelInfo, batch: np.ndarray, shared_memory: bool, model: str | None = None):
         from tritonclient.utils import serialize_byte_tensor
 
         self.info, self.batch, self.shared_memory = info, batch, shared_memory
+        self.model = model or info.name  # the name asked for; `info` is what the requests go to
         # BYTES travel as a 4-byte length and the bytes of each element.
         self.raw = serialize_byte_tensor(batch).item() if batch.dtype == np.object_ else batch.tobytes()
         self.in_bytes = len(self.raw)
@@ -356,7 +365,7 @@ class BuiltinEngine:
         wait = sum(latencies) / len(latencies) * 1e6 if latencies else 0.0
         batch = len(self.workload.batch)
         return LevelResult(
-            model=info.name, concurrency=concurrency, batch=batch, transport=self.workload.transport,
+            model=self.workload.model, preprocess=info.path, served=info.name, concurrency=concurrency, batch=batch, transport=self.workload.transport,
             requests=len(latencies), seconds=round(window.seconds, 4),
             throughput=len(latencies) * batch / window.seconds if window.seconds > 0 else 0.0,
             latency=latency_summary(latencies), client_send_us=0.0, client_recv_us=0.0, response_wait_us=wait,
@@ -389,7 +398,7 @@ class PerfAnalyzerEngine:
         connection.statistics(workload.info.name)
         if connection.key is not None:
             say("perf_analyzer takes the control key on its command line (-H): other users of this machine can see "
-                "it in the process list; --engine builtin keeps it off")
+                "it in the process list; --load-generator builtin keeps it off")
         self.runs = pa.PerfAnalyzerRuns(tool, workload.info.input_name, workload.batch[0])
 
     def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
@@ -410,7 +419,7 @@ class PerfAnalyzerEngine:
             row, figures = pa.run_level(command, csv_file, during, limit)
         except pa.RequestsFailed as e:
             window_s = None if options.requests else pa.time_window_ms(options.duration) / 1e3
-            per_window = pa.count_window(options.requests) if options.requests else None
+            per_window = options.requests  # --request-count: one window of that many
             return LevelResult.failed(self.workload, concurrency, self.name, e.failures, e.first_error,
                                       pa.passes_figures(e.passes, batch, window_s, per_window))
         except pa.PerfAnalyzerFailed as e:
@@ -418,7 +427,8 @@ class PerfAnalyzerEngine:
                 raise TritonizeError(f"lost the Triton server at {self.connection.url} {during} ({e}); "
                                      "is it still running? (`tritonize serve`)") from None
             raise
-        return LevelResult(model=info.name, concurrency=concurrency, batch=batch, transport=self.workload.transport,
+        return LevelResult(model=self.workload.model, preprocess=info.path, served=info.name, concurrency=concurrency,
+                           batch=batch, transport=self.workload.transport,
                            tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire, engine=self.name, csv=row,
                            **pa.level_figures(row, figures, batch))
 
@@ -470,12 +480,12 @@ def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions
         raise TritonizeError(f"--shared-memory system needs a server on this machine; {connection.url} is not local")
     tool = choose_engine(options.engine)
     report = PerfReport(connection.url, options, engine=str(tool) if tool else BuiltinEngine.name)
-    for info in infos:
+    for name, info in zip(models, infos):
         batch = _request_batch(info, options)
         try:
             if options.shared_memory == "system":
-                report.shared_memory_savings[info.name] = _shared_memory_ab(connection, info, batch, options, tool)
-            workload = Workload(info, batch, options.shared_memory == "system")
+                report.shared_memory_savings[name] = _shared_memory_ab(connection, info, batch, options, tool)
+            workload = Workload(info, batch, options.shared_memory == "system", model=name)
             with closing(open_engine(connection, workload, max(options.concurrency), tool, options.timeout)) as engine:
                 for level in options.concurrency:
                     result = engine.measure(level, options)
@@ -483,7 +493,7 @@ def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions
                     if on_level:
                         on_level(result)
                     if result.failures:
-                        during = f"{info.name} at concurrency {level}"
+                        during = f"{name} at concurrency {level}"
                         if not connection.live():
                             raise server_gone(connection.url, result.error or "", during)
                         if options.stop_on_error:
@@ -545,24 +555,27 @@ def write_csv(levels: Sequence[LevelResult], path: Path) -> Path:
 
 
 def plot(levels: Sequence[LevelResult], path: Path, title: str = "Triton latency vs throughput") -> Path:
-    """p50 (solid) and p99 (dashed) latency against throughput, one colour per model, points labelled by concurrency."""
+    """p50 (solid) and p99 (dashed) latency against throughput, one colour per model and preprocessing path, points
+    labelled by concurrency; the title names what was measured."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 5))
-    models = list(dict.fromkeys(r.model for r in levels))
-    for i, model in enumerate(models):
-        rows = sorted((r for r in levels if r.model == model), key=lambda r: r.concurrency)
+    series = list(dict.fromkeys((r.model, r.path) for r in levels))
+    for i, (model, how) in enumerate(series):
+        rows = sorted((r for r in levels if (r.model, r.path) == (model, how)), key=lambda r: r.concurrency)
         x = [r.throughput for r in rows]
         color = f"C{i}"
-        ax.plot(x, [r.latency["p50_ms"] for r in rows], "o-", color=color, label=f"{model} p50")
-        ax.plot(x, [r.latency["p99_ms"] for r in rows], "x--", color=color, alpha=0.7, label=f"{model} p99")
+        ax.plot(x, [r.latency["p50_ms"] for r in rows], "o-", color=color, label=f"{model}, {how} p50")
+        ax.plot(x, [r.latency["p99_ms"] for r in rows], "x--", color=color, alpha=0.7, label=f"{model}, {how} p99")
         for r in rows:
             ax.annotate(f"c{r.concurrency}", (r.throughput, r.latency["p50_ms"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
     batch = levels[0].batch if levels else 1
-    ax.set(xlabel="throughput (inferences/s)", ylabel="latency per request (ms)", title=f"{title} (batch {batch})")
+    measured = "; ".join(f"{model}, {how} preprocessing" for model, how in series)
+    ax.set(xlabel="throughput (inferences/s)", ylabel="latency per request (ms)",
+           title=f"{title} (batch {batch})\n{measured}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -572,14 +585,19 @@ def plot(levels: Sequence[LevelResult], path: Path, title: str = "Triton latency
     return Path(path)
 
 
+def csv_name(level: LevelResult) -> str:
+    """perf_analyzer's CSV has no column for them: the file's name says the model and the preprocessing path."""
+    return f"{level.model}.{level.preprocess}.csv"
+
+
 def write_outputs(report: PerfReport, out_dir: Path) -> list[Path]:
-    """<out>/<model>.csv per model, <out>/latency_vs_throughput.png and <out>/perf.json (levels that saw failures
-    only in perf.json: perf_analyzer's CSV has no column for them)."""
-    out_dir = ensure_writable_dir(Path(out_dir), "--out")
+    """<out>/<model>.<path>.csv per model and preprocessing path, <out>/latency_vs_throughput.png and
+    <out>/perf.json (levels that saw failures only in perf.json: perf_analyzer's CSV has no column for them)."""
+    out_dir = ensure_writable_dir(Path(out_dir), "--output-dir")
     written = []
     complete = [r for r in report.levels if not r.failures]
-    for model in dict.fromkeys(r.model for r in complete):
-        written.append(write_csv([r for r in complete if r.model == model], out_dir / f"{model}.csv"))
+    for name in dict.fromkeys(csv_name(r) for r in complete):
+        written.append(write_csv([r for r in complete if csv_name(r) == name], out_dir / name))
     if complete:
         written.append(plot(complete, out_dir / "latency_vs_throughput.png"))
     with atomic_path(out_dir / "perf.json") as tmp:

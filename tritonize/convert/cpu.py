@@ -56,7 +56,7 @@ class CpuOptions:
     force: bool = False  # re-quantize and re-measure even when the manifest is current
 
     def __post_init__(self):
-        for option, value, low in (("--batch", self.batch, 1), ("--concurrency", self.concurrency, 1),
+        for option, value, low in (("--batch", self.batch, 1), ("--gate-concurrency", self.concurrency, 1),
                                    ("--rounds", self.rounds, 1)):
             if value < low:
                 raise TritonizeError(f"{option} must be >= {low}, got {value}")
@@ -67,7 +67,7 @@ class CpuOptions:
         if self.min_speedup <= 0 or not 0 <= self.min_top1 <= 1:
             raise TritonizeError("--min-speedup must be > 0 and --min-top1 between 0 and 1")
         if self.engine not in ENGINES:
-            raise TritonizeError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+            raise TritonizeError(f"--load-generator must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.calib_images is None:
             raise TritonizeError("convert cpu needs --calib-images DIR: real images calibrate the INT8 variant and "
                                  "the held-out ones measure its agreement with FP32 (`--calib-images synthetic` "

@@ -9,12 +9,7 @@ from pathlib import Path
 
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
-
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"  # mixed precision: FP32 kept where FP16 would overflow
-    int8 = "int8"  # explicit Q/DQ, calibrated on images
+from tritonize.options import Precision  # fp16: mixed; int8: explicit Q/DQ calibrated on images
 
 
 class BuilderName(str, Enum):
@@ -89,7 +84,7 @@ class ConvertOptions:
         the defaults are stated; the CLI takes its defaults from here too). --dry-run and --force are the
         caller's business."""
         p, default = self.profile, ConvertOptions()
-        argv = ["--min", str(p.min), "--opt", str(p.opt), "--max", str(p.max), "--precision", self.precision.value]
+        argv = ["--min-batch", str(p.min), "--opt-batch", str(p.opt), "--max-batch", str(p.max), "--precision", self.precision.value]
         if self.triton_release is not None:
             argv += ["--triton-release", self.triton_release]
         if self.calib_images is not None:

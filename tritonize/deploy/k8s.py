@@ -61,7 +61,7 @@ _DNS_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 @dataclass(frozen=True)
 class DeployOptions:
-    storage: str  # s3://bucket/prefix that `repo push` wrote
+    storage: str  # s3://bucket/prefix that `deploy push` wrote
     endpoint: str | None = None  # where this machine reaches the store (CURRENT is read there)
     cluster_endpoint: str | None = None  # where the pods reach it; None: the same
     region: str | None = None
@@ -71,7 +71,7 @@ class DeployOptions:
     max_replicas: int = 4
     gpus: int = 1  # per pod
     triton_release: str | None = None  # None: from the plan's provenance in the repository
-    model_config_name: str | None = None  # Triton's --model-config-name (configs/<name>.pbtxt)
+    config_name: str | None = None  # Triton's --model-config-name (configs/<name>.pbtxt)
     load_seconds: float | None = None  # measured start-to-ready time; None: measure here (embedded engine)
     offline: bool = False
     monitor_label: str = "release=prometheus"  # kube-prometheus-stack selects PodMonitors/rules by it
@@ -126,15 +126,15 @@ class Plan:
 def write_k8s_bundle(repository: Path, bundle: Path, options: DeployOptions) -> list[Path]:
     """Decide, render and write the bundle (replaced as a whole); returns its files."""
     plan = make_plan(Path(repository), options)
-    return replace_tree(bundle, render(plan), FILES, "a Kubernetes bundle", "--bundle", executables=("smoke.sh",))
+    return replace_tree(bundle, render(plan), FILES, "a Kubernetes bundle", "--output-dir", executables=("smoke.sh",))
 
 
 def make_plan(repository: Path, options: DeployOptions) -> Plan:
     names = validate_repository(repository)
     store = Store.parse(options.storage, options.cluster_endpoint or options.endpoint, options.region)
-    if options.model_config_name and not has_config_variant(repository, options.model_config_name):
-        raise TritonizeError(f"no model in {repository} has configs/{options.model_config_name}.pbtxt "
-                             "(--model-config-name)")
+    if options.config_name and not has_config_variant(repository, options.config_name):
+        raise TritonizeError(f"no model in {repository} has configs/{options.config_name}.pbtxt "
+                             "(--config-name)")
     scale_model = options.scale_model or next((m for m in ("trt_model", "onnx_model", "torch_model") if m in names), None)
     if scale_model not in names:
         raise TritonizeError(f"--scale-model: {scale_model or 'no classifier'} not in {repository}; "
@@ -145,7 +145,7 @@ def make_plan(repository: Path, options: DeployOptions) -> Plan:
         if current != release.key:
             raise TritonizeError(
                 f"{store.uri('CURRENT')} names {current or 'no release'}, but {repository} is {release.key}: "
-                f"push it first (`tritonize repo push {store.uri()} --repository {repository}`), or deploy the "
+                f"push it first (`tritonize deploy push {store.uri()} {repository}`), or deploy the "
                 "repository that was pushed")
     choice = choose_release(options.triton_release, repository)
     say(f"Triton {choice.release}: {choice.why}")
@@ -209,7 +209,7 @@ def deployment(plan: Plan) -> dict:
     o = plan.options
     requirements = python_requirements(plan.repository)
     # Every pod of the cluster reaches the ports: the control APIs want the key (from its Secret).
-    args = container_command(plan.repository, plan.triton_release, model_config_name=o.model_config_name,
+    args = container_command(plan.repository, plan.triton_release, model_config_name=o.config_name,
                              model_repository=plan.store.triton_uri(plan.release_key), requirements_dir=REQUIREMENTS_DIR,
                              restricted=True)
     health = {"ready": {"httpGet": {"path": "/v2/health/ready", "port": "http"}},
@@ -336,7 +336,7 @@ def inference_service(plan: Plan) -> dict:
     clients send preprocessed tensors (`tritonize client classify --preprocess client`)."""
     o = plan.options
     models = tuple(models_without_python_requirements(plan.repository))
-    args = tritonserver_flags(plan.repository, plan.triton_release, model_config_name=o.model_config_name,
+    args = tritonserver_flags(plan.repository, plan.triton_release, model_config_name=o.config_name,
                               models=models) + restriction_flags(f"$({KEY_ENV})")  # Kubernetes expands $(VAR)
     return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService", "metadata": _meta(plan),
             "spec": {"predictor": {

@@ -65,7 +65,7 @@ class BundleOptions:
         for target in self.targets:
             host, _, port = target.rpartition(":")
             if not host or not port.isdigit() or not 1 <= int(port) <= 65535 or "/" in target:
-                raise TritonizeError(f"--target takes HOST:PORT of a Triton metrics endpoint, like "
+                raise TritonizeError(f"--targets takes HOST:PORT of a Triton metrics endpoint, like "
                                      f"{DEFAULT_TARGET} (got {target!r})")
         if not self.queue_alert_ms > 0:
             raise TritonizeError(f"--queue-alert-ms must be positive (got {self.queue_alert_ms})")
@@ -75,7 +75,7 @@ def write_bundle(repository: Path, bundle: Path, options: BundleOptions = Bundle
     """Write the bundle into `bundle` (replaced as a whole, never half-written); returns its files."""
     repository, bundle = Path(repository), Path(bundle)
     validate_repository(repository)
-    return replace_tree(bundle, render(repository, bundle, options), FILES, "a monitoring bundle", "--bundle")
+    return replace_tree(bundle, render(repository, bundle, options), FILES, "a monitoring bundle", "--output-dir")
 
 
 def render(repository: Path, bundle: Path, options: BundleOptions) -> dict[str, str]:

@@ -79,7 +79,7 @@ def build_repository(artifacts: Path, repository: Path, options: RepoOptions = R
         say(f"= {repository} is up to date (same manifest and options); --force rebuilds it")
         return StageResult("repo build", StageStatus.up_to_date, detail)
     _refuse_to_clobber(repository, options.overwrite)
-    ensure_writable_dir(repository.parent, "--repository")
+    ensure_writable_dir(repository.parent, "REPOSITORY")
     with atomic_path(repository) as tmp:
         tmp.mkdir()
         _keep_loose_files(repository, tmp)
@@ -239,7 +239,7 @@ def _current(repository: Path, models: list[ModelFiles], notes: dict[str, str]) 
 
 def _refuse_to_clobber(repository: Path, overwrite: bool) -> None:
     if repository.exists() and not repository.is_dir():
-        raise TritonizeError(f"{repository} exists and is not a directory; choose another --repository")
+        raise TritonizeError(f"{repository} exists and is not a directory; choose another REPOSITORY")
     if repository.is_dir() and any(p.is_dir() for p in repository.iterdir()) and not overwrite:
         raise TritonizeError(f"{repository} already holds a different model repository; add --force to replace it")
 

@@ -78,11 +78,11 @@ def check_repository(repo: Path, artifacts: Path | None = None, triton_release: 
     """Lint every model directory of `repo`; with `artifacts`, also against its manifest."""
     repo = Path(repo)
     if not repo.is_dir():
-        raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build --repository {repo}` first")
+        raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build {repo}` first")
     manifest = Manifest.load(artifacts) if artifacts is not None else None
     model_dirs = sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not model_dirs:
-        raise TritonizeError(f"{repo} holds no model directories: run `tritonize repo build --repository {repo}`")
+        raise TritonizeError(f"{repo} holds no model directories: run `tritonize repo build {repo}`")
     context = {
         "manifest": manifest,
         "manifest_sha256": manifest.sha256() if manifest else None,
@@ -453,11 +453,11 @@ class _ModelCheck:
         profile = plan.profile
         if profile.min != 1:
             self.add("error", f"the plan's profile min is {profile.min}: requests of batch 1 will be refused",
-                     "rebuild the plan with --min 1")
+                     "rebuild the plan with --min-batch 1")
         if profile.max < cfg.max_batch_size:
             self.add("error", f"the plan's profile max {profile.max} is below max_batch_size "
                               f"{cfg.max_batch_size}: larger batches fail at inference",
-                     f"set max_batch_size <= {profile.max} or rebuild the plan with --max {cfg.max_batch_size}")
+                     f"set max_batch_size <= {profile.max} or rebuild the plan with --max-batch {cfg.max_batch_size}")
         for role, tensors, name in (("input", cfg.input, plan.input_name), ("output", cfg.output, plan.output_name)):
             if name not in {t.name for t in tensors}:
                 self.add("error", f"the plan's {role} is {name!r}; the config names {[t.name for t in tensors]}",

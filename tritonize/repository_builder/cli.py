@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Endpoint, OldOut, Region, Repository,
-    RepositoryArgument, TritonRelease, renamed,
+    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Force, Instances, Kind, MaxBatch, Models,
+    RepositoryArgument, TritonRelease, int_items, items,
 )
 
 app = typer.Typer(no_args_is_help=True, help="Build and check the Triton model repository.")
@@ -19,32 +19,30 @@ app = typer.Typer(no_args_is_help=True, help="Build and check the Triton model r
 @app.command("build")
 def build_command(
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
-    repository: Repository = DEFAULT_REPOSITORY,
-    out: OldOut = None,
-    max_batch: Annotated[Optional[int], typer.Option(help="max_batch_size; default: the largest batch each model's artifact was verified at (a TensorRT plan: its profile max). A larger one is refused.", show_default=False)] = None,
+    repository: RepositoryArgument = DEFAULT_REPOSITORY,
+    max_batch: MaxBatch = None,
     preferred: Annotated[str, typer.Option(help="Preferred dynamic batch sizes, comma-separated (capped at max batch).")] = "4,8,16,32",
     queue_delay_us: Annotated[int, typer.Option(help="Dynamic batcher max queue delay in microseconds.")] = 100,
-    instances: Annotated[int, typer.Option(help="Instances per model (instance_group count).")] = 1,
-    kind: Annotated[str, typer.Option(help="Instance kind in config.pbtxt: auto (Triton picks GPU if present), gpu or cpu.")] = "auto",
+    instances: Instances = 1,
+    kind: Kind = "auto",
     warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="Warm up each model at batch 1 and at max batch.")] = True,
-    models: Annotated[Optional[str], typer.Option(help="Subset to build, comma-separated (onnx_model,torch_model,trt_model).")] = None,
+    models: Models = None,
     ensembles: Annotated[bool, typer.Option("--ensembles/--no-ensembles", help="Also build the preprocessing models and, per classifier, the ensembles that take encoded images (<backend>_classifier) or UINT8 pixels (<backend>_classifier_uint8).")] = True,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing repository, even an up-to-date one.")] = False,
+    force: Force = False,
 ) -> None:
     """Build onnx_model, torch_model and (when a plan exists) trt_model from the artifacts, and the ensembles
-    that preprocess on the server."""
+    that preprocess on the server (--models: a subset of these; --force replaces an existing repository).
+    --max-batch is each config's max_batch_size; default: the largest batch each model's artifact was verified at
+    (a TensorRT plan: its profile max). A larger one is refused."""
     from tritonize.repository_builder import RepoOptions, build_repository
-    from tritonize.repository_builder.options import parse_int_list
-
-    repository = renamed(repository, out, "--out", "--repository")
     options = RepoOptions(
         max_batch=max_batch,
-        preferred=parse_int_list(preferred, "--preferred"),
+        preferred=int_items(preferred, "--preferred"),
         queue_delay_us=queue_delay_us,
         instances=instances,
         kind=kind,
         warmup=warmup,
-        models=tuple(m.strip() for m in models.split(",") if m.strip()) if models is not None else None,
+        models=items(models, "--models") if models is not None else None,
         ensembles=ensembles,
         force=force,
     )
@@ -55,15 +53,12 @@ def build_command(
 @app.command("check")
 def check_command(
     repository: RepositoryArgument = DEFAULT_REPOSITORY,
-    artifacts: Annotated[
-        Optional[Path],
-        typer.Option("--artifacts", help="Artifacts directory to check hashes and the plan profile against "
-                                         "(default: build/ when it has a manifest)."),
-    ] = None,
+    artifacts: Artifacts = None,
     triton_release: TritonRelease = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print findings as JSON.")] = False,
+    as_json: AsJson = False,
 ) -> None:
-    """Lint the repository: what would make Triton refuse or misbehave. Exits 1 on any error."""
+    """Lint the repository: what would make Triton refuse or misbehave. Exits 1 on any error. --artifacts: the
+    manifest to check hashes and the plan profile against (default: build/ when it has a manifest)."""
     from tritonize.repository_builder import check_repository
 
     if artifacts is None and (DEFAULT_ARTIFACTS / "manifest.json").is_file():
@@ -80,42 +75,3 @@ def check_command(
         typer.echo(f"{repository}: {len(errors)} error(s), {len(findings) - len(errors)} warning(s){against}")
     if errors:
         raise typer.Exit(1)
-
-
-@app.command("push")
-def push_command(
-    dest: Annotated[str, typer.Argument(help="s3://BUCKET/PREFIX: releases go to PREFIX/releases/<id>/, the pointer "
-                                             "to the current one is PREFIX/CURRENT.")],
-    repository: Repository = DEFAULT_REPOSITORY,
-    endpoint: Endpoint = None,
-    region: Region = None,
-    as_json: AsJson = False,
-) -> None:
-    """Copy a checked repository to object storage: a new release prefix, every object verified, then
-    the CURRENT pointer. Resumable: run it again after an interruption. Credentials: AWS_ACCESS_KEY_ID
-    and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)."""
-    from tritonize.deploy.push import push
-    from tritonize.deploy.s3 import Store
-
-    store = Store.parse(dest, endpoint, region)
-    summary = push(repository, store).summary()
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
-    was = {None: "first release", summary["release"]: "already current"}.get(summary["previous"],
-                                                                             f"was {summary['previous']}")
-    options = f" --endpoint {endpoint}" if endpoint else ""
-    typer.echo("\n".join([
-        f"release  {summary['uri']} ({summary['files']} files, {summary['bytes'] / 1e6:.1f} MB: "
-        f"{summary['uploaded']} uploaded, {summary['kept']} already there)",
-        f"pointer  {summary['pointer']} -> {summary['release']} ({was})",
-        "",
-        "Triton reads this release with",
-        f"  --model-repository={summary['model_repository']}",
-        f"and AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION={store.region} in its environment, or",
-        "TRITON_CLOUD_CREDENTIAL_PATH=<file> with this file (fill in the two placeholders):",
-        json.dumps(summary["credential_file"], indent=2),
-        "",
-        "Triton follows no pointer: it serves the prefix it was started with. On Kubernetes:",
-        f"  tritonize deploy k8s {repository} --storage {store.uri()}{options}",
-    ]))

@@ -54,7 +54,7 @@ def batch_bound(entry: Entry) -> BatchBound:
     never above its profile max (the engine refuses larger batches)."""
     verified = max((int(b) for b in entry.verification.batches), default=1) if entry.verification else None
     if isinstance(entry, Plan):
-        fix = "rebuild the plan with `tritonize convert trt --max {n} --force` on a GPU box"
+        fix = "rebuild the plan with `tritonize convert trt --max-batch {n} --force` on a GPU box"
         if verified is None or verified >= entry.profile.max:
             return BatchBound(entry.profile.max, "the plan's profile max", fix)
         return BatchBound(verified, f"the batch {entry.file} was verified at", fix)

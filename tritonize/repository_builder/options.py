@@ -125,11 +125,3 @@ class RepoOptions:
     def preferred_for(self, max_batch: int) -> list[int]:
         """Preferred batch sizes that fit `max_batch`, sorted, without duplicates."""
         return sorted({p for p in self.preferred if p <= max_batch})
-
-
-def parse_int_list(text: str, option: str) -> tuple[int, ...]:
-    """"4,8,16" -> (4, 8, 16), with a clear error naming the option."""
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise TritonizeError(f"{option} takes comma-separated integers, e.g. 4,8,16,32 (got {text!r})") from None
