@@ -299,19 +299,31 @@ class Manifest:
                 artifacts[key] = kind.from_dict(entry)
             except TritonizeError as e:
                 raise TritonizeError(f"{manifest_path(directory)}, artifact {key!r}: {e}") from None
-        model = ModelSpec.from_dict(data["model"]) if data.get("model") else None
+        model = None
+        if data.get("model"):
+            model_data = dict(data["model"])
+            if "labels" in data:  # written after the artifacts, to keep the file readable
+                model_data["labels"] = data["labels"]
+            model = ModelSpec.from_dict(model_data)
         return cls(Path(directory), model, artifacts)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "model": self.model.to_dict() if self.model else None,
-            "artifacts": {key: entry.to_dict() for key, entry in self.artifacts.items()},
-        }
+    def to_dict(self, updated: str | None = None) -> dict[str, Any]:
+        """What manifest.json holds, in reading order: who wrote it, the model, the artifacts, then the labels
+        (1000 lines of them would otherwise stand between the model and its artifacts)."""
+        model = self.model.to_dict() if self.model else None
+        labels = model.pop("labels", None) if model else None
+        data = {"schema_version": SCHEMA_VERSION, "tritonize": tritonize_version()}
+        if updated:
+            data["updated"] = updated
+        data["model"] = model
+        data["artifacts"] = {key: entry.to_dict() for key, entry in self.artifacts.items()}
+        if labels is not None:
+            data["labels"] = labels
+        return data
 
     def save(self) -> Path:
         """Write atomically (temporary file, then rename)."""
-        data = {**self.to_dict(), "updated": now_iso()}
+        data = self.to_dict(updated=now_iso())
         path = manifest_path(self.directory)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -402,6 +414,13 @@ def file_facts(path: Path) -> dict[str, Any]:
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def tritonize_version() -> str:
+    try:
+        return version("tritonize")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
 
 
 def tool_versions(*names: str) -> dict[str, str]:

@@ -512,3 +512,15 @@ def test_trt_model_of_a_repository_built_without_a_plan_says_where_plans_are_bui
     assert line.startswith(f"error: model {model!r} is not in the repository at {small_server.grpc_url}: "), line
     assert "TensorRT plan is built on a GPU box: run `tritonize convert trt` there, then `tritonize repo build`" in line
     assert "onnx_model (READY)" in line
+
+
+def test_classify_warns_when_the_served_model_was_built_from_random_weights(small_server):
+    """The small repository is built with --weights none: its labels mean nothing, and classify says so."""
+    from tritonize.client.classify import ClassifyReport
+
+    result = run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--json", "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["weights"] == "none"
+    assert "warning: onnx_classifier was built with --weights none (random init)" in result.stderr
+    assert ClassifyReport("m", "u", weights="IMAGENET1K_V1").warning is None
+    assert ClassifyReport("m", "u", weights="/ckpt/model.pth").warning is None

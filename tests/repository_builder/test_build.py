@@ -219,11 +219,11 @@ def test_the_served_batch_bound_is_the_verified_one_built_checked_and_served(art
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--max-batch", "0"], "--max-batch must be >= 1"),
-    (["--preferred", "4,x"], "--preferred takes comma-separated integers"),
+    (["--max-batch", "0"], "Invalid value for '--max-batch'"),
+    (["--preferred", "4,x"], "--preferred takes a comma-separated list like 4,8,16, got '4,x'"),
     (["--preferred", "0,8"], "--preferred sizes must be >= 1"),
     (["--queue-delay-us", "-1"], "--queue-delay-us must be >= 0"),
-    (["--instances", "0"], "--instances must be >= 1"),
+    (["--instances", "0"], "Invalid value for '--instances'"),
     (["--kind", "tpu"], "--kind must be one of auto, gpu, cpu"),
     (["--models", "onnx_model,tf_model"], "--models: unknown model tf_model"),
 ])

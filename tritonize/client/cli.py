@@ -53,6 +53,8 @@ def classify_command(
 
     with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
         report = classify(connection, model, images, top_k, max_pixels, preprocess)
+    if report.warning:
+        typer.secho(f"warning: {report.warning}", err=True, fg=typer.colors.YELLOW)
     _show_failures(report.failures)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     _finish(report.failures, len(images), report.error)

@@ -91,6 +91,7 @@ class ModelInfo:
     output_dims: tuple[int, ...]
     preprocess: Preprocessing
     classifier: str = ""  # the model that computes the logits: itself, or an ensemble's last step
+    weights: str = ""  # the weights it was built from (`repo build`'s source.weights): "none" = random init
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelInfo":
@@ -111,6 +112,7 @@ class ModelInfo:
             output_dims=tuple(int(d) for d in outputs[0].get("dims", [])),
             preprocess=Preprocessing.from_parameters(params, name),
             classifier=steps[-1]["model_name"] if steps else name,
+            weights=params.get("source.weights", ""),
         )
         if info.form != "tensor" and not steps:
             raise TritonizeError(f"{name} takes {info.input_dtype} and is no ensemble: it is a preprocessing model, not a "
