@@ -148,6 +148,7 @@ def test_dry_run_writes_reproducer_and_waiting_entry(fp16_dry_run):
         assert flag in text
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     assert "on the GPU box run: tritonize convert trt" in result.output
+    assert result.output.count("on the GPU box run") == 1  # said once (before: by the stage and again by the CLI)
 
 
 def test_reproducer_runs_with_stand_in_trtexec(fp16_dry_run, standin_trtexec, tmp_path):
@@ -173,6 +174,7 @@ def test_without_dry_run_exits_nonzero_naming_the_gpu_command(artifacts_copy):
     assert result.exit_code == 3
     line = [l for l in result.output.splitlines() if l.startswith("error:")]
     assert len(line) == 1 and "on the GPU box run: tritonize convert trt" in line[0] and "--precision fp32" in line[0]
+    assert result.output.count("on the GPU box run") == 1  # said once, in the error line
     assert manifest(artifacts_copy)["artifacts"]["tensorrt"]["status"] == "waiting_for_gpu"
     assert not (artifacts_copy / "model.plan").exists()
 

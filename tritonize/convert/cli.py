@@ -77,6 +77,8 @@ def trt_command(
     result = convert_trt(artifacts, options)
     if result.status is StageStatus.waiting_for_gpu and not dry_run:
         raise TritonizeError(f"TensorRT cannot run on this machine; {result.detail}", exit_code=EXIT_WAITING_FOR_GPU)
+    if result.status is StageStatus.waiting_for_gpu:
+        typer.echo(result.detail)
     typer.echo(f"tensorrt: {result.status.value} ({artifacts / 'manifest.json'})")
 
 

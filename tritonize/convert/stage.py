@@ -122,7 +122,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
             say(f"  = {PLAN_NAME} is up to date (same ONNX, profile, precision and target); --force rebuilds it")
             return StageResult("convert", StageStatus.up_to_date, _built_detail(recorded))
         if recorded.status is Status.waiting_for_gpu and not can_build:
-            say(f"  = still waiting for a GPU box (same ONNX, profile, precision and target); {waiting}")
+            say("  = still waiting for a GPU box (same ONNX, profile, precision and target)")
             return StageResult("convert", StageStatus.waiting_for_gpu, waiting)
 
     if not can_build:
@@ -130,8 +130,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         say(f"  ✓ wrote {script} and {job.onnx_file}; manifest entry 'tensorrt' is waiting_for_gpu")
         if not options.dry_run:
             say(f"  ! no TensorRT builder can run here ({why})")
-        say(waiting)
-        return StageResult("convert", StageStatus.waiting_for_gpu, waiting)
+        return StageResult("convert", StageStatus.waiting_for_gpu, waiting)  # the caller says it, once
     check = plan_check(network, fp32_onnx, options)
     built = build_engine(manifest, job, builders, release, options, entry, check)
     return StageResult("convert", StageStatus.done, _built_detail(built))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -157,11 +158,17 @@ class RunningServer:
             self.process = None
 
 
-def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path) -> None:
-    """Poll the server's readiness until `timeout`; a server that exits or never gets ready is an
+def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path,
+                     every: float = 2.0) -> None:
+    """Poll the server's readiness until `timeout`, saying every `every` seconds which models have loaded (from
+    its log: the repository index may need the control key); a server that exits or never gets ready is an
     error carrying the log's relevant tail."""
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline, next_note = start + timeout, start + every
     while True:
+        if time.monotonic() >= next_note:
+            next_note += every
+            say(f"  loading: {loading_progress(log_path)} ({time.monotonic() - start:.0f} s)")
         code = process.poll()
         if code is not None:
             raise TritonizeError(f"tritonserver exited with code {code} before it was ready\n{log_tail(log_path)}")
@@ -169,10 +176,27 @@ def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, ti
             return
         if time.monotonic() > deadline:
             raise TritonizeError(
-                f"tritonserver was not ready within {timeout:.0f} s (raise --timeout if loading is slow)\n"
+                f"tritonserver was not ready within {timeout:.0f} s (raise --ready-timeout if loading is slow)\n"
                 f"{log_tail(log_path)}"
             )
         time.sleep(0.1)
+
+
+_LOADED = re.compile(r"successfully loaded '([^']+)'")
+_FAILED = re.compile(r"failed to load '([^']+)'")
+
+
+def loading_progress(log_path: Path) -> str:
+    """What the server's log says so far: the models loaded (the last few named) and those that failed."""
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return "starting"
+    loaded, failed = list(dict.fromkeys(_LOADED.findall(text))), list(dict.fromkeys(_FAILED.findall(text)))
+    if not loaded and not failed:
+        return "starting, no model loaded yet"
+    line = f"{len(loaded)} model(s) loaded" + (f", latest {', '.join(loaded[-3:])}" if loaded else "")
+    return line + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
 def model_states(http_url: str, key: ControlKey | None = None) -> dict[str, tuple[str, str]]:
