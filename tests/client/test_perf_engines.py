@@ -74,11 +74,11 @@ def test_auto_measures_with_the_builtin_engine_when_perf_analyzer_is_absent_and_
 def test_the_builtin_load_process_sends_prepared_requests_and_counts_its_window(small_server):
     from tritonize.client.connection import Connection
     from tritonize.client.load import LoadError, LoadProcess
-    from tritonize.client.perf import Workload, _request_batch, PerfOptions
+    from tritonize.client.perf import PerfOptions, Workload, request_batch
 
     with Connection(small_server.grpc_url) as connection:
         info = connection.model_for("onnx_model", "client")
-        workload = Workload(info, _request_batch(info, PerfOptions(batch=2)), shared_memory=False)
+        workload = Workload(info, request_batch(info, PerfOptions(batch=2)), shared_memory=False)
         before = connection.statistics("onnx_model")["success"][0]
         with LoadProcess(connection.url, [workload.serialized(), workload.serialized()], timeout=30) as load:
             assert load.process.pid != os.getpid()

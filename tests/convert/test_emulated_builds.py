@@ -246,7 +246,7 @@ def test_a_plan_that_fails_its_check_is_recorded_and_removed(emulated_tensorrt, 
         check = engine.plan_check(network, onnx, options)
         return replace(check, reference=-check.reference)
 
-    monkeypatch.setattr("tritonize.convert.stage.plan_check", upside_down)
+    monkeypatch.setattr("tritonize.convert.trt.plan_check", upside_down)
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--builder", "tensorrt", "--triton-release", "24.10")
     assert result.exit_code == 1

@@ -21,6 +21,7 @@ import numpy as np
 
 from tritonize.access import KEY_ENV, client_key, is_restricted_error, pem_file
 from tritonize.errors import TritonizeError
+from tritonize.repository_index import index_state
 from tritonize.images import batches
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder.options import model_names, why_absent
@@ -224,8 +225,7 @@ class Connection:
             raise refused(self.url, e, "the repository index", self.key is not None) or server_gone(self.url, e) from None
         states = {}
         for entry in index.get("models", []):
-            state = entry.get("state") or "UNKNOWN"
-            reason = entry.get("reason", "").split("\n\nAt:")[0].strip()  # without the Python traceback a backend may add
+            state, reason = index_state(entry)
             states[entry["name"]] = state if state == "READY" or not reason else f"{state}: {reason}"
         return states
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tritonize.client.connection import Connection
-from tritonize.client.perf import ENGINES, UNJUDGED, PerfOptions, run_perf
+from tritonize.client.perf import LOAD_GENERATORS, UNJUDGED, PerfOptions, run_perf
 from tritonize.convert import precision as prec
 from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
@@ -66,8 +66,8 @@ class CpuOptions:
             raise TritonizeError(f"--duration must be between 0 and 600 seconds, got {self.duration}")
         if self.min_speedup <= 0 or not 0 <= self.min_top1 <= 1:
             raise TritonizeError("--min-speedup must be > 0 and --min-top1 between 0 and 1")
-        if self.engine not in ENGINES:
-            raise TritonizeError(f"--load-generator must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine not in LOAD_GENERATORS:
+            raise TritonizeError(f"--load-generator must be one of {', '.join(LOAD_GENERATORS)}, got {self.engine!r}")
         if self.calib_images is None:
             raise TritonizeError("convert cpu needs --calib-images DIR: real images calibrate the INT8 variant and "
                                  "the held-out ones measure its agreement with FP32 (`--calib-images synthetic` "

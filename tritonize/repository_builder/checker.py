@@ -54,7 +54,7 @@ PLATFORMS = {
     "tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch",
     "tensorflow_graphdef": "tensorflow", "tensorflow_savedmodel": "tensorflow", "ensemble": "ensemble",
 }
-BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow", "openvino", "python", "fil", "dali", "vllm",
+TRITON_BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow", "openvino", "python", "fil", "dali", "vllm",
             "tensorrtllm", "identity", "repeat", "square"}
 DEFAULT_FILES = {"tensorrt": "model.plan", "onnxruntime": "model.onnx", "pytorch": "model.pt",
                  "tensorflow": "model.savedmodel", "openvino": "model.xml", "python": "model.py"}
@@ -186,8 +186,8 @@ class _ModelCheck:
         if cfg.name and cfg.name != self.dir.name:
             self.add("error", f"{rel}: name {cfg.name!r} differs from the directory name {self.dir.name!r}",
                      f"set name: \"{self.dir.name}\" (Triton requires them equal)")
-        if cfg.backend and cfg.backend not in BACKENDS:
-            self.add("error", f"{rel}: unknown backend {cfg.backend!r}", f"use one of {', '.join(sorted(BACKENDS))}")
+        if cfg.backend and cfg.backend not in TRITON_BACKENDS:
+            self.add("error", f"{rel}: unknown backend {cfg.backend!r}", f"use one of {', '.join(sorted(TRITON_BACKENDS))}")
         if cfg.platform and cfg.platform not in PLATFORMS:
             self.add("error", f"{rel}: unknown platform {cfg.platform!r}", f"use one of {', '.join(PLATFORMS)}")
         if not cfg.backend and not cfg.platform:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -19,10 +18,11 @@ from pathlib import Path
 
 from tritonize.access import ControlKey
 from tritonize.errors import TritonizeError
+from tritonize.processes import die_with_parent, start_time, stop_process_group
 from tritonize.progress import say
+from tritonize.repository_index import index_state
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-STOP_GRACE_S = 20.0  # Triton finishes in-flight requests and unloads models on SIGTERM
 WORKDIR_PREFIX = "tritonize-serve-"
 OWNER_FILE = "owner"  # in each workdir: "<pid> <start time>" of the process that made it
 
@@ -103,18 +103,6 @@ def endpoints(host: str, ports: Ports) -> tuple[str, str, str]:
     h = connect_host(host)
     h = f"[{h}]" if ":" in h else h
     return f"{h}:{ports.grpc}", f"http://{h}:{ports.http}", f"http://{h}:{ports.metrics}/metrics"
-
-
-def die_with_parent() -> None:
-    """Runs in the child before exec: if the Python process that started the server dies without
-    stopping it (SIGKILL, a SIGTERM it does not handle), the kernel sends the server SIGTERM, so no
-    orphaned server keeps the ports. (Linux; tied to the starting thread, here the main one.)"""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 class RunningServer:
@@ -208,20 +196,6 @@ def model_states(http_url: str, key: ControlKey | None = None) -> dict[str, tupl
     return {m["name"]: index_state(m) for m in sorted(index, key=lambda m: m["name"])}
 
 
-def index_state(entry: dict) -> tuple[str, str]:
-    """(state, reason) of a repository index entry (HTTP or gRPC JSON). With explicit model control a
-    model that was never loaded comes without either."""
-    if not entry.get("state"):
-        return "UNAVAILABLE", "not loaded"
-    return entry["state"], clean_reason(entry.get("reason", ""))
-
-
-def clean_reason(reason: str) -> str:
-    """One line: Triton appends the Python traceback of a failed initialize() (the message comes
-    first) and ends load errors with `;`."""
-    return " ".join(reason.split("\n\nAt:")[0].split()).rstrip(";")
-
-
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
@@ -251,35 +225,6 @@ def log_tail(log_path: Path, lines: int = 15, errors: int = 10) -> str:
     return f"server log {log_path} (errors and last lines):\n{body}"
 
 
-def stop_process_group(process: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
-    """SIGTERM the process group (server and its backend stubs), SIGKILL what is left after
-    `grace` seconds, and return only once no member of the group remains."""
-    pgid = process.pid  # started with start_new_session: the leader's pid is the group id
-    if process.poll() is None:
-        _signal_group(pgid, signal.SIGTERM)
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            _signal_group(pgid, signal.SIGKILL)
-            process.wait()
-    # Stubs outlive a server that crashed or was killed: end them too.
-    _signal_group(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while _signal_group(pgid, 0) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Send `sig` to the group; False when no process is left in it."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # only zombies left, owned by init until reaped
-        return False
-
-
 def make_workdir() -> Path:
     """A new temporary directory for one server, owned by this process.
 
@@ -299,16 +244,6 @@ def make_workdir() -> Path:
     workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
     (workdir / OWNER_FILE).write_text(f"{os.getpid()} {start_time(os.getpid())}\n")
     return workdir
-
-
-def start_time(pid: int) -> str | None:
-    """When the process started (clock ticks after boot), None once it is dead (a zombie too): with
-    the pid, it tells the process from a later one that got the same pid."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
 
 
 class ServerHandle:

@@ -18,7 +18,7 @@ from tritonize.serve.embedded import EmbeddedServer
 from tritonize.serve.process import RunningServer, ServerInfo, log_tail
 from tritonize.serve.repository import DEFAULT_CONFIG_NAME, validate_repository
 
-ENGINES = ("auto", "embedded", "docker")
+SERVER_ENGINES = ("auto", "embedded", "docker")
 READY_TIMEOUT_S = {"embedded": 120.0, "docker": 900.0}  # docker: the first run pulls a ~15 GB image
 
 
@@ -40,8 +40,8 @@ class ServeOptions:
     tls_key: Path | None = None  # ... and its private key
 
     def __post_init__(self):
-        if self.engine not in ENGINES:
-            raise TritonizeError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
+        if self.engine not in SERVER_ENGINES:
+            raise TritonizeError(f"--engine must be one of {', '.join(SERVER_ENGINES)} (got {self.engine!r})")
         for option, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
                              ("--metrics-port", self.metrics_port)):
             if not 1 <= port <= 65535:

@@ -38,7 +38,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.client.connection import Connection
-from tritonize.client.perf import ENGINES, UNJUDGED, PerfOptions, run_perf
+from tritonize.client.perf import LOAD_GENERATORS, UNJUDGED, PerfOptions, run_perf
 from tritonize.control.models import ModelControl
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
@@ -203,8 +203,8 @@ class TuneOptions:
             raise TritonizeError(f"--duration must be between 0 and 600 seconds, got {self.duration}")
         if self.batch < 1:
             raise TritonizeError(f"--batch must be >= 1, got {self.batch}")
-        if self.engine not in ENGINES:
-            raise TritonizeError(f"--load-generator must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine not in LOAD_GENERATORS:
+            raise TritonizeError(f"--load-generator must be one of {', '.join(LOAD_GENERATORS)}, got {self.engine!r}")
         if self.config_name in ("", "config") or "/" in self.config_name:
             raise TritonizeError(f"--config-name {self.config_name!r}: tune writes configs/<name>.pbtxt and never "
                                  "config.pbtxt; choose another name, e.g. tuned")
