@@ -49,7 +49,7 @@ _COMPOSE_USAGE = (
     f"# Grafana http://localhost:{GRAFANA_PORT} (anonymous viewer; admin/admin to edit), Prometheus "
     f"http://localhost:{PROMETHEUS_PORT}, Triton on 8000-8002. Prometheus scrapes the targets in {PROMETHEUS_CONFIG}.\n"
     f"# Triton listens on every interface: export {KEY_ENV}=<a key of 16+ characters> first; its model repository,\n"
-    f"# statistics, trace, logging and shared-memory APIs take only requests carrying that key (README: Serving other machines).\n"
+    f"# statistics, trace, logging and shared-memory APIs take only requests carrying that key (docs/serving-other-machines.md).\n"
 )
 
 
