@@ -13,6 +13,7 @@ from tritonize.options import EXIT_CODES
 
 
 def _error(message: str) -> None:
+    """A usage error on one line (click wraps some of its messages)."""
     typer.secho("error: " + " ".join(message.split()), err=True, fg=typer.colors.RED)
 
 
@@ -23,8 +24,8 @@ class _UserErrorsAsOneLine(TyperGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except TritonizeError as e:
-            _error(str(e))
+        except TritonizeError as e:  # its first line says what happened; a server log's tail may follow
+            typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
             raise typer.Exit(e.exit_code) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
