@@ -61,7 +61,7 @@ class BundleOptions:
 
     def __post_init__(self):
         if not self.targets:
-            raise TritonizeError("give at least one --target HOST:PORT (a Triton metrics endpoint)")
+            raise TritonizeError("give at least one of --targets HOST:PORT (a Triton metrics endpoint)")
         for target in self.targets:
             host, _, port = target.rpartition(":")
             if not host or not port.isdigit() or not 1 <= int(port) <= 65535 or "/" in target:

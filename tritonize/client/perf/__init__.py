@@ -1,4 +1,4 @@
-"""`tritonize client perf`: load sweeps at bounded concurrency, measured by perf_analyzer or the built-in engine.
+"""`tritonize client perf`: load sweeps at bounded concurrency, measured by perf_analyzer or the built-in load generator.
 
 Every request carries the same image (`--image`, default matplotlib's sample photo), in the form the
 model of the chosen preprocessing path takes (`--preprocess`: the FP32 tensor, the encoded file, or
@@ -7,7 +7,7 @@ UINT8 pixels). `--load-generator auto` measures with the real perf_analyzer when
 (tritonize.client.load: perf_analyzer's synchronous concurrency mode in a process of its own); the
 report says which. Either way the results are written as perf_analyzer's `-f` CSV (with its
 `--verbose-csv` columns; microseconds; perf_analyzer's own rows when it measured), one file per model,
-perf.json, and a latency-vs-throughput plot with all models in one figure. The built-in engine reads
+perf.json, and a latency-vs-throughput plot with all models in one figure. The built-in load generator reads
 the server-side split from the statistics API around its window, divided per request, as
 perf_analyzer does.
 
@@ -57,9 +57,9 @@ def run_perf(connection: Connection, models: Sequence[str], options: PerfOptions
             if options.shared_memory == "system":
                 report.shared_memory_savings[name] = _shared_memory_ab(connection, info, batch, options, tool)
             workload = Workload(info, batch, options.shared_memory == "system", model=name)
-            with closing(open_generator(connection, workload, max(options.concurrency), tool, options.timeout)) as engine:
+            with closing(open_generator(connection, workload, max(options.concurrency), tool, options.timeout)) as generator:
                 for level in options.concurrency:
-                    result = engine.measure(level, options)
+                    result = generator.measure(level, options)
                     report.levels.append(result)
                     if on_level:
                         on_level(result)
@@ -85,8 +85,8 @@ def _shared_memory_ab(connection: Connection, info: ModelInfo, batch: np.ndarray
                      engine=options.engine, stability=options.stability)
     figures = {}
     for shared in (False, True):
-        with closing(open_generator(connection, Workload(info, batch, shared), 1, tool, options.timeout)) as engine:
-            r = engine.measure(1, ab)
+        with closing(open_generator(connection, Workload(info, batch, shared), 1, tool, options.timeout)) as generator:
+            r = generator.measure(1, ab)
         figures["system_shared_memory" if shared else "grpc"] = {
             "p50_ms": r.latency["p50_ms"], "avg_ms": r.latency["avg_ms"], "client_us": r.client_send_us + r.client_recv_us,
             "client_send_us": r.client_send_us, "client_recv_us": r.client_recv_us, "tensor_bytes_on_wire": r.tensor_bytes_on_wire,

@@ -139,13 +139,13 @@ class PerfAnalyzerGenerator:
         self.runs.close()
 
 
-def choose_tool(engine: str) -> PerfAnalyzer | None:
-    """The perf_analyzer that measures (`auto` finds one when it can), or None for the built-in engine."""
+def choose_tool(load_generator: str) -> PerfAnalyzer | None:
+    """The perf_analyzer that measures (`auto` finds one when it can), or None for the built-in load generator."""
     from tritonize.tools import perf_analyzer as tool
 
-    if engine == "builtin":
+    if load_generator == "builtin":
         return None
-    if engine == "perf_analyzer":
+    if load_generator == "perf_analyzer":
         return tool.require()
     found = tool.find()
     if found is None:

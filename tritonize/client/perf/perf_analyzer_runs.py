@@ -3,7 +3,7 @@
 The options map onto its flags: `-b` batch, `--concurrency-range C`, `--shared-memory system` (with
 `--output-shared-memory-size`), `--duration S` -> three time windows of S/3 (`-p`), `--requests N` ->
 `--request-count N` (exactly N requests, one window), `--stability` -> `-s`. Every request
-carries the same image as the built-in engine sends, in perf_analyzer's `--input-data` JSON (base64 of
+carries the same image as the built-in load generator sends, in perf_analyzer's `--input-data` JSON (base64 of
 the tensor's bytes; a BYTES element with its 4-byte length first, as its docs require). The CSV row
 (`-f` with `--verbose-csv`) is kept as perf_analyzer wrote it; what the CSV lacks (request count, the
 batch the server executed) comes from its stdout.

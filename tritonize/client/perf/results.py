@@ -172,7 +172,7 @@ class PerfReport:
                 f"first error: {r.error}" for r in self.failed_levels]
         for model, s in self.shared_memory_savings.items():
             g, m = s["grpc"], s["system_shared_memory"]
-            # The built-in engine sends requests serialized once: its client work is inside the gRPC call.
+            # The built-in load generator sends requests serialized once: its client work is inside the gRPC call.
             client = f"client send+recv {g['client_us']:.0f} -> {m['client_us']:.0f} us, " if g["client_us"] else ""
             out.append(
                 f"  {model}: system shared memory keeps {s['bytes_saved_per_request']:,} tensor bytes per request off gRPC; "

@@ -60,7 +60,7 @@ class Workload:
 
 
 class SharedMemoryRegions:
-    """System shared memory for the built-in engine: one read-only input region, one output region per worker."""
+    """System shared memory for the built-in load generator: one read-only input region, one output region per worker."""
 
     def __init__(self, connection: Connection, workload: Workload, slots: int):
         import tritonclient.utils.shared_memory as shm
