@@ -320,6 +320,9 @@ def _server_delta(before: dict, after: dict) -> tuple[dict, float, int]:
     return per_request, (inferences / executions if executions else 0.0), delta.get("success", (0, 0))[0]
 
 
+RECORD_WAIT_S = 2.0  # how long the built-in engine waits for the server to record the requests it has answered
+
+
 class BuiltinEngine:
     """The built-in load generator (tritonize.client.load): requests serialized once here, the load loop in
     a process of its own; the server-side split from the statistics API, read around the window."""
@@ -340,15 +343,17 @@ class BuiltinEngine:
 
     def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
         info, stats = self.workload.info, {}
+        start = self._statistics()
         try:
             window = self.load.run(concurrency, options.warmup, options.duration if options.requests is None else None,
                                    options.requests, options.level_time_limit,
-                                   between=lambda: stats.update(before=self._statistics()))
+                                   between=lambda: stats.update(before=self._recorded(start, concurrency * options.warmup)))
         except LoadError as e:
             if e.code == EXITED:
                 raise TritonizeError(f"{info.name} at concurrency {concurrency}: the load process stopped ({e.details})") from None
             return LevelResult.failed(self.workload, concurrency, self.name, 1, f"{e.code}: {e.details}")  # in the warm-up
-        before, after = stats["before"], self._statistics()
+        before = stats["before"]
+        after = self._recorded(before, window.answered)
         if before is None or after is None or after.get("success", (0, 0))[0] < before.get("success", (0, 0))[0]:
             before = after = {}  # not both read, or the model was reloaded between them: its statistics started again
         per_request, server_batches, _ = _server_delta(before, after)
@@ -363,6 +368,20 @@ class BuiltinEngine:
             server_us=per_request, server_batches=server_batches, tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire,
             engine=self.name, failures=window.failures, error=window.error,
         )
+
+    def _recorded(self, since: dict | None, answered: int) -> dict | None:
+        """The statistics once they count the `answered` successes since `since`. Triton records a request when
+        it releases it, just after the client has its response (here 11 reads in 100 right after a response
+        missed it), so a plain read would move a window's last requests, and the warm-up's, into the next window."""
+        deadline = time.monotonic() + RECORD_WAIT_S
+        while True:
+            stats = self._statistics()
+            if stats is None or since is None or time.monotonic() >= deadline:
+                return stats
+            done, base = stats.get("success", (0, 0))[0], since.get("success", (0, 0))[0]
+            if done >= base + answered or done < base:  # all recorded, or the model reloaded (counts restarted)
+                return stats
+            time.sleep(0.005)
 
     def _statistics(self) -> dict | None:
         """The model's statistics, or None while the server cannot give them (the model reloading after a crash, the
