@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from tritonize.client.connection import Connection, short_reason
 from tritonize.client.load import EXITED, LoadError, LoadProcess
 from tritonize.client.perf import perf_analyzer_runs as pa
@@ -18,6 +20,9 @@ def server_delta(before: dict, after: dict) -> tuple[dict, float, int]:
     per_request = {part: (delta[part][1] / delta[part][0] / 1e3 if delta.get(part, (0, 0))[0] else 0.0) for part in SERVER_PARTS}
     executions, inferences = delta.get("executions", (0, 0))
     return per_request, (inferences / executions if executions else 0.0), delta.get("success", (0, 0))[0]
+
+
+RECORD_WAIT_S = 2.0  # how long the built-in load generator waits for the server to record the requests it answered
 
 
 class BuiltinGenerator:
@@ -40,15 +45,17 @@ class BuiltinGenerator:
 
     def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
         info, stats = self.workload.info, {}
+        start = self._statistics()
         try:
             window = self.load.run(concurrency, options.warmup, options.duration if options.requests is None else None,
                                    options.requests, options.level_time_limit,
-                                   between=lambda: stats.update(before=self._statistics()))
+                                   between=lambda: stats.update(before=self._recorded(start, concurrency * options.warmup)))
         except LoadError as e:
             if e.code == EXITED:
                 raise TritonizeError(f"{info.name} at concurrency {concurrency}: the load process stopped ({e.details})") from None
             return LevelResult.failed(self.workload, concurrency, self.name, 1, f"{e.code}: {e.details}")  # in the warm-up
-        before, after = stats["before"], self._statistics()
+        before = stats["before"]
+        after = self._recorded(before, window.answered)
         if before is None or after is None or after.get("success", (0, 0))[0] < before.get("success", (0, 0))[0]:
             before = after = {}  # not both read, or the model was reloaded between them: its statistics started again
         per_request, server_batches, _ = server_delta(before, after)
@@ -63,6 +70,20 @@ class BuiltinGenerator:
             server_us=per_request, server_batches=server_batches, tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire,
             engine=self.name, failures=window.failures, error=window.error,
         )
+
+    def _recorded(self, since: dict | None, answered: int) -> dict | None:
+        """The statistics once they count the `answered` successes since `since`. Triton records a request when
+        it releases it, just after the client has its response (here 11 reads in 100 right after a response
+        missed it), so a plain read would move a window's last requests, and the warm-up's, into the next window."""
+        deadline = time.monotonic() + RECORD_WAIT_S
+        while True:
+            stats = self._statistics()
+            if stats is None or since is None or time.monotonic() >= deadline:
+                return stats
+            done, base = stats.get("success", (0, 0))[0], since.get("success", (0, 0))[0]
+            if done >= base + answered or done < base:  # all recorded, or the model reloaded (counts restarted)
+                return stats
+            time.sleep(0.005)
 
     def _statistics(self) -> dict | None:
         """The model's statistics, or None while the server cannot give them (the model reloading after a crash, the
