@@ -62,12 +62,12 @@ def test_trt_model_serves_the_plan_and_agrees_with_the_other_backends(emulated_t
         classified = run_cli("client", "classify", PHOTO, "--model", "trt_model", "--url", info.grpc_url, "--json")
         assert classified.exit_code == 0, classified.output
         by_onnx = run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--url", info.grpc_url, "--json")
-        labels = [[t["label"] for t in json.loads(out.output)["predictions"][0]["top_k"]] for out in (classified, by_onnx)]
+        labels = [[t["label"] for t in json.loads(out.stdout)["predictions"][0]["top_k"]] for out in (classified, by_onnx)]
         assert labels[0] == labels[1] and len(labels[0]) == 5
         compared = run_cli("client", "compare", PHOTO, PHOTO, "--models", "onnx_model,torch_model,trt_model",
                            "--min-top1-agreement", "1.0", "--repeat", "1", "--url", info.grpc_url, "--json")
         assert compared.exit_code == 0, compared.output
-        report = json.loads(compared.output)
+        report = json.loads(compared.stdout)
         assert {(p["reference"], p["candidate"]) for p in report["pairs"]} >= {("onnx_model", "trt_model"),
                                                                               ("torch_model", "trt_model")}
         assert all(p["top1_agreement"] == 1.0 and p["rel_to_scale"] < 1e-4 for p in report["pairs"])
