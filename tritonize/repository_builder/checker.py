@@ -27,6 +27,9 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   python code a Python model that imports tritonize holds the modules it imports (1/tritonize/), equal to
               this tritonize's: the server preprocesses with the client's code
   release     (--triton-release) the plan's TensorRT is the one that release runs
+  gpu kind    a tensorrt_plan model has a plan for the serving GPU's compute capability (--gpu-cc, else this
+              machine's GPU when one is visible): its one plan's, or a key of cc_model_filenames (gpus.py);
+              every file cc_model_filenames names is in each version
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from tritonize.files import sha256_file
 from tritonize.manifest import Manifest, Plan, PrecisionVariant, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
+from tritonize.repository_builder.gpus import missing_plan, plan_cc, serving_cc
 from tritonize.repository_builder.config import (
     CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name, parse_config,
 )
@@ -74,8 +78,10 @@ class Finding:
         return asdict(self)
 
 
-def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None) -> list[Finding]:
-    """Lint every model directory of `repo`; with `artifacts`, also against its manifest."""
+def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None,
+                     gpu_cc: str | None = None) -> list[Finding]:
+    """Lint every model directory of `repo`; with `artifacts`, also against its manifest; trt_model's plans
+    against `gpu_cc` (default: this machine's GPU, when one is visible)."""
     repo = Path(repo)
     if not repo.is_dir():
         raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build --repository {repo}` first")
@@ -89,6 +95,8 @@ def check_repository(repo: Path, artifacts: Path | None = None, triton_release: 
         "release": release_info(triton_release) if triton_release else None,
         "configs": {d.name: _parsed_or_none(d / CONFIG_NAME) for d in model_dirs},  # what ensemble steps name
     }
+    plans = any(_backend_of(c) == "tensorrt" for c in context["configs"].values() if c is not None)
+    context["gpu_cc"] = serving_cc(gpu_cc) if plans or gpu_cc else (None, "no tensorrt_plan model")
     findings = _check_artifacts(manifest) if manifest else []
     for model_dir in model_dirs:
         findings += _ModelCheck(model_dir, context).run()
@@ -151,6 +159,8 @@ class _ModelCheck:
         if model_file is not None and backend == "pytorch":
             self._check_torchscript(cfg, model_file)
         self._check_parameters(cfg, backend)
+        if backend == "tensorrt":
+            self._check_gpu_kind(cfg)
         if backend == "ensemble":
             self._check_ensemble(cfg)
         if self.ctx["manifest"] is not None:
@@ -232,12 +242,36 @@ class _ModelCheck:
         if not versions:
             self.add("error", "no numeric version directory: Triton finds no version to serve", REBUILD)
             return None
+        if backend == "tensorrt" and cfg.cc_model_filenames:
+            return self._check_plan_files(cfg, versions)
         filename = cfg.default_model_filename or DEFAULT_FILES.get(backend or "", "")
         for v in versions:
             if filename and not (v / filename).exists():
                 self.add("error", f"version {v.name}/ has no {filename}", f"place the model file as {v.name}/{filename} or {REBUILD}")
         latest = max(versions, key=lambda p: int(p.name)) / filename
         return latest if filename and latest.is_file() else None
+
+    def _check_plan_files(self, cfg, versions: list[Path]) -> Path | None:
+        """A fleet's plans: each file cc_model_filenames names, in each version. Returns the latest version's plan
+        for the GPU kind the manifest's plan was built on (what its sha256 is checked against), else None."""
+        for v in versions:
+            for cc, filename in sorted(cfg.cc_model_filenames.items()):
+                if not (v / filename).is_file():
+                    self.add("error", f"version {v.name}/ has no {filename}, the plan cc_model_filenames names for "
+                                      f"compute capability {cc}", f"{REBUILD} --plans DIR... with the plan of each GPU kind")
+        manifest: Manifest | None = self.ctx["manifest"]
+        cc = plan_cc(manifest.plan) if manifest is not None and manifest.plan is not None else None
+        latest = max(versions, key=lambda p: int(p.name))
+        path = latest / cfg.cc_model_filenames[cc] if cc in cfg.cc_model_filenames else None
+        return path if path is not None and path.is_file() else None
+
+    def _check_gpu_kind(self, cfg) -> None:
+        cc, source = self.ctx.get("gpu_cc") or (None, "")
+        problem = missing_plan(cfg, cc) if cc else None
+        if problem:
+            self.add("error", f"{problem} (compute capability from {source})",
+                     "build a plan on that GPU kind and gather it with `tritonize repo build --plans DIR`, or serve "
+                     "trt_model on a GPU kind it has a plan for")
 
     def _check_labels(self, cfg) -> None:
         for out in cfg.output:

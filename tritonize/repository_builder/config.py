@@ -11,6 +11,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Entry, Plan, PrecisionVariant
 from tritonize.preprocessing import Preprocessing
+from tritonize.repository_builder.gpus import CC_PARAMETER, HARDWARE_PARAMETER, plan_cc
 from tritonize.repository_builder.options import LOGITS, PREPROCESSED, Backend, Preprocessor, RepoOptions
 from tritonize.spec import ModelSpec
 
@@ -66,7 +67,7 @@ def batch_bound(entry: Entry) -> BatchBound:
     return BatchBound(verified or 1, f"the batch {entry.file} was verified at", fix)
 
 
-def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: str) -> dict[str, str]:
+def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: str, fleet: bool = False) -> dict[str, str]:
     """The preprocessing contract and provenance, as the string parameters a client can fetch."""
     params = {
         **spec.preprocessing.to_parameters(),
@@ -80,6 +81,11 @@ def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: s
             "source.triton_release": entry.target.triton_release,
             "source.version_compatible": str(entry.options.version_compatible).lower(),
         })
+        cc = plan_cc(entry)
+        if cc and not fleet:  # a fleet's GPU kinds are the keys of cc_model_filenames
+            params[CC_PARAMETER] = cc
+        if entry.options.hardware_compatibility != "none":
+            params[HARDWARE_PARAMETER] = entry.options.hardware_compatibility
     if isinstance(entry, PrecisionVariant) and entry.cpu_serving is not None:
         gates = entry.cpu_serving
         params.update({
@@ -92,8 +98,9 @@ def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: s
 
 
 def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoOptions, kind: str,
-                 manifest_sha256: str) -> pb.ModelConfig:
-    """The ModelConfig for one backend. kind: "auto" | "gpu" | "cpu" (instance placement)."""
+                 manifest_sha256: str, plans: dict[str, str] | None = None) -> pb.ModelConfig:
+    """The ModelConfig for one backend. kind: "auto" | "gpu" | "cpu" (instance placement). `plans`: a fleet's
+    plan file per compute capability (gpus.py), as `cc_model_filenames`."""
     bound = batch_bound(entry)
     max_batch = bound.max_batch if options.max_batch is None else options.max_batch
     if max_batch > bound.max_batch:
@@ -121,7 +128,9 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
             w.inputs[input_name].dims.extend(spec.input_shape)
             w.inputs[input_name].zero_data = True
 
-    for key, value in contract_parameters(spec, entry, manifest_sha256).items():
+    for cc, filename in (plans or {}).items():
+        cfg.cc_model_filenames[cc] = filename
+    for key, value in contract_parameters(spec, entry, manifest_sha256, fleet=bool(plans)).items():
         cfg.parameters[key].string_value = value
     if backend.cpu_variant:
         cfg.parameters["source.artifact"].string_value = backend.artifact
