@@ -133,6 +133,23 @@ if [ -n "$SERVED" ]; then
   MODELS="$OUT/models"
   step "repo build ($(basename "$SERVED"))" - "${TRITONIZE[@]}" repo build --artifacts "$SERVED" --repository "$MODELS" --force
   step "repo check" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --triton-release "$RELEASE"
+  # Precision as a fact: every built plan's layer precisions were read from its engine (manifest `layers`).
+  step "layer precisions recorded" - "$PY" -c '
+import json, pathlib, sys
+found = {}
+for manifest in sorted(pathlib.Path(sys.argv[1]).glob("art-*/manifest.json")):
+    plan = json.loads(manifest.read_text())["artifacts"].get("tensorrt", {})
+    if plan.get("status") == "built":
+        found[manifest.parent.name] = plan.get("layers")
+        print(manifest.parent.name, (plan.get("layers") or {}).get("counts", "unknown"))
+missing = [name for name, layers in found.items() if layers is None and "torch-tensorrt" not in name]
+print("passed" if found and not missing else f"failed: no layer precisions for {missing or chr(42)}")
+sys.exit(1 if missing or not found else 0)' "$OUT"
+  # One GPU kind per box: its plan is found for its own compute capability, and a kind it lacks is named.
+  CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ')
+  step "repo check --gpu-cc (this GPU, $CC)" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --gpu-cc "${CC:-0.0}"
+  step "repo check --gpu-cc 1.0 names the missing plan" "no plan for this GPU's compute capability 1.0" \
+    "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --gpu-cc 1.0
   read -r HTTP GRPC METRICS < <("$PY" -c 'from tritonize.serve.process import choose_ports as c; p = c("127.0.0.1", None, None, None); print(p.http, p.grpc, p.metrics)')
   SERVE_LOG="$OUT/logs/serve.log"
   "${TRITONIZE[@]}" serve "$MODELS" --engine docker --triton-release "$RELEASE" --http-port "$HTTP" \

@@ -27,6 +27,7 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   python code a Python model that imports tritonize holds the modules it imports (1/tritonize/), equal to
               this tritonize's: the server preprocesses with the client's code
   release     (--triton-release) the plan's TensorRT is the one that release runs
+  precision   (manifest) an fp16/int8 plan whose engine runs most of its layers in FP32 (read from the engine)
   gpu kind    a tensorrt_plan model has a plan for the serving GPU's compute capability (--gpu-cc, else this
               machine's GPU when one is visible): its one plan's, or a key of cc_model_filenames (gpus.py);
               every file cc_model_filenames names is in each version
@@ -44,7 +45,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import Manifest, Plan, PrecisionVariant, Status
+from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.gpus import missing_plan, plan_cc, serving_cc
@@ -484,6 +485,13 @@ class _ModelCheck:
                               "speed through the server)", f"run `tritonize convert cpu`, then {REBUILD}")
 
     def _check_plan(self, cfg, plan: Plan) -> None:
+        layers = plan.layers
+        if layers is not None and plan.precision != "fp32" and layers.fp32_share > MOSTLY_FP32:
+            self.add("warning", f"the {plan.precision} plan runs {layers.fp32_share:.0%} of its layers in FP32 "
+                                f"({layers.summary()}; e.g. {', '.join(layers.fp32_layers[:3])}): it will be about as "
+                                "slow as an FP32 plan",
+                     f"rebuild it strongly typed from the {plan.precision} ONNX (TensorRT 10+: `tritonize convert trt "
+                     f"--precision {plan.precision} --force`), or serve it knowing it is mostly FP32")
         profile = plan.profile
         if profile.min != 1:
             self.add("error", f"the plan's profile min is {profile.min}: requests of batch 1 will be refused",
