@@ -114,6 +114,11 @@ step export - "${TRITONIZE[@]}" export --arch "$ARCH" --weights "$WEIGHTS" --art
 step gpu-tests - bash -c 'out=$("$0" -m pytest -p no:logging -q -rs -m "requires_tensorrt or requires_gpu or requires_docker")
   code=$?; echo "$out"; if grep -q skipped <<<"$out"; then exit 1; fi; exit $code' "$PY"
 
+# --triton-release auto picks the release whose TensorRT is this box's, and names its pins.
+rm -rf "$OUT/art-auto" && cp -r "$OUT/base" "$OUT/art-auto"
+step "convert trt --triton-release auto (dry run)" - env RELEASE="$RELEASE" bash -c \
+  '"$@" 2>&1 | tee /dev/stderr | grep -q "auto: Triton $RELEASE,"' bash "${TRITONIZE[@]}" convert trt --artifacts "$OUT/art-auto" --triton-release auto --dry-run
+
 SERVED=""
 for builder in container trtexec tensorrt torch-tensorrt; do
   for precision in fp32 fp16 int8; do
