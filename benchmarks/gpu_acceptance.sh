@@ -150,6 +150,10 @@ for manifest in sorted(pathlib.Path(sys.argv[1]).glob("art-*/manifest.json")):
 missing = [name for name, layers in found.items() if layers is None and "torch-tensorrt" not in name]
 print("passed" if found and not missing else f"failed: no layer precisions for {missing or chr(42)}")
 sys.exit(1 if missing or not found else 0)' "$OUT"
+  # CUDA graphs: the same plan in a repository with --cuda-graphs, linted against the plan's profile.
+  step "repo build --cuda-graphs" - "${TRITONIZE[@]}" repo build --artifacts "$SERVED" --repository "$OUT/models-graphs" \
+    --force --cuda-graphs
+  step "repo check (cuda graphs)" - "${TRITONIZE[@]}" repo check "$OUT/models-graphs" --artifacts "$SERVED"
   # One GPU kind per box: its plan is found for its own compute capability, and a kind it lacks is named.
   CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ')
   step "repo check --gpu-cc (this GPU, $CC)" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --gpu-cc "${CC:-0.0}"

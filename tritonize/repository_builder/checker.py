@@ -27,6 +27,9 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   python code a Python model that imports tritonize holds the modules it imports (1/tritonize/), equal to
               this tritonize's: the server preprocesses with the client's code
   release     (--triton-release) the plan's TensorRT is the one that release runs
+  cuda graphs graph_spec only on tensorrt models, with graphs: true; batch sizes in 1..max_batch_size (Triton's
+              tensorrt backend refuses the model otherwise) and (manifest) within the plan's profile; inputs and
+              shapes the config's
   precision   (manifest) an fp16/int8 plan whose engine runs most of its layers in FP32 (read from the engine)
   gpu kind    a tensorrt_plan model has a plan for the serving GPU's compute capability (--gpu-cc, else this
               machine's GPU when one is visible): its one plan's, or a key of cc_model_filenames (gpus.py);
@@ -162,6 +165,7 @@ class _ModelCheck:
         self._check_parameters(cfg, backend)
         if backend == "tensorrt":
             self._check_gpu_kind(cfg)
+        self._check_cuda_graphs(cfg, backend)
         if backend == "ensemble":
             self._check_ensemble(cfg)
         if self.ctx["manifest"] is not None:
@@ -265,6 +269,43 @@ class _ModelCheck:
         latest = max(versions, key=lambda p: int(p.name))
         path = latest / cfg.cc_model_filenames[cc] if cc in cfg.cc_model_filenames else None
         return path if path is not None and path.is_file() else None
+
+    def _check_cuda_graphs(self, cfg, backend: str | None) -> None:
+        """As Triton's tensorrt backend validates graph specs when an instance loads (src/instance_state.cc
+        ValidateGraphSpec), before any server starts; and against the plan's profile with the manifest."""
+        cuda = cfg.optimization.cuda
+        if not cuda.graph_spec:
+            return
+        if backend != "tensorrt":
+            self.add("warning", f"optimization.cuda.graph_spec in a model of the {backend} backend: only the tensorrt "
+                                "backend captures CUDA graphs from it", "remove graph_spec")
+            return
+        if not cuda.graphs:
+            self.add("warning", "optimization.cuda.graph_spec without graphs: true: no graph is captured",
+                     "set optimization { cuda { graphs: true } } or remove graph_spec")
+        inputs = {t.name: list(t.dims) for t in cfg.input}
+        manifest: Manifest | None = self.ctx["manifest"]
+        plan = manifest.plan if manifest is not None else None
+        for spec in cuda.graph_spec:
+            lower = spec.graph_lower_bound.batch_size if spec.HasField("graph_lower_bound") else spec.batch_size
+            if not (1 <= spec.batch_size <= cfg.max_batch_size and 1 <= lower <= cfg.max_batch_size):
+                self.add("error", f"graph_spec batch_size {spec.batch_size}: Triton's tensorrt backend expects 'batch_size' "
+                                  f"to be >= 1 and <= {cfg.max_batch_size} and refuses to load the model",
+                         f"capture graphs for batch sizes 1..{cfg.max_batch_size} or {REBUILD} --cuda-graphs")
+            elif lower > spec.batch_size:
+                self.add("error", f"graph_spec batch_size {spec.batch_size}: its graph_lower_bound {lower} is larger",
+                         "set graph_lower_bound.batch_size <= batch_size")
+            elif plan is not None and plan.status is Status.built and not plan.profile.min <= spec.batch_size <= plan.profile.max:
+                self.add("error", f"graph_spec batch_size {spec.batch_size} is outside the plan's profile "
+                                  f"{plan.profile.min}..{plan.profile.max}: the engine cannot run it to capture a graph",
+                         f"capture graphs for batch sizes {plan.profile.min}..{plan.profile.max} or {REBUILD} --cuda-graphs")
+            for name, shape in spec.input.items():
+                if name not in inputs:
+                    self.add("error", f"graph_spec batch_size {spec.batch_size} names input {name!r}, which the config "
+                                      f"does not have ({', '.join(inputs)})", f"{REBUILD} --cuda-graphs")
+                elif any(d >= 0 and g != d for g, d in zip(shape.dim, inputs[name])) or len(shape.dim) != len(inputs[name]):
+                    self.add("error", f"graph_spec batch_size {spec.batch_size}: input {name!r} shape {list(shape.dim)} is "
+                                      f"not the config's {inputs[name]}", f"{REBUILD} --cuda-graphs")
 
     def _check_gpu_kind(self, cfg) -> None:
         cc, source = self.ctx.get("gpu_cc") or (None, "")

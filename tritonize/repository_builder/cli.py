@@ -30,6 +30,9 @@ def build_command(
     models: Annotated[Optional[str], typer.Option(help="Subset to build, comma-separated (onnx_model,torch_model,trt_model).")] = None,
     ensembles: Annotated[bool, typer.Option("--ensembles/--no-ensembles", help="Also build the preprocessing models and, per classifier, the ensembles that take encoded images (<backend>_classifier) or UINT8 pixels (<backend>_classifier_uint8).")] = True,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing repository, even an up-to-date one.")] = False,
+    cuda_graphs: Annotated[bool, typer.Option(
+        "--cuda-graphs/--no-cuda-graphs", help="trt_model: capture CUDA graphs (optimization.cuda.graphs) for batch 1, "
+                                               "the preferred sizes and max_batch_size, within the plan's profile.")] = False,
     plans: Annotated[Optional[list[Path]], typer.Option(
         "--plans", help="An artifacts directory whose TensorRT plan was built on another GPU kind (a copy of these "
                         "artifacts, converted there); repeat for each. trt_model then carries one plan per compute "
@@ -52,6 +55,7 @@ def build_command(
         ensembles=ensembles,
         force=force,
         plans=tuple(plans or ()),
+        cuda_graphs=cuda_graphs,
     )
     result = build_repository(artifacts, repository, options)
     typer.echo(f"repository: {repository} ({result.status.value})")

@@ -117,6 +117,9 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
     cfg.dynamic_batching.preferred_batch_size.extend(options.preferred_for(max_batch))
     cfg.dynamic_batching.max_queue_delay_microseconds = options.queue_delay_us
 
+    if options.cuda_graphs and isinstance(entry, Plan):
+        add_cuda_graphs(cfg, cuda_graph_batches(entry, cfg), spec.input_shape)
+
     kinds = {"auto": pb.ModelInstanceGroup.KIND_AUTO, "gpu": pb.ModelInstanceGroup.KIND_GPU,
              "cpu": pb.ModelInstanceGroup.KIND_CPU}
     cfg.instance_group.add(count=options.instances, kind=kinds[kind])
@@ -135,6 +138,24 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
     if backend.cpu_variant:
         cfg.parameters["source.artifact"].string_value = backend.artifact
     return cfg
+
+
+def cuda_graph_batches(plan: Plan, cfg: pb.ModelConfig) -> list[int]:
+    """The batch sizes to capture CUDA graphs for: those Triton's tensorrt backend would pick by default (1, the
+    preferred batch sizes, max_batch_size; src/instance_state.cc InitializeGraphSpecs), kept within the plan's
+    profile, which the engine cannot run outside."""
+    wanted = {1, *cfg.dynamic_batching.preferred_batch_size, cfg.max_batch_size}
+    return sorted(b for b in wanted if plan.profile.min <= b <= min(plan.profile.max, cfg.max_batch_size))
+
+
+def add_cuda_graphs(cfg: pb.ModelConfig, batches: list[int], input_shape) -> None:
+    """`optimization { cuda { graphs: true, graph_spec {...} } }`: one graph per batch size, each with the input's
+    non-batch shape (model_config.proto ModelOptimizationPolicy.Cuda.GraphSpec)."""
+    cfg.optimization.cuda.graphs = True
+    for batch in batches:
+        graph = cfg.optimization.cuda.graph_spec.add(batch_size=batch)
+        for tensor in cfg.input:
+            graph.input[tensor.name].dim.extend(input_shape)
 
 
 def preprocessor_config(pre: Preprocessor, spec: ModelSpec, max_batch: int, options: RepoOptions,

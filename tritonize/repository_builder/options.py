@@ -98,6 +98,7 @@ class RepoOptions:
     ensembles: bool = True  # the preprocessing models and one ensemble per classifier and preprocessor
     force: bool = False  # rebuild even when the repository is up to date (implies overwrite)
     overwrite: bool = False  # replace an existing repository that differs from what this build writes
+    cuda_graphs: bool = False  # trt_model: optimization.cuda.graphs with a graph_spec per batch size (config.py)
     plans: tuple[Path, ...] = ()  # other artifacts directories whose plans join trt_model's (one per GPU kind: gpus.py)
 
     def __post_init__(self):
