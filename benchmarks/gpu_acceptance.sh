@@ -150,6 +150,9 @@ for manifest in sorted(pathlib.Path(sys.argv[1]).glob("art-*/manifest.json")):
 missing = [name for name, layers in found.items() if layers is None and "torch-tensorrt" not in name]
 print("passed" if found and not missing else f"failed: no layer precisions for {missing or chr(42)}")
 sys.exit(1 if missing or not found else 0)' "$OUT"
+  # Proven in the serving image: its trtexec loads the repository's plan and runs one batch against onnxruntime.
+  step "repo check --in-image ($RELEASE)" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" \
+    --triton-release "$RELEASE" --in-image
   # CUDA graphs: the same plan in a repository with --cuda-graphs, linted against the plan's profile.
   step "repo build --cuda-graphs" - "${TRITONIZE[@]}" repo build --artifacts "$SERVED" --repository "$OUT/models-graphs" \
     --force --cuda-graphs

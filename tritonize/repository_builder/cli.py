@@ -72,6 +72,9 @@ def check_command(
     triton_release: TritonRelease = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print findings as JSON.")] = False,
     gpu_cc: GpuCC = None,
+    in_image: Annotated[bool, typer.Option(
+        "--in-image", help="Also run trt_model's plan with the trtexec of its serving release's image (Docker with the "
+                           "NVIDIA runtime) on one batch and compare it with onnxruntime on the export (needs --artifacts).")] = False,
 ) -> None:
     """Lint the repository: what would make Triton refuse or misbehave. Exits 1 on any error."""
     from tritonize.repository_builder import check_repository
@@ -88,6 +91,15 @@ def check_command(
             typer.echo(f"{f.severity}: {f.model}: {f.message} -> fix: {f.fix}")
         against = f" against {artifacts}/manifest.json" if artifacts else " (no manifest: hashes and plan profile not checked)"
         typer.echo(f"{repository}: {len(errors)} error(s), {len(findings) - len(errors)} warning(s){against}")
+    if in_image:
+        from tritonize.repository_builder.in_image import check_in_image
+
+        release, plan, report = check_in_image(repository, artifacts, triton_release)
+        mark = "✓" if report.passed else "✗"
+        typer.echo(f"{mark} trt_model: {plan} ran in {release.image} (its trtexec, TensorRT {release.tensorrt or '?'}) "
+                   f"on a batch of {', '.join(report.batches)}: {report.summary()}")
+        if not report.passed:
+            raise typer.Exit(1)
     if errors:
         raise typer.Exit(1)
 
