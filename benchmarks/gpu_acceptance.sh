@@ -157,6 +157,9 @@ sys.exit(1 if missing or not found else 0)' "$OUT"
   step "repo build --cuda-graphs" - "${TRITONIZE[@]}" repo build --artifacts "$SERVED" --repository "$OUT/models-graphs" \
     --force --cuda-graphs
   step "repo check (cuda graphs)" - "${TRITONIZE[@]}" repo check "$OUT/models-graphs" --artifacts "$SERVED"
+  # execution_context_allocation_strategy: written for a release from 25.05, refused (expected) for an older one.
+  step "repo build --context-memory on-profile-change" "does not read execution_context_allocation_strategy" \
+    "${TRITONIZE[@]}" repo build --artifacts "$SERVED" --repository "$OUT/models-memory" --force --context-memory on-profile-change
   # One GPU kind per box: its plan is found for its own compute capability, and a kind it lacks is named.
   CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ')
   step "repo check --gpu-cc (this GPU, $CC)" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --gpu-cc "${CC:-0.0}"

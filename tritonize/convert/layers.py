@@ -30,11 +30,14 @@ def precision_of(format_datatype: str) -> str:
     return next((name for key, name in _DATATYPES if key in text), "OTHER")
 
 
-def from_engine_information(text: str, source: str) -> LayerPrecisions | None:
+def from_engine_information(text: str | None, source: str) -> LayerPrecisions | None:
     """The layer precisions in the inspector's JSON, or None when it names the layers only (the engine was not
-    built with DETAILED profiling verbosity)."""
-    layers = json.loads(text).get("Layers", []) if text and text.strip() else []
-    if not layers or not all(isinstance(layer, dict) for layer in layers):
+    built with DETAILED profiling verbosity) or is not such JSON."""
+    try:
+        layers = json.loads(text).get("Layers", []) if text and text.strip() else []
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(layers, list) or not layers or not all(isinstance(layer, dict) for layer in layers):
         return None
     counts: dict[str, int] = {}
     fp32: list[str] = []
@@ -50,8 +53,16 @@ def from_engine_information(text: str, source: str) -> LayerPrecisions | None:
     return LayerPrecisions(counts, tuple(fp32[:SHOWN]), source)
 
 
-def read_engine(plan: bytes, trt) -> str:
-    """The engine inspector's JSON of a serialized engine, with this process's TensorRT `trt`."""
+def read_engine(plan: bytes, trt) -> str | None:
+    """The engine inspector's JSON of a serialized engine, with this process's TensorRT `trt`; None when it cannot
+    be read (reading the layers never fails a build: the precisions are then recorded as unknown)."""
+    try:
+        return _inspect(plan, trt)
+    except Exception:  # noqa: BLE001 - TensorRT's errors, or an inspector this TensorRT lacks
+        return None
+
+
+def _inspect(plan: bytes, trt) -> str:
     runtime = trt.Runtime(trt.Logger(trt.Logger.ERROR))
     runtime.engine_host_code_allowed = True  # the plan was just built by this user
     engine = runtime.deserialize_cuda_engine(plan)

@@ -30,6 +30,8 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   cuda graphs graph_spec only on tensorrt models, with graphs: true; batch sizes in 1..max_batch_size (Triton's
               tensorrt backend refuses the model otherwise) and (manifest) within the plan's profile; inputs and
               shapes the config's
+  memory      execution_context_allocation_strategy only on tensorrt models, STATIC or ON_PROFILE_CHANGE, and
+              served by a release that reads it (25.05+)
   precision   (manifest) an fp16/int8 plan whose engine runs most of its layers in FP32 (read from the engine)
   gpu kind    a tensorrt_plan model has a plan for the serving GPU's compute capability (--gpu-cc, else this
               machine's GPU when one is visible): its one plan's, or a key of cc_model_filenames (gpus.py);
@@ -51,10 +53,11 @@ from tritonize.files import sha256_file
 from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
-from tritonize.repository_builder.gpus import missing_plan, plan_cc, serving_cc
 from tritonize.repository_builder.config import (
-    CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name, parse_config,
+    ALLOCATION_FROM_RELEASE, ALLOCATION_PARAMETER, ALLOCATION_STRATEGIES, CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS,
+    batch_bound, kind_name, parse_config, release_has_allocation_strategy,
 )
+from tritonize.repository_builder.gpus import missing_plan, plan_cc, serving_cc
 
 REBUILD = "rebuild with `tritonize repo build --force`"
 # platform -> backend, and the file each backend loads by default.
@@ -166,6 +169,7 @@ class _ModelCheck:
         if backend == "tensorrt":
             self._check_gpu_kind(cfg)
         self._check_cuda_graphs(cfg, backend)
+        self._check_allocation_strategy(cfg, backend)
         if backend == "ensemble":
             self._check_ensemble(cfg)
         if self.ctx["manifest"] is not None:
@@ -306,6 +310,25 @@ class _ModelCheck:
                 elif any(d >= 0 and g != d for g, d in zip(shape.dim, inputs[name])) or len(shape.dim) != len(inputs[name]):
                     self.add("error", f"graph_spec batch_size {spec.batch_size}: input {name!r} shape {list(shape.dim)} is "
                                       f"not the config's {inputs[name]}", f"{REBUILD} --cuda-graphs")
+
+    def _check_allocation_strategy(self, cfg, backend: str | None) -> None:
+        if ALLOCATION_PARAMETER not in cfg.parameters:
+            return
+        value = cfg.parameters[ALLOCATION_PARAMETER].string_value
+        if backend != "tensorrt":
+            self.add("warning", f"{ALLOCATION_PARAMETER} in a model of the {backend} backend: only the tensorrt backend "
+                                "reads it", f"remove the {ALLOCATION_PARAMETER} parameter")
+            return
+        if value not in ALLOCATION_STRATEGIES.values():
+            self.add("error", f"{ALLOCATION_PARAMETER} is {value!r}: Triton's tensorrt backend refuses to load the model "
+                              "(supported values are 'STATIC' and 'ON_PROFILE_CHANGE')",
+                     f"set it to STATIC or ON_PROFILE_CHANGE, or {REBUILD} --context-memory")
+        release = self.ctx["release"].release if self.ctx["release"] else (
+            cfg.parameters["source.triton_release"].string_value if "source.triton_release" in cfg.parameters else "")
+        if release and not release_has_allocation_strategy(release):
+            self.add("warning", f"{ALLOCATION_PARAMETER}: Triton {release}'s tensorrt backend does not read it (from "
+                                f"{ALLOCATION_FROM_RELEASE}): the contexts keep static memory",
+                     f"serve with Triton {ALLOCATION_FROM_RELEASE} or later, or remove the parameter")
 
     def _check_gpu_kind(self, cfg) -> None:
         cc, source = self.ctx.get("gpu_cc") or (None, "")

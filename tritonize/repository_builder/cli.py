@@ -33,6 +33,9 @@ def build_command(
     cuda_graphs: Annotated[bool, typer.Option(
         "--cuda-graphs/--no-cuda-graphs", help="trt_model: capture CUDA graphs (optimization.cuda.graphs) for batch 1, "
                                                "the preferred sizes and max_batch_size, within the plan's profile.")] = False,
+    context_memory: Annotated[Optional[str], typer.Option(
+        "--context-memory", help="trt_model's execution_context_allocation_strategy (Triton 25.05+): static (memory "
+                                 "for the largest profile, Triton's default) or on-profile-change.", show_default=False)] = None,
     plans: Annotated[Optional[list[Path]], typer.Option(
         "--plans", help="An artifacts directory whose TensorRT plan was built on another GPU kind (a copy of these "
                         "artifacts, converted there); repeat for each. trt_model then carries one plan per compute "
@@ -56,6 +59,7 @@ def build_command(
         force=force,
         plans=tuple(plans or ()),
         cuda_graphs=cuda_graphs,
+        context_memory=context_memory,
     )
     result = build_repository(artifacts, repository, options)
     typer.echo(f"repository: {repository} ({result.status.value})")

@@ -119,6 +119,13 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
 
     if options.cuda_graphs and isinstance(entry, Plan):
         add_cuda_graphs(cfg, cuda_graph_batches(entry, cfg), spec.input_shape)
+    if options.context_memory and isinstance(entry, Plan):
+        release = entry.target.triton_release
+        if not release_has_allocation_strategy(release):
+            raise TritonizeError(f"--context-memory: the plan is for Triton {release}, whose tensorrt backend does not read "
+                                 f"{ALLOCATION_PARAMETER} (from {ALLOCATION_FROM_RELEASE}); leave it out, or build the plan "
+                                 f"for {ALLOCATION_FROM_RELEASE} or later")
+        cfg.parameters[ALLOCATION_PARAMETER].string_value = ALLOCATION_STRATEGIES[options.context_memory]
 
     kinds = {"auto": pb.ModelInstanceGroup.KIND_AUTO, "gpu": pb.ModelInstanceGroup.KIND_GPU,
              "cpu": pb.ModelInstanceGroup.KIND_CPU}
@@ -138,6 +145,17 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
     if backend.cpu_variant:
         cfg.parameters["source.artifact"].string_value = backend.artifact
     return cfg
+
+
+# tensorrt_backend src/model_state.cc ParseParameters (from release 25.05: r25.05 is the first release branch with
+# tensorrt_backend#108): how each execution context holds its activation memory. Any other value fails the load.
+ALLOCATION_PARAMETER = "execution_context_allocation_strategy"
+ALLOCATION_STRATEGIES = {"static": "STATIC", "on-profile-change": "ON_PROFILE_CHANGE"}
+ALLOCATION_FROM_RELEASE = "25.05"
+
+
+def release_has_allocation_strategy(release: str) -> bool:
+    return tuple(int(p) for p in release.split(".")) >= tuple(int(p) for p in ALLOCATION_FROM_RELEASE.split("."))
 
 
 def cuda_graph_batches(plan: Plan, cfg: pb.ModelConfig) -> list[int]:

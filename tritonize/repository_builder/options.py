@@ -99,6 +99,7 @@ class RepoOptions:
     force: bool = False  # rebuild even when the repository is up to date (implies overwrite)
     overwrite: bool = False  # replace an existing repository that differs from what this build writes
     cuda_graphs: bool = False  # trt_model: optimization.cuda.graphs with a graph_spec per batch size (config.py)
+    context_memory: str | None = None  # trt_model: execution_context_allocation_strategy (config.py); None: Triton's
     plans: tuple[Path, ...] = ()  # other artifacts directories whose plans join trt_model's (one per GPU kind: gpus.py)
 
     def __post_init__(self):
@@ -117,6 +118,8 @@ class RepoOptions:
         if self.force:
             object.__setattr__(self, "overwrite", True)
         object.__setattr__(self, "plans", tuple(Path(p) for p in self.plans))
+        if self.context_memory not in (None, "static", "on-profile-change"):
+            raise TritonizeError(f"--context-memory must be static or on-profile-change (got {self.context_memory!r})")
         if self.models is not None:
             models = tuple(self.models)
             unknown = [m for m in models if m not in BACKENDS]

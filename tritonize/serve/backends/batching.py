@@ -64,6 +64,7 @@ class BatchingModel:
     def initialize(self, args: dict) -> None:
         self.require()
         config = json.loads(args["model_config"])
+        self.config = config
         self.model_name = args["model_name"]
         self.max_batch_size = int(config.get("max_batch_size", 0))
         self.inputs = [_tensor_spec(t) for t in config.get("input", [])]

@@ -38,6 +38,10 @@ class TritonPythonModel(BatchingModel):
         return default
 
     def load(self, path: Path, placement: Placement) -> None:
+        strategy = ((self.config.get("parameters") or {}).get("execution_context_allocation_strategy") or {}).get("string_value")
+        if strategy is not None and strategy not in ("STATIC", "ON_PROFILE_CHANGE"):  # as tensorrt_backend refuses it
+            raise RuntimeError(f"Invalid value for 'execution_context_allocation_strategy': '{strategy}' for model "
+                               f"instance '{self.model_name}'. Supported values are 'STATIC' and 'ON_PROFILE_CHANGE'.")
         from polygraphy import cuda
         from polygraphy.datatype import DataType
 
