@@ -142,7 +142,7 @@ class ContainerBuilder(Builder):
         """Run the image's trtexec (`--help`) once: None when it reported its TensorRT version, else why not."""
         if self._version:
             return None
-        image, name = self.release.image, _container_name()
+        image, name = self.release.image, container_name()
         try:
             done = subprocess.run(container_argv(image, None, ["--help"], name=name), capture_output=True, text=True,
                                   timeout=PROBE_TIMEOUT_S)
@@ -176,18 +176,19 @@ class ContainerBuilder(Builder):
 
     def build(self, job, out, timeout_s):
         version = self.tensorrt_version()
-        name = _container_name()
+        name = container_name()
         argv = container_argv(self.release.image, out, trtexec_argv(job, version)[1:], name=name, mounts=self._mounts(job))
         return _run(argv, job, out, timeout_s, version, kill=["docker", "kill", name])
 
     def verify(self, plan, engine_io, check, job, version, timeout_s):
-        name = _container_name()
+        name = container_name()
         command = container_argv(self.release.image, plan.parent, [], name=name)
         return verify_with_trtexec(command, plan.parent, plan.name, engine_io, check, job.version_compatible, timeout_s,
                                    kill=["docker", "kill", name])
 
 
-def _container_name() -> str:
+def container_name() -> str:
+    """A unique `docker run --name`, so that a run past its time can be ended with `docker kill`."""
     return f"tritonize-{uuid.uuid4().hex[:12]}"
 
 

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from tritonize.convert import precision as prec
-from tritonize.convert.builders import _container_name, container_argv
+from tritonize.convert.builders import container_argv, container_name
 from tritonize.convert.engine import plan_tolerance
 from tritonize.convert.network import Network
 from tritonize.convert.plan_check import PlanCheck, verify_with_trtexec
@@ -65,7 +65,7 @@ def check_in_image(repository: Path, artifacts: Path | None, triton_release: str
         except OSError:
             shutil.copy2(versions[-1] / filename, placed)
         os.chmod(tmp, 0o755)  # the image's user reads it
-        name = _container_name()
+        name = container_name()
         report = verify_with_trtexec(container_argv(release.image, Path(tmp), [], name=name), Path(tmp), filename,
                                      (plan.input_name, plan.output_name), check, plan.options.version_compatible,
                                      timeout_s, kill=["docker", "kill", name])
