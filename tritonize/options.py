@@ -31,8 +31,11 @@ Weights = Annotated[
 ]
 MaxBatch = Annotated[int, typer.Option("--max-batch", help="Largest batch the artifacts are verified at and served with.")]
 Force = Annotated[bool, typer.Option("--force", help="Redo the work even when the outputs are up to date.")]
-TritonRelease = Annotated[Optional[str], typer.Option("--triton-release", help="Triton container release YY.MM that serves the plan.")]
+TritonRelease = Annotated[Optional[str], typer.Option("--triton-release", help="Triton container release YY.MM that serves the plan (convert trt also takes `auto`: the release whose TensorRT is this machine's).")]
 
+GpuCC = Annotated[Optional[str], typer.Option(
+    "--gpu-cc", help="Compute capability MAJOR.MINOR of the GPU that will serve (default: this machine's GPU, when one "
+                     "is visible); trt_model's plans are compared with it.", show_default=False)]
 Url = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT (`tritonize serve` listens on localhost:8001).")]
 Timeout = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each server call.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]

@@ -27,6 +27,15 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   python code a Python model that imports tritonize holds the modules it imports (1/tritonize/), equal to
               this tritonize's: the server preprocesses with the client's code
   release     (--triton-release) the plan's TensorRT is the one that release runs
+  cuda graphs graph_spec only on tensorrt models, with graphs: true; batch sizes in 1..max_batch_size (Triton's
+              tensorrt backend refuses the model otherwise) and (manifest) within the plan's profile; inputs and
+              shapes the config's
+  memory      execution_context_allocation_strategy only on tensorrt models, STATIC or ON_PROFILE_CHANGE, and
+              served by a release that reads it (25.05+)
+  precision   (manifest) an fp16/int8 plan whose engine runs most of its layers in FP32 (read from the engine)
+  gpu kind    a tensorrt_plan model has a plan for the serving GPU's compute capability (--gpu-cc, else this
+              machine's GPU when one is visible): its one plan's, or a key of cc_model_filenames (gpus.py);
+              every file cc_model_filenames names is in each version
 """
 
 from __future__ import annotations
@@ -41,12 +50,14 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import Manifest, Plan, PrecisionVariant, Status
+from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.config import (
-    CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name, parse_config,
+    ALLOCATION_FROM_RELEASE, ALLOCATION_PARAMETER, ALLOCATION_STRATEGIES, CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS,
+    batch_bound, kind_name, parse_config, release_has_allocation_strategy,
 )
+from tritonize.repository_builder.gpus import missing_plan, plan_cc, serving_cc
 
 REBUILD = "rebuild with `tritonize repo build --force`"
 # platform -> backend, and the file each backend loads by default.
@@ -74,8 +85,10 @@ class Finding:
         return asdict(self)
 
 
-def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None) -> list[Finding]:
-    """Lint every model directory of `repo`; with `artifacts`, also against its manifest."""
+def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None,
+                     gpu_cc: str | None = None) -> list[Finding]:
+    """Lint every model directory of `repo`; with `artifacts`, also against its manifest; trt_model's plans
+    against `gpu_cc` (default: this machine's GPU, when one is visible)."""
     repo = Path(repo)
     if not repo.is_dir():
         raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build --repository {repo}` first")
@@ -89,6 +102,8 @@ def check_repository(repo: Path, artifacts: Path | None = None, triton_release: 
         "release": release_info(triton_release) if triton_release else None,
         "configs": {d.name: _parsed_or_none(d / CONFIG_NAME) for d in model_dirs},  # what ensemble steps name
     }
+    plans = any(_backend_of(c) == "tensorrt" for c in context["configs"].values() if c is not None)
+    context["gpu_cc"] = serving_cc(gpu_cc) if plans or gpu_cc else (None, "no tensorrt_plan model")
     findings = _check_artifacts(manifest) if manifest else []
     for model_dir in model_dirs:
         findings += _ModelCheck(model_dir, context).run()
@@ -151,6 +166,10 @@ class _ModelCheck:
         if model_file is not None and backend == "pytorch":
             self._check_torchscript(cfg, model_file)
         self._check_parameters(cfg, backend)
+        if backend == "tensorrt":
+            self._check_gpu_kind(cfg)
+        self._check_cuda_graphs(cfg, backend)
+        self._check_allocation_strategy(cfg, backend)
         if backend == "ensemble":
             self._check_ensemble(cfg)
         if self.ctx["manifest"] is not None:
@@ -232,12 +251,92 @@ class _ModelCheck:
         if not versions:
             self.add("error", "no numeric version directory: Triton finds no version to serve", REBUILD)
             return None
+        if backend == "tensorrt" and cfg.cc_model_filenames:
+            return self._check_plan_files(cfg, versions)
         filename = cfg.default_model_filename or DEFAULT_FILES.get(backend or "", "")
         for v in versions:
             if filename and not (v / filename).exists():
                 self.add("error", f"version {v.name}/ has no {filename}", f"place the model file as {v.name}/{filename} or {REBUILD}")
         latest = max(versions, key=lambda p: int(p.name)) / filename
         return latest if filename and latest.is_file() else None
+
+    def _check_plan_files(self, cfg, versions: list[Path]) -> Path | None:
+        """A fleet's plans: each file cc_model_filenames names, in each version. Returns the latest version's plan
+        for the GPU kind the manifest's plan was built on (what its sha256 is checked against), else None."""
+        for v in versions:
+            for cc, filename in sorted(cfg.cc_model_filenames.items()):
+                if not (v / filename).is_file():
+                    self.add("error", f"version {v.name}/ has no {filename}, the plan cc_model_filenames names for "
+                                      f"compute capability {cc}", f"{REBUILD} --plans DIR... with the plan of each GPU kind")
+        manifest: Manifest | None = self.ctx["manifest"]
+        cc = plan_cc(manifest.plan) if manifest is not None and manifest.plan is not None else None
+        latest = max(versions, key=lambda p: int(p.name))
+        path = latest / cfg.cc_model_filenames[cc] if cc in cfg.cc_model_filenames else None
+        return path if path is not None and path.is_file() else None
+
+    def _check_cuda_graphs(self, cfg, backend: str | None) -> None:
+        """As Triton's tensorrt backend validates graph specs when an instance loads (src/instance_state.cc
+        ValidateGraphSpec), before any server starts; and against the plan's profile with the manifest."""
+        cuda = cfg.optimization.cuda
+        if not cuda.graph_spec:
+            return
+        if backend != "tensorrt":
+            self.add("warning", f"optimization.cuda.graph_spec in a model of the {backend} backend: only the tensorrt "
+                                "backend captures CUDA graphs from it", "remove graph_spec")
+            return
+        if not cuda.graphs:
+            self.add("warning", "optimization.cuda.graph_spec without graphs: true: no graph is captured",
+                     "set optimization { cuda { graphs: true } } or remove graph_spec")
+        inputs = {t.name: list(t.dims) for t in cfg.input}
+        manifest: Manifest | None = self.ctx["manifest"]
+        plan = manifest.plan if manifest is not None else None
+        for spec in cuda.graph_spec:
+            lower = spec.graph_lower_bound.batch_size if spec.HasField("graph_lower_bound") else spec.batch_size
+            if not (1 <= spec.batch_size <= cfg.max_batch_size and 1 <= lower <= cfg.max_batch_size):
+                self.add("error", f"graph_spec batch_size {spec.batch_size}: Triton's tensorrt backend expects 'batch_size' "
+                                  f"to be >= 1 and <= {cfg.max_batch_size} and refuses to load the model",
+                         f"capture graphs for batch sizes 1..{cfg.max_batch_size} or {REBUILD} --cuda-graphs")
+            elif lower > spec.batch_size:
+                self.add("error", f"graph_spec batch_size {spec.batch_size}: its graph_lower_bound {lower} is larger",
+                         "set graph_lower_bound.batch_size <= batch_size")
+            elif plan is not None and plan.status is Status.built and not plan.profile.min <= spec.batch_size <= plan.profile.max:
+                self.add("error", f"graph_spec batch_size {spec.batch_size} is outside the plan's profile "
+                                  f"{plan.profile.min}..{plan.profile.max}: the engine cannot run it to capture a graph",
+                         f"capture graphs for batch sizes {plan.profile.min}..{plan.profile.max} or {REBUILD} --cuda-graphs")
+            for name, shape in spec.input.items():
+                if name not in inputs:
+                    self.add("error", f"graph_spec batch_size {spec.batch_size} names input {name!r}, which the config "
+                                      f"does not have ({', '.join(inputs)})", f"{REBUILD} --cuda-graphs")
+                elif any(d >= 0 and g != d for g, d in zip(shape.dim, inputs[name])) or len(shape.dim) != len(inputs[name]):
+                    self.add("error", f"graph_spec batch_size {spec.batch_size}: input {name!r} shape {list(shape.dim)} is "
+                                      f"not the config's {inputs[name]}", f"{REBUILD} --cuda-graphs")
+
+    def _check_allocation_strategy(self, cfg, backend: str | None) -> None:
+        if ALLOCATION_PARAMETER not in cfg.parameters:
+            return
+        value = cfg.parameters[ALLOCATION_PARAMETER].string_value
+        if backend != "tensorrt":
+            self.add("warning", f"{ALLOCATION_PARAMETER} in a model of the {backend} backend: only the tensorrt backend "
+                                "reads it", f"remove the {ALLOCATION_PARAMETER} parameter")
+            return
+        if value not in ALLOCATION_STRATEGIES.values():
+            self.add("error", f"{ALLOCATION_PARAMETER} is {value!r}: Triton's tensorrt backend refuses to load the model "
+                              "(supported values are 'STATIC' and 'ON_PROFILE_CHANGE')",
+                     f"set it to STATIC or ON_PROFILE_CHANGE, or {REBUILD} --context-memory")
+        release = self.ctx["release"].release if self.ctx["release"] else (
+            cfg.parameters["source.triton_release"].string_value if "source.triton_release" in cfg.parameters else "")
+        if release and not release_has_allocation_strategy(release):
+            self.add("warning", f"{ALLOCATION_PARAMETER}: Triton {release}'s tensorrt backend does not read it (from "
+                                f"{ALLOCATION_FROM_RELEASE}): the contexts keep static memory",
+                     f"serve with Triton {ALLOCATION_FROM_RELEASE} or later, or remove the parameter")
+
+    def _check_gpu_kind(self, cfg) -> None:
+        cc, source = self.ctx.get("gpu_cc") or (None, "")
+        problem = missing_plan(cfg, cc) if cc else None
+        if problem:
+            self.add("error", f"{problem} (compute capability from {source})",
+                     "build a plan on that GPU kind and gather it with `tritonize repo build --plans DIR`, or serve "
+                     "trt_model on a GPU kind it has a plan for")
 
     def _check_labels(self, cfg) -> None:
         for out in cfg.output:
@@ -450,6 +549,13 @@ class _ModelCheck:
                               "speed through the server)", f"run `tritonize convert cpu`, then {REBUILD}")
 
     def _check_plan(self, cfg, plan: Plan) -> None:
+        layers = plan.layers
+        if layers is not None and plan.precision != "fp32" and layers.fp32_share > MOSTLY_FP32:
+            self.add("warning", f"the {plan.precision} plan runs {layers.fp32_share:.0%} of its layers in FP32 "
+                                f"({layers.summary()}; e.g. {', '.join(layers.fp32_layers[:3])}): it will be about as "
+                                "slow as an FP32 plan",
+                     f"rebuild it strongly typed from the {plan.precision} ONNX (TensorRT 10+: `tritonize convert trt "
+                     f"--precision {plan.precision} --force`), or serve it knowing it is mostly FP32")
         profile = plan.profile
         if profile.min != 1:
             self.add("error", f"the plan's profile min is {profile.min}: requests of batch 1 will be refused",
