@@ -38,6 +38,7 @@ from tritonize.spec import ModelSpec
 from tritonize.verify import VerificationReport
 
 MANIFEST_NAME = "manifest.json"
+MOSTLY_FP32 = 0.5  # an fp16/int8 plan that runs more than this share of its layers in FP32 is flagged
 SCHEMA_VERSION = 1
 
 
@@ -217,6 +218,35 @@ class PrecisionVariant(Entry):
 
 
 @dataclass(frozen=True)
+class LayerPrecisions:
+    """How many layers of a built engine run in each precision, and which stayed FP32 (read by convert/layers.py)."""
+
+    counts: Mapping[str, int]  # precision -> layers (math layers only: FP32, FP16, BF16, FP8, INT8)
+    fp32_layers: tuple[str, ...]  # the first few of them
+    source: str  # what read them: "IEngineInspector" | "trtexec --exportLayerInfo"
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def fp32_share(self) -> float:
+        return self.counts.get("FP32", 0) / self.total if self.total else 0.0
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{n} {p}" for p, n in sorted(self.counts.items(), key=lambda kv: -kv[1]))
+        return f"{parts} ({self.fp32_share:.0%} of {self.total} layers in FP32, read with {self.source})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "fp32_layers": list(self.fp32_layers), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LayerPrecisions":
+        return cls(dict(data["counts"]), tuple(data.get("fp32_layers", ())), data["source"])
+
+
+
+@dataclass(frozen=True)
 class Plan(Entry):
     """`tensorrt`: the TensorRT engine, built (file, version, verification) or waiting for a GPU box."""
 
@@ -238,9 +268,11 @@ class Plan(Entry):
     tensorrt_version: str | None = None
     verification: VerificationReport | None = None
     error: str | None = None  # why a build failed
+    layers: LayerPrecisions | None = None  # what the built engine's layers run in (convert/layers.py)
 
     _nested: ClassVar[dict[str, Any]] = {
         "profile": Profile, "onnx": FileRef, "target": Target, "options": PlanOptions, "verification": VerificationReport,
+        "layers": LayerPrecisions,
     }
 
 

@@ -92,7 +92,8 @@ CalibImages = Annotated[Optional[Path], typer.Option(
 CalibCount = Annotated[int, typer.Option("--calib-count", min=1, help="How many images calibrate; the rest are held out.")]
 TritonRelease = Annotated[Optional[str], typer.Option(
     "--triton-release", help="Triton container release YY.MM that serves the plan (default: the one `repo build` "
-                             "recorded for it).")]
+                             "recorded for it; convert trt also takes `auto`: the release whose TensorRT is this "
+                             "machine's).")]
 Force = Annotated[bool, typer.Option("--force", help="Redo the work and replace the outputs, even up-to-date ones.")]
 
 # The repository's configs.
@@ -106,6 +107,9 @@ Model = Annotated[str, typer.Option("--model", "-m", help="One served model name
 ConfigName = Annotated[Optional[str], typer.Option(
     "--config-name", help="The config <model>/configs/NAME.pbtxt (Triton's --model-config-name) to serve or write; "
                           "`config` = config.pbtxt.", show_default=False)]
+GpuCC = Annotated[Optional[str], typer.Option(
+    "--gpu-cc", help="Compute capability MAJOR.MINOR of the GPU that will serve (default: this machine's GPU, when one "
+                     "is visible); trt_model's plans are compared with it.", show_default=False)]
 
 # Talking to a server.
 Url = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT (`tritonize serve` listens on localhost:8001).")]

@@ -23,6 +23,7 @@ class BuilderName(str, Enum):
 # trtexec's --hardwareCompatibilityLevel values (8.6+): "ampere+" runs on any Ampere-or-newer GPU.
 HARDWARE_COMPATIBILITY = ("none", "ampere+")
 SYNTHETIC = "synthetic"  # --calib-images value that opts into noise calibration
+AUTO_RELEASE = "auto"  # --triton-release auto: the release whose TensorRT is this machine's
 _RELEASE = re.compile(r"^\d{2}\.\d{2}$")
 
 
@@ -56,8 +57,8 @@ class ConvertOptions:
                 f"--hardware-compatibility {self.hardware_compatibility!r} is not a TensorRT level: "
                 f"choose {', '.join(HARDWARE_COMPATIBILITY)}"
             )
-        if self.triton_release is not None and not _RELEASE.match(self.triton_release):
-            raise TritonizeError(f"--triton-release must look like YY.MM (e.g. 24.10), got {self.triton_release!r}")
+        if self.triton_release not in (None, AUTO_RELEASE) and not _RELEASE.match(self.triton_release):
+            raise TritonizeError(f"--triton-release must look like YY.MM (e.g. 24.10) or be `auto`, got {self.triton_release!r}")
         if self.calib_count < 1:
             raise TritonizeError(f"--calib-count must be >= 1, got {self.calib_count}")
         if self.precision is Precision.int8 and self.calib_images is None:

@@ -27,6 +27,15 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   python code a Python model that imports tritonize holds the modules it imports (1/tritonize/), equal to
               this tritonize's: the server preprocesses with the client's code
   release     (--triton-release) the plan's TensorRT is the one that release runs
+  cuda graphs graph_spec only on tensorrt models, with graphs: true; batch sizes in 1..max_batch_size (Triton's
+              tensorrt backend refuses the model otherwise) and (manifest) within the plan's profile; inputs and
+              shapes the config's
+  memory      execution_context_allocation_strategy only on tensorrt models, STATIC or ON_PROFILE_CHANGE, and
+              served by a release that reads it (25.05+)
+  precision   (manifest) an fp16/int8 plan whose engine runs most of its layers in FP32 (read from the engine)
+  gpu kind    a tensorrt_plan model has a plan for the serving GPU's compute capability (--gpu-cc, else this
+              machine's GPU when one is visible): its one plan's, or a key of cc_model_filenames (gpus.py);
+              every file cc_model_filenames names is in each version
 """
 
 from __future__ import annotations
@@ -39,14 +48,14 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import Manifest, Plan, PrecisionVariant, Status
+from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
 from tritonize.repository_builder.model_files import ModelFileChecks
-from tritonize.repository_builder.config import (
-    CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name, parse_config,
-)
+from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name, parse_config
+from tritonize.repository_builder.gpus import serving_cc
+from tritonize.repository_builder.plan_options import PlanOptionChecks
 
 # platform -> backend, and the file each backend loads by default.
 PLATFORMS = {
@@ -61,8 +70,10 @@ ARTIFACT_KEYS = {"tensorrt": "tensorrt", "onnxruntime": "onnx", "pytorch": "torc
 
 
 
-def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None) -> list[Finding]:
-    """Lint every model directory of `repo`; with `artifacts`, also against its manifest."""
+def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None,
+                     gpu_cc: str | None = None) -> list[Finding]:
+    """Lint every model directory of `repo`; with `artifacts`, also against its manifest; trt_model's plans
+    against `gpu_cc` (default: this machine's GPU, when one is visible)."""
     repo = Path(repo)
     if not repo.is_dir():
         raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build {repo}` first")
@@ -76,6 +87,8 @@ def check_repository(repo: Path, artifacts: Path | None = None, triton_release: 
         release=release_info(triton_release) if triton_release else None,
         configs={d.name: _parsed_or_none(d / CONFIG_NAME) for d in model_dirs},
     )
+    plans = any(_backend_of(c) == "tensorrt" for c in context.configs.values() if c is not None)
+    context = replace(context, gpu_cc=serving_cc(gpu_cc) if plans or gpu_cc else (None, "no tensorrt_plan model"))
     findings = _check_artifacts(manifest) if manifest else []
     for model_dir in model_dirs:
         findings += _ModelCheck(model_dir, context).run()
@@ -98,7 +111,7 @@ def _check_artifacts(manifest: Manifest) -> list[Finding]:
     return findings
 
 
-class _ModelCheck(ModelFileChecks):
+class _ModelCheck(ModelFileChecks, PlanOptionChecks):
     def __init__(self, model_dir: Path, context: CheckContext, loaded: dict | None = None):
         self.dir = model_dir
         self.ctx = context
@@ -138,6 +151,10 @@ class _ModelCheck(ModelFileChecks):
         if model_file is not None and backend == "pytorch":
             self._check_torchscript(cfg, model_file)
         self._check_parameters(cfg, backend)
+        if backend == "tensorrt":
+            self._check_gpu_kind(cfg)
+        self._check_cuda_graphs(cfg, backend)
+        self._check_allocation_strategy(cfg, backend)
         if backend == "ensemble":
             self._check_ensemble(cfg)
         if self.ctx.manifest is not None:
@@ -219,6 +236,8 @@ class _ModelCheck(ModelFileChecks):
         if not versions:
             self.add(Severity.error, "no numeric version directory: Triton finds no version to serve", REBUILD)
             return None
+        if backend == "tensorrt" and cfg.cc_model_filenames:
+            return self._check_plan_files(cfg, versions)
         filename = cfg.default_model_filename or DEFAULT_FILES.get(backend or "", "")
         for v in versions:
             if filename and not (v / filename).exists():
@@ -347,6 +366,13 @@ class _ModelCheck(ModelFileChecks):
                               "speed through the server)", f"run `tritonize convert cpu`, then {REBUILD}")
 
     def _check_plan(self, cfg, plan: Plan) -> None:
+        layers = plan.layers
+        if layers is not None and plan.precision != "fp32" and layers.fp32_share > MOSTLY_FP32:
+            self.add(Severity.warning, f"the {plan.precision} plan runs {layers.fp32_share:.0%} of its layers in FP32 "
+                                f"({layers.summary()}; e.g. {', '.join(layers.fp32_layers[:3])}): it will be about as "
+                                "slow as an FP32 plan",
+                     f"rebuild it strongly typed from the {plan.precision} ONNX (TensorRT 10+: `tritonize convert trt "
+                     f"--precision {plan.precision} --force`), or serve it knowing it is mostly FP32")
         profile = plan.profile
         if profile.min != 1:
             self.add(Severity.error, f"the plan's profile min is {profile.min}: requests of batch 1 will be refused",

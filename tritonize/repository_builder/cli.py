@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Force, Instances, Kind, MaxBatch, Models,
+    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Force, GpuCC, Instances, Kind, MaxBatch, Models,
     RepositoryArgument, TritonRelease, int_items, items,
 )
 
@@ -28,6 +29,16 @@ def build_command(
     models: Models = None,
     ensembles: Annotated[bool, typer.Option("--ensembles/--no-ensembles", help="Also build the preprocessing models and, per classifier, the ensembles that take encoded images (<backend>_classifier) or UINT8 pixels (<backend>_classifier_uint8).")] = True,
     force: Force = False,
+    cuda_graphs: Annotated[bool, typer.Option(
+        "--cuda-graphs/--no-cuda-graphs", help="trt_model: capture CUDA graphs (optimization.cuda.graphs) for batch 1, "
+                                               "the preferred sizes and max_batch_size, within the plan's profile.")] = False,
+    context_memory: Annotated[Optional[str], typer.Option(
+        "--context-memory", help="trt_model's execution_context_allocation_strategy (Triton 25.05+): static (memory "
+                                 "for the largest profile, Triton's default) or on-profile-change.", show_default=False)] = None,
+    plans: Annotated[Optional[str], typer.Option(
+        "--plans", help="Artifacts directories, comma-separated, whose TensorRT plans were built on other GPU kinds (copies "
+                        "of these artifacts, converted there). trt_model then carries one plan per compute capability "
+                        "(cc_model_filenames), each checked against its manifest.", show_default=False)] = None,
 ) -> None:
     """Build onnx_model, torch_model and (when a plan exists) trt_model from the artifacts, and the ensembles
     that preprocess on the server (--models: a subset of these; --force replaces an existing repository).
@@ -44,6 +55,9 @@ def build_command(
         models=items(models, "--models") if models is not None else None,
         ensembles=ensembles,
         force=force,
+        plans=items(plans, "--plans", Path),
+        cuda_graphs=cuda_graphs,
+        context_memory=context_memory,
     )
     result = build_repository(artifacts, repository, options)
     typer.echo(f"repository: {repository} ({result.status.value})")
@@ -55,6 +69,10 @@ def check_command(
     artifacts: Artifacts = None,
     triton_release: TritonRelease = None,
     as_json: AsJson = False,
+    gpu_cc: GpuCC = None,
+    in_image: Annotated[bool, typer.Option(
+        "--in-image", help="Also run trt_model's plan with the trtexec of its serving release's image (Docker with the "
+                           "NVIDIA runtime) on one batch and compare it with onnxruntime on the export (needs --artifacts).")] = False,
 ) -> None:
     """Lint the repository: what would make Triton refuse or misbehave. Exits 1 on any error. --artifacts: the
     manifest to check hashes and the plan profile against (default: build/ when it has a manifest)."""
@@ -62,7 +80,7 @@ def check_command(
 
     if artifacts is None and (DEFAULT_ARTIFACTS / "manifest.json").is_file():
         artifacts = DEFAULT_ARTIFACTS
-    findings = check_repository(repository, artifacts, triton_release)
+    findings = check_repository(repository, artifacts, triton_release, gpu_cc=gpu_cc)
     errors = [f for f in findings if f.severity == "error"]
     if as_json:
         typer.echo(json.dumps({"repository": str(repository), "artifacts": str(artifacts) if artifacts else None,
@@ -72,5 +90,14 @@ def check_command(
             typer.echo(f"{f.severity}: {f.model}: {f.message} -> fix: {f.fix}")
         against = f" against {artifacts}/manifest.json" if artifacts else " (no manifest: hashes and plan profile not checked)"
         typer.echo(f"{repository}: {len(errors)} error(s), {len(findings) - len(errors)} warning(s){against}")
+    if in_image:
+        from tritonize.repository_builder.in_image import check_in_image
+
+        release, plan, report = check_in_image(repository, artifacts, triton_release)
+        mark = "✓" if report.passed else "✗"
+        typer.echo(f"{mark} trt_model: {plan} ran in {release.image} (its trtexec, TensorRT {release.tensorrt or '?'}) "
+                   f"on a batch of {', '.join(report.batches)}: {report.summary()}")
+        if not report.passed:
+            raise typer.Exit(1)
     if errors:
         raise typer.Exit(1)

@@ -44,3 +44,4 @@ class CheckContext:
     manifest_sha256: str | None = None
     release: "Release | None" = None  # --triton-release: the TensorRT the plan must match
     configs: dict[str, "pb.ModelConfig | None"] = field(default_factory=dict)  # what ensemble steps name
+    gpu_cc: tuple[str | None, str] | None = None  # the serving GPU's compute capability, and where it was read

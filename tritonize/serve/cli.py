@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.options import (
-    DEFAULT_REPOSITORY, ConfigName, ControlKeyFile, Models, RepositoryArgument, TritonRelease, items,
+    DEFAULT_REPOSITORY, ConfigName, GpuCC, ControlKeyFile, Models, RepositoryArgument, TritonRelease, items,
 )
 
 
@@ -48,6 +48,7 @@ def serve_command(
                            "HTTP stays plain: Triton has no TLS for it.", show_default=False)] = None,
     tls_key: Annotated[Optional[Path], typer.Option(
         "--tls-key", help="The private key (PEM) of --tls-cert.", show_default=False)] = None,
+    gpu_cc: GpuCC = None,
 ) -> None:
     """Serve a model repository with a real Triton server until Ctrl-C or SIGTERM.
 
@@ -63,6 +64,7 @@ def serve_command(
         config_name=config_name, triton_release=triton_release, timeout=ready_timeout,
         log_file=log_file, models=items(models, "--models"),
         control_key_file=control_key_file, open_control_apis=open_control_apis, tls_cert=tls_cert, tls_key=tls_key,
+        gpu_cc=gpu_cc,
     )
     if print_command:
         typer.echo(docker_command_line(repository, options))
