@@ -26,13 +26,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timezone
 from enum import Enum
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from tritonize.errors import TritonizeError
+from tritonize.facts import now_iso, tritonize_version
 from tritonize.files import atomic_path, sha256_file
 from tritonize.spec import ModelSpec
 from tritonize.verify import VerificationReport
@@ -225,13 +224,8 @@ class LayerPrecisions:
     fp32_layers: tuple[str, ...]  # the first few of them
     source: str  # what read them: "IEngineInspector" | "trtexec --exportLayerInfo"
 
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def fp32_share(self) -> float:
-        return self.counts.get("FP32", 0) / self.total if self.total else 0.0
+    total = property(lambda self: sum(self.counts.values()))
+    fp32_share = property(lambda self: self.counts.get("FP32", 0) / self.total if self.total else 0.0)
 
     def summary(self) -> str:
         parts = ", ".join(f"{n} {p}" for p, n in sorted(self.counts.items(), key=lambda kv: -kv[1]))
@@ -243,7 +237,6 @@ class LayerPrecisions:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "LayerPrecisions":
         return cls(dict(data["counts"]), tuple(data.get("fp32_layers", ())), data["source"])
-
 
 
 @dataclass(frozen=True)
@@ -436,34 +429,6 @@ def variant_key(precision: str) -> str:
 
 def manifest_path(artifacts_dir: Path) -> Path:
     return Path(artifacts_dir) / MANIFEST_NAME
-
-
-def file_facts(path: Path) -> dict[str, Any]:
-    """Name, size and sha256 of a published file, as every artifact entry records them."""
-    path = Path(path)
-    return {"file": path.name, "size_bytes": path.stat().st_size, "sha256": sha256_file(path)}
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
-
-
-def tritonize_version() -> str:
-    try:
-        return version("tritonize")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
-
-
-def tool_versions(*names: str) -> dict[str, str]:
-    """Installed versions of the named distributions (missing ones are left out)."""
-    found = {}
-    for name in names:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            pass
-    return found
 
 
 def _plain(value: Any) -> Any:

@@ -38,7 +38,7 @@ def test_auto_targets_the_release_whose_tensorrt_is_this_pythons(emulated_tensor
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
 def test_auto_without_a_python_tensorrt_asks_the_trtexec_on_path(emulated_tensorrt, standins, artifacts_copy,
                                                                  monkeypatch):
-    monkeypatch.setattr("tritonize.convert.stage.host_tensorrt", lambda: None)  # this Python has no TensorRT
+    monkeypatch.setattr("tritonize.convert.trt.host_tensorrt", lambda: None)  # this Python has no TensorRT
     monkeypatch.setenv("STANDIN_TRT_VERSION", "8.6.3.1")
     result = dry_run(artifacts_copy, "--triton-release", "auto")
     assert result.exit_code == 0, result.output
@@ -46,8 +46,8 @@ def test_auto_without_a_python_tensorrt_asks_the_trtexec_on_path(emulated_tensor
 
 
 def test_auto_with_no_tensorrt_at_all_is_one_line(artifacts_copy, monkeypatch):
-    monkeypatch.setattr("tritonize.convert.stage.host_tensorrt", lambda: None)
-    monkeypatch.setattr("tritonize.convert.stage.find_trtexec", lambda: None)
+    monkeypatch.setattr("tritonize.convert.trt.host_tensorrt", lambda: None)
+    monkeypatch.setattr("tritonize.convert.trt.find_trtexec", lambda: None)
     assert error_line(dry_run(artifacts_copy, "--triton-release", "auto")) == (
         "error: --triton-release auto: this machine has no TensorRT (no `tensorrt` Python package, no trtexec on "
         "PATH); give --triton-release YY.MM (`tritonize convert releases` lists the pins)")

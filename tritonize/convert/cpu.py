@@ -33,7 +33,8 @@ from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
 from tritonize.convert.prepare import CPU_INT8, INT8_TOLERANCE, cpu_data, prepare_precision
 from tritonize.errors import TritonizeError
-from tritonize.manifest import FileRef, Gate, Manifest, PrecisionVariant, ServingGates, now_iso, variant_key
+from tritonize.facts import now_iso
+from tritonize.manifest import FileRef, Gate, Manifest, PrecisionVariant, ServingGates, variant_key
 from tritonize.progress import say
 from tritonize.serve.embedded import embedded_server
 from tritonize.stage import StageResult, StageStatus

@@ -25,7 +25,8 @@ from tritonize.convert.prepare import (
 from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
 from tritonize.machine import gpu_facts
-from tritonize.manifest import Manifest, Plan, Status, file_facts, now_iso
+from tritonize.facts import file_facts, now_iso
+from tritonize.manifest import Manifest, Plan, Status
 from tritonize.progress import say, step
 from tritonize.releases import CROSS_MAJOR, Release, pins_line, releases_for_tensorrt, tensorrt_loads, version_parts
 from tritonize.verify import Tolerance

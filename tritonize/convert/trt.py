@@ -24,7 +24,8 @@ from tritonize.convert.reproducer import argv_by_major, write_reproducer
 from tritonize.convert.trtexec import BuildJob, probe_trtexec, trtexec_argv
 from tritonize.errors import TritonizeError
 from tritonize.files import ensure_writable_dir, sha256_file
-from tritonize.manifest import FileRef, Manifest, Plan, PlanOptions, Status, Target, manifest_path, now_iso
+from tritonize.facts import now_iso
+from tritonize.manifest import FileRef, Manifest, Plan, PlanOptions, Status, Target, manifest_path
 from tritonize.progress import say
 from tritonize.releases import (
     Release, host_tensorrt, latest_release, load_releases, pins_line, release_info, tensorrt_matches,
