@@ -20,7 +20,7 @@ def machine() -> dict:
     except (OSError, StopIteration):
         pass
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    from tritonize.manifest import tool_versions
+    from tritonize.facts import tool_versions
 
     return {
         "cpu": cpu,

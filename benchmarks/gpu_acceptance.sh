@@ -8,7 +8,7 @@
 #   bash benchmarks/gpu_acceptance.sh [--arch resnet50] [--weights DEFAULT] [--release YY.MM]
 #                                     [--images DIR] [--out DIR]
 #
-# --release defaults to the release whose TensorRT is this Python's (`tritonize convert releases --host`);
+# --release defaults to the release whose TensorRT is this Python's (`tritonize convert releases --installed`);
 # the script stops before any work when there is none, or when pytest is missing.
 # It exports the model once, then builds a plan with every builder (container, trtexec, tensorrt,
 # torch-tensorrt) for fp32, fp16 and int8 (each build runs the plan check against onnxruntime),
@@ -40,7 +40,7 @@ if ! "$PY" -m pytest --version >/dev/null 2>&1; then
 fi
 if [ -z "$RELEASE" ]; then
   # A plan loads only in the TensorRT that built it: test the release this Python's TensorRT serves.
-  if ! RELEASE=$("${TRITONIZE[@]}" convert releases --host); then
+  if ! RELEASE=$("${TRITONIZE[@]}" convert releases --installed); then
     echo "give --release YY.MM after installing its TensorRT (the pins above)" >&2
     exit 2
   fi
@@ -114,6 +114,11 @@ step export - "${TRITONIZE[@]}" export --arch "$ARCH" --weights "$WEIGHTS" --art
 step gpu-tests - bash -c 'out=$("$0" -m pytest -p no:logging -q -rs -m "requires_tensorrt or requires_gpu or requires_docker")
   code=$?; echo "$out"; if grep -q skipped <<<"$out"; then exit 1; fi; exit $code' "$PY"
 
+# --triton-release auto picks the release whose TensorRT is this box's, and names its pins.
+rm -rf "$OUT/art-auto" && cp -r "$OUT/base" "$OUT/art-auto"
+step "convert trt --triton-release auto (dry run)" - env RELEASE="$RELEASE" bash -c \
+  '"$@" 2>&1 | tee /dev/stderr | grep -q "auto: Triton $RELEASE,"' bash "${TRITONIZE[@]}" convert trt --artifacts "$OUT/art-auto" --triton-release auto --dry-run
+
 SERVED=""
 for builder in container trtexec tensorrt torch-tensorrt; do
   for precision in fp32 fp16 int8; do
@@ -122,7 +127,7 @@ for builder in container trtexec tensorrt torch-tensorrt; do
     calib=()
     [ "$precision" = int8 ] && calib=(--calib-images "$IMAGES" --calib-count "$CALIB")
     if step "convert $builder $precision" "cannot honour" "${TRITONIZE[@]}" convert trt --artifacts "$art" \
-        --builder "$builder" --precision "$precision" --triton-release "$RELEASE" --max 32 ${calib[@]+"${calib[@]}"}; then
+        --builder "$builder" --precision "$precision" --triton-release "$RELEASE" --max-batch 32 ${calib[@]+"${calib[@]}"}; then
       # Serve the container's FP16 plan when it built (it matches the release by construction), else the first plan.
       if [ -z "$SERVED" ] || [ "$builder-$precision" = container-fp16 ]; then SERVED=$art; fi
     fi
@@ -131,18 +136,45 @@ done
 
 if [ -n "$SERVED" ]; then
   MODELS="$OUT/models"
-  step "repo build ($(basename "$SERVED"))" - "${TRITONIZE[@]}" repo build --artifacts "$SERVED" --repository "$MODELS" --force
+  step "repo build ($(basename "$SERVED"))" - "${TRITONIZE[@]}" repo build "$MODELS" --artifacts "$SERVED" --force
   step "repo check" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --triton-release "$RELEASE"
+  # Precision as a fact: every built plan's layer precisions were read from its engine (manifest `layers`).
+  step "layer precisions recorded" - "$PY" -c '
+import json, pathlib, sys
+found = {}
+for manifest in sorted(pathlib.Path(sys.argv[1]).glob("art-*/manifest.json")):
+    plan = json.loads(manifest.read_text())["artifacts"].get("tensorrt", {})
+    if plan.get("status") == "built":
+        found[manifest.parent.name] = plan.get("layers")
+        print(manifest.parent.name, (plan.get("layers") or {}).get("counts", "unknown"))
+missing = [name for name, layers in found.items() if layers is None and "torch-tensorrt" not in name]
+print("passed" if found and not missing else f"failed: no layer precisions for {missing or chr(42)}")
+sys.exit(1 if missing or not found else 0)' "$OUT"
+  # Proven in the serving image: its trtexec loads the repository's plan and runs one batch against onnxruntime.
+  step "repo check --in-image ($RELEASE)" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" \
+    --triton-release "$RELEASE" --in-image
+  # CUDA graphs: the same plan in a repository with --cuda-graphs, linted against the plan's profile.
+  step "repo build --cuda-graphs" - "${TRITONIZE[@]}" repo build "$OUT/models-graphs" --artifacts "$SERVED" \
+    --force --cuda-graphs
+  step "repo check (cuda graphs)" - "${TRITONIZE[@]}" repo check "$OUT/models-graphs" --artifacts "$SERVED"
+  # execution_context_allocation_strategy: written for a release from 25.05, refused (expected) for an older one.
+  step "repo build --context-memory on-profile-change" "does not read execution_context_allocation_strategy" \
+    "${TRITONIZE[@]}" repo build "$OUT/models-memory" --artifacts "$SERVED" --force --context-memory on-profile-change
+  # One GPU kind per box: its plan is found for its own compute capability, and a kind it lacks is named.
+  CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ')
+  step "repo check --gpu-cc (this GPU, $CC)" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --gpu-cc "${CC:-0.0}"
+  step "repo check --gpu-cc 1.0 names the missing plan" "no plan for this GPU's compute capability 1.0" \
+    "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --gpu-cc 1.0
   read -r HTTP GRPC METRICS < <("$PY" -c 'from tritonize.serve.process import choose_ports as c; p = c("127.0.0.1", None, None, None); print(p.http, p.grpc, p.metrics)')
   SERVE_LOG="$OUT/logs/serve.log"
   "${TRITONIZE[@]}" serve "$MODELS" --engine docker --triton-release "$RELEASE" --http-port "$HTTP" \
-    --grpc-port "$GRPC" --metrics-port "$METRICS" --timeout 900 >"$SERVE_LOG" 2>&1 &
+    --grpc-port "$GRPC" --metrics-port "$METRICS" --ready-timeout 900 >"$SERVE_LOG" 2>&1 &
   SERVER=$!
   step "serve (docker, $RELEASE)" - bash -c "for i in \$(seq 900); do grep -q '^log ' '$SERVE_LOG' && grep -q 'trt_model *READY' '$SERVE_LOG' && exit 0; kill -0 $SERVER 2>/dev/null || exit 1; sleep 1; done; exit 1"
   step "client compare (3 backends)" - "${TRITONIZE[@]}" client compare "$IMAGES"/* --models onnx_model,torch_model,trt_model \
     --min-top1-agreement 0.9 --url "127.0.0.1:$GRPC"
-  step "client perf (sweep, shared memory)" - "${TRITONIZE[@]}" client perf -m onnx_model,torch_model,trt_model \
-    --concurrency 1,4,16 --batch 8 --duration 5 --shared-memory system --url "127.0.0.1:$GRPC" --out "$OUT/perf"
+  step "client perf (sweep, shared memory)" - "${TRITONIZE[@]}" client perf --models onnx_model,torch_model,trt_model \
+    --concurrency 1,4,16 --batch 8 --duration 5 --shared-memory system --url "127.0.0.1:$GRPC" --output-dir "$OUT/perf"
   kill -TERM "$SERVER" 2>/dev/null
   wait "$SERVER" 2>/dev/null
 else

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/perf_engines.py [--arch resnet18] [--levels 1-16] [--duration 6] [--rounds 3]
 
 One embedded Triton serves onnx_model (configs/cpu.pbtxt: 1 instance, dynamic batching). For every
-concurrency level and round, `tritonize client perf --engine perf_analyzer` and `--engine builtin` run
+concurrency level and round, `tritonize client perf --load-generator perf_analyzer` and `--load-generator builtin` run
 back to back (which goes first alternates), batch 1, the same photo in every request, `--duration`
 measured seconds each. Before each pair the script waits (at most --quiet-timeout s) until other
 people's work on this shared machine uses at most --quiet cores; during each run it records the CPU
@@ -29,7 +29,7 @@ from tritonize.repository_builder import RepoOptions, build_repository  # noqa: 
 from tritonize.serve.embedded import embedded_server  # noqa: E402
 from tritonize.tools.perf_analyzer import require  # noqa: E402
 
-ENGINES = ("perf_analyzer", "builtin")
+LOAD_GENERATORS = ("perf_analyzer", "builtin")
 
 
 def levels(text: str) -> list[int]:
@@ -57,7 +57,7 @@ def main() -> None:
         for round_ in range(args.rounds):
             for i, level in enumerate(levels(args.levels)):
                 quiet = wait_until_quiet(server.pid, args.quiet, args.quiet_timeout)
-                for engine in (ENGINES if (round_ + i) % 2 == 0 else ENGINES[::-1]):
+                for engine in (LOAD_GENERATORS if (round_ + i) % 2 == 0 else LOAD_GENERATORS[::-1]):
                     load = os.getloadavg()[0]
                     shares = CpuShares(server.pid)
                     options = PerfOptions(concurrency=(level,), duration=args.duration, warmup=4, engine=engine,
@@ -120,11 +120,11 @@ def _figure(runs: list[dict], levels_: list[int]):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for engine, marker in zip(ENGINES, "ox"):
+    for engine, marker in zip(LOAD_GENERATORS, "ox"):
         for level in levels_:
             values = [r["infer_s"] for r in runs if r["engine"] == engine and r["concurrency"] == level]
-            ax.scatter([level + (-0.12 if engine == ENGINES[0] else 0.12)] * len(values), values, marker=marker,
-                       color="C0" if engine == ENGINES[0] else "C1", label=engine if level == levels_[0] else None)
+            ax.scatter([level + (-0.12 if engine == LOAD_GENERATORS[0] else 0.12)] * len(values), values, marker=marker,
+                       color="C0" if engine == LOAD_GENERATORS[0] else "C1", label=engine if level == levels_[0] else None)
     ax.set(xlabel="concurrency", ylabel="infer/s", title="perf_analyzer vs built-in, every run")
     ax.grid(alpha=0.3)
     ax.legend()

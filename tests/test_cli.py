@@ -1,4 +1,5 @@
-"""One CLI vocabulary: --artifacts for build/, --repository (or the positional) for models/."""
+"""The front door: --artifacts for build/, the positional REPOSITORY for models/ (the whole vocabulary:
+tests/test_vocabulary.py); errors of every kind are one line with their exit code."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from tests.conftest import run_cli
 @pytest.mark.parametrize("command, expected", [
     (["export"], {"--artifacts"}),
     (["convert", "trt"], {"--artifacts"}),
-    (["repo", "build"], {"--artifacts", "--repository"}),
+    (["repo", "build"], {"--artifacts", "[repository]"}),
     (["repo", "check"], {"--artifacts", "[repository]"}),
     (["serve"], {"[repository]"}),
-    (["build"], {"--artifacts", "--repository"}),
-    (["monitor"], {"[repository]", "--bundle"}),
+    (["build"], {"--artifacts", "[repository]"}),
+    (["monitor"], {"[repository]", "--output-dir"}),
+    (["deploy", "push"], {"[repository]"}),
     (["convert", "cpu"], {"--artifacts"}),
     (["tune"], {"[repository]", "--config-name"}),
 ])
@@ -30,14 +32,31 @@ def test_help_uses_one_name_per_concept(command, expected):
     text = re.sub(r"\x1b\[[0-9;]*m", "", result.output)
     for name in expected:
         assert name in text, (command, name)
-    assert "--out " not in text and "--out\n" not in text  # the old spelling is hidden
 
 
-def test_old_spelling_still_works_and_says_the_new_one(small_artifacts, tmp_path):
-    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--out", tmp_path / "models", "--models", "onnx_model")
-    assert result.exit_code == 0, result.output
-    assert "--out is the old spelling of --repository" in result.output
-    assert (tmp_path / "models" / "onnx_model" / "config.pbtxt").is_file()
+@pytest.mark.parametrize("args, says, code", [
+    (["convert", "trt", "--precision", "fp8"], "error: Invalid value for '--precision'", 2),
+    (["build", "--precision", "fp8"], "error: Invalid value for '--precision'", 2),
+    (["serve", "--no-such-flag"], "error: No such option: --no-such-flag", 2),
+    (["nope"], "error: No such command 'nope'", 2),
+    (["client", "perf", "--concurrency", "1,x"], "error: --concurrency takes a comma-separated list like 4,8,16", 1),
+])
+def test_usage_errors_and_failures_are_one_line_with_their_exit_code(args, says, code):
+    """Before: `convert trt --precision fp8` printed a 4-line box (exit 2), `build --precision fp8` one line (exit 1)."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "tritonize", *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == code and result.stdout == "", result
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(says), line
+
+
+def test_the_exit_codes_are_in_the_top_level_help():
+    from tritonize.options import EXIT_CODES
+
+    text = " ".join(run_cli("-h").output.split())
+    assert "Exit codes: " + ", ".join(f"{code} {kind}" for code, kind in EXIT_CODES.items()) in text
 
 
 def test_front_door_version_short_help_and_module_entry():

@@ -153,21 +153,21 @@ def test_replace_tree_swaps_a_whole_bundle_and_refuses_someone_elses_directory(t
     bundle = tmp_path / "out" / "deeper" / "bundle"  # parents that do not exist yet, two levels of them
     known = ["a.yaml", "sub/run.sh", "sub/deep/b.txt", "old.yaml"]
     written = replace_tree(bundle, {"sub/deep/b.txt": "b", "a.yaml": "one", "sub/run.sh": "#!/bin/sh\n"}, known,
-                           "a monitoring bundle", "--bundle", executables=["sub/run.sh"])
+                           "a monitoring bundle", "--output-dir", executables=["sub/run.sh"])
     assert written == [bundle / "sub" / "deep" / "b.txt", bundle / "a.yaml", bundle / "sub" / "run.sh"]
     assert (bundle / "a.yaml").read_text() == "one" and (bundle / "sub" / "deep" / "b.txt").read_text() == "b"
     assert stat.S_IMODE((bundle / "sub" / "run.sh").stat().st_mode) == 0o755
     assert not stat.S_IMODE((bundle / "a.yaml").stat().st_mode) & stat.S_IXUSR
     (bundle / "old.yaml").write_text("a file an earlier version wrote")
-    replace_tree(bundle, {"a.yaml": "two"}, known, "a monitoring bundle", "--bundle")
+    replace_tree(bundle, {"a.yaml": "two"}, known, "a monitoring bundle", "--output-dir")
     assert sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()) == ["a.yaml"]
     assert (bundle / "a.yaml").read_text() == "two"
     for name in ("mine.txt", "z.txt", "notes.md", "b.txt"):
         (bundle / name).write_text("the user's")
     with pytest.raises(TritonizeError, match=r"bundle exists and holds files that are not a monitoring bundle "
-                                             r"\(b.txt, mine.txt, notes.md\); choose another --bundle or remove it$"):
-        replace_tree(bundle, {"a.yaml": "three"}, ["a.yaml"], "a monitoring bundle", "--bundle")
+                                             r"\(b.txt, mine.txt, notes.md\); choose another --output-dir or remove it$"):
+        replace_tree(bundle, {"a.yaml": "three"}, ["a.yaml"], "a monitoring bundle", "--output-dir")
     assert (bundle / "a.yaml").read_text() == "two" and (bundle / "mine.txt").exists()
     (tmp_path / "file").write_text("x")
     with pytest.raises(TritonizeError, match=r"file exists and holds files that are not a bundle \(not a directory\)"):
-        replace_tree(tmp_path / "file", {"a.yaml": "x"}, ["a.yaml"], "a bundle", "--bundle")
+        replace_tree(tmp_path / "file", {"a.yaml": "x"}, ["a.yaml"], "a bundle", "--output-dir")

@@ -38,7 +38,7 @@ def test_it_stops_at_once_without_pytest(tmp_path):
 def test_the_release_is_the_hosts(emulated_tensorrt, tmp_path):
     """N8: the release comes from this Python's TensorRT (it was 24.10 whatever TensorRT the box had; 24.10's
     10.5 matches no torch-tensorrt release), and the pins are printed; none matching stops the script."""
-    host = run_cli("convert", "releases", "--host")
+    host = run_cli("convert", "releases", "--installed")
     if emulated_tensorrt.version == "10.5.0.18":
         assert host.exit_code == 0 and host.output.strip() == "24.10"
         listing = run_cli("convert", "releases").output

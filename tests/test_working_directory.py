@@ -25,7 +25,7 @@ def test_a_test_runs_in_an_empty_directory_of_its_own():
 def test_build_and_models_where_the_suite_starts_change_nothing(small_artifacts, tmp_path):
     demo = tmp_path / "checkout"
     for args in (("export", "--arch", "squeezenet1_1", "--weights", "none", "--artifacts", demo / "build"),
-                 ("repo", "build", "--artifacts", demo / "build", "--repository", demo / "models")):
+                 ("repo", "build", "--artifacts", demo / "build", demo / "models")):
         result = run_cli(*args)
         assert result.exit_code == 0, result.output
     before = sorted(p.relative_to(demo) for p in demo.rglob("*"))

@@ -2,21 +2,50 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
+from typer._click import exceptions as click_errors  # typer 0.2x carries its own click
 from typer.core import TyperGroup
 
 from tritonize.errors import TritonizeError
+from tritonize.options import EXIT_CODES
+
+
+def _error(message: str) -> None:
+    """A usage error on one line (click wraps some of its messages)."""
+    typer.secho("error: " + " ".join(message.split()), err=True, fg=typer.colors.RED)
 
 
 class _UserErrorsAsOneLine(TyperGroup):
-    """Print a TritonizeError as one line and exit with its code; real bugs keep their traceback."""
+    """A TritonizeError and a usage error look alike: one line `error: ...` and the kind's exit code (EXIT_CODES).
+    Real bugs keep their traceback."""
 
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except TritonizeError as e:
+        except TritonizeError as e:  # its first line says what happened; a server log's tail may follow
             typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
             raise typer.Exit(e.exit_code) from None
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click_errors.UsageError as e:
+            if not e.format_message():  # no arguments: the help was shown
+                sys.exit(e.exit_code)
+            command = " ".join(["tritonize", *(e.ctx.command_path.split()[1:] if e.ctx else [])])
+            _error(f"{e.format_message()} (see `{command} -h`)")
+            sys.exit(e.exit_code)
+        except click_errors.ClickException as e:  # a bad file argument and the like
+            _error(e.format_message())
+            sys.exit(e.exit_code)
+        except click_errors.Abort:
+            _error("interrupted")
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 EXAMPLES = """Examples (build, then serve, then classify):
@@ -26,7 +55,11 @@ EXAMPLES = """Examples (build, then serve, then classify):
   tritonize serve models/        # a real Triton on localhost:8000/8001/8002
 
   tritonize client classify goldfish.jpg --model onnx_model
+
+Exit codes: {codes}
 """
+
+EXAMPLES = EXAMPLES.replace("{codes}", ", ".join(f"{code} {kind}" for code, kind in EXIT_CODES.items()))
 
 # The top-level help groups the commands by what a user is doing.
 MAKE, USE, OPERATE, SETUP = "Make a repository", "Serve and use it", "Operate", "Setup"
@@ -83,7 +116,7 @@ def _mount() -> None:
     app.command("monitor", rich_help_panel=OPERATE)(monitor_command)
     app.command("tune", rich_help_panel=OPERATE)(tune_command)
     app.add_typer(deploy_app, name="deploy", rich_help_panel=OPERATE,
-                  help="Kubernetes / KServe bundle for a repository pushed with `repo push`.")
+                  help="Push a repository to object storage (S3); Kubernetes / KServe bundles for it.")
     app.add_typer(tools_app, name="tools", rich_help_panel=SETUP,
                   help="Get the external tools tritonize uses when present (perf_analyzer).")
 

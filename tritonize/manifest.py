@@ -26,18 +26,18 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, fields, replace
-from datetime import datetime, timezone
 from enum import Enum
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
 from tritonize.errors import TritonizeError
+from tritonize.facts import now_iso, tritonize_version
 from tritonize.files import atomic_path, sha256_file
 from tritonize.spec import ModelSpec
 from tritonize.verify import VerificationReport
 
 MANIFEST_NAME = "manifest.json"
+MOSTLY_FP32 = 0.5  # an fp16/int8 plan that runs more than this share of its layers in FP32 is flagged
 SCHEMA_VERSION = 1
 
 
@@ -62,10 +62,10 @@ class Profile:
 
     def __post_init__(self):
         if self.min < 1:
-            raise TritonizeError(f"--min must be >= 1, got {self.min}")
+            raise TritonizeError(f"--min-batch must be >= 1, got {self.min}")
         if not self.min <= self.opt <= self.max:
             raise TritonizeError(
-                f"batch profile must satisfy min <= opt <= max, got --min {self.min} --opt {self.opt} --max {self.max}"
+                f"batch profile must satisfy min <= opt <= max, got --min-batch {self.min} --opt-batch {self.opt} --max-batch {self.max}"
             )
 
     def to_dict(self) -> dict:
@@ -217,6 +217,29 @@ class PrecisionVariant(Entry):
 
 
 @dataclass(frozen=True)
+class LayerPrecisions:
+    """How many layers of a built engine run in each precision, and which stayed FP32 (read by convert/layers.py)."""
+
+    counts: Mapping[str, int]  # precision -> layers (math layers only: FP32, FP16, BF16, FP8, INT8)
+    fp32_layers: tuple[str, ...]  # the first few of them
+    source: str  # what read them: "IEngineInspector" | "trtexec --exportLayerInfo"
+
+    total = property(lambda self: sum(self.counts.values()))
+    fp32_share = property(lambda self: self.counts.get("FP32", 0) / self.total if self.total else 0.0)
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{n} {p}" for p, n in sorted(self.counts.items(), key=lambda kv: -kv[1]))
+        return f"{parts} ({self.fp32_share:.0%} of {self.total} layers in FP32, read with {self.source})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "fp32_layers": list(self.fp32_layers), "source": self.source}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LayerPrecisions":
+        return cls(dict(data["counts"]), tuple(data.get("fp32_layers", ())), data["source"])
+
+
+@dataclass(frozen=True)
 class Plan(Entry):
     """`tensorrt`: the TensorRT engine, built (file, version, verification) or waiting for a GPU box."""
 
@@ -238,9 +261,11 @@ class Plan(Entry):
     tensorrt_version: str | None = None
     verification: VerificationReport | None = None
     error: str | None = None  # why a build failed
+    layers: LayerPrecisions | None = None  # what the built engine's layers run in (convert/layers.py)
 
     _nested: ClassVar[dict[str, Any]] = {
         "profile": Profile, "onnx": FileRef, "target": Target, "options": PlanOptions, "verification": VerificationReport,
+        "layers": LayerPrecisions,
     }
 
 
@@ -299,19 +324,31 @@ class Manifest:
                 artifacts[key] = kind.from_dict(entry)
             except TritonizeError as e:
                 raise TritonizeError(f"{manifest_path(directory)}, artifact {key!r}: {e}") from None
-        model = ModelSpec.from_dict(data["model"]) if data.get("model") else None
+        model = None
+        if data.get("model"):
+            model_data = dict(data["model"])
+            if "labels" in data:  # written after the artifacts, to keep the file readable
+                model_data["labels"] = data["labels"]
+            model = ModelSpec.from_dict(model_data)
         return cls(Path(directory), model, artifacts)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "model": self.model.to_dict() if self.model else None,
-            "artifacts": {key: entry.to_dict() for key, entry in self.artifacts.items()},
-        }
+    def to_dict(self, updated: str | None = None) -> dict[str, Any]:
+        """What manifest.json holds, in reading order: who wrote it, the model, the artifacts, then the labels
+        (1000 lines of them would otherwise stand between the model and its artifacts)."""
+        model = self.model.to_dict() if self.model else None
+        labels = model.pop("labels", None) if model else None
+        data = {"schema_version": SCHEMA_VERSION, "tritonize": tritonize_version()}
+        if updated:
+            data["updated"] = updated
+        data["model"] = model
+        data["artifacts"] = {key: entry.to_dict() for key, entry in self.artifacts.items()}
+        if labels is not None:
+            data["labels"] = labels
+        return data
 
     def save(self) -> Path:
         """Write atomically (temporary file, then rename)."""
-        data = {**self.to_dict(), "updated": now_iso()}
+        data = self.to_dict(updated=now_iso())
         path = manifest_path(self.directory)
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -392,27 +429,6 @@ def variant_key(precision: str) -> str:
 
 def manifest_path(artifacts_dir: Path) -> Path:
     return Path(artifacts_dir) / MANIFEST_NAME
-
-
-def file_facts(path: Path) -> dict[str, Any]:
-    """Name, size and sha256 of a published file, as every artifact entry records them."""
-    path = Path(path)
-    return {"file": path.name, "size_bytes": path.stat().st_size, "sha256": sha256_file(path)}
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
-
-
-def tool_versions(*names: str) -> dict[str, str]:
-    """Installed versions of the named distributions (missing ones are left out)."""
-    found = {}
-    for name in names:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            pass
-    return found
 
 
 def _plain(value: Any) -> Any:

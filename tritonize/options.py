@@ -1,62 +1,150 @@
-"""Command-line options that several commands share, declared once.
+"""Every command-line option that more than one command takes, declared once: one name, one meaning, one type.
 
-One name per concept: `--artifacts DIR` is always the artifacts directory (exports, plans,
-manifest.json; default build/), `--repository DIR` (or the positional argument) the Triton model
-repository (default models/). Earlier releases spelled them `--out` in some commands; those
-spellings still work, hidden from --help, and say which name replaces them.
+tests/test_vocabulary.py walks the whole app and holds every command to these declarations. The words:
+- `--artifacts DIR` is the artifacts directory (exports, plans, manifest.json; default build/); the Triton
+  model repository is always the positional REPOSITORY (default models/).
+- `--max-batch` is the one batch bound (`--min-batch`/`--opt-batch` complete a TensorRT profile).
+- `--engine` is the server engine (`serve`); `--load-generator` is what sends and measures requests.
+- `--models` takes a list of model names, `--model`/`-m` one name.
+- `--output-dir` is where a command writes its report or bundle.
+- `--timeout` is the seconds each server call may take (`serve --ready-timeout` waits for readiness).
+- Every list is one comma-separated value, read by `items()`/`int_items()`.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional, TypeVar
+from typing import Annotated, Callable, Optional, TypeVar
 
 import typer
 
-from tritonize.progress import say
+from tritonize.errors import TritonizeError
 
 DEFAULT_ARTIFACTS = Path("build")
 DEFAULT_REPOSITORY = Path("models")
 
-Artifacts = Annotated[Path, typer.Option("--artifacts", help="Artifacts directory: exports, plans and manifest.json.")]
-Repository = Annotated[Path, typer.Option("--repository", help="Triton model repository directory.")]
-RepositoryArgument = Annotated[Path, typer.Argument(help="Triton model repository directory.")]
-OldOut = Annotated[Optional[Path], typer.Option("--out", hidden=True, help="Old spelling; see the command's help.")]
+# Exit codes, one per kind of outcome (the top-level --help lists them).
+EXIT_FAILED = 1  # the command could not do what was asked; the line says what happened and what to do
+EXIT_USAGE = 2  # the command line itself is wrong (unknown flag, bad value)
+EXIT_WAITING_FOR_GPU = 3  # written what a GPU box needs; TensorRT cannot run here
+EXIT_GATE = 4  # measured, and a threshold the user set was not met
+EXIT_CODES = {0: "done", EXIT_FAILED: "failed", EXIT_USAGE: "usage error",
+              EXIT_WAITING_FOR_GPU: "waiting for a GPU box", EXIT_GATE: "a threshold you set was not met"}
 
-Arch = Annotated[str, typer.Option(help="A torchvision classification model name.")]
+T = TypeVar("T")
+
+
+def items(text: str | None, flag: str, kind: Callable[[str], T] = str, example: str = "a,b") -> tuple[T, ...]:
+    """The one list idiom: "a, b,c" -> ("a", "b", "c"); each item read by `kind`, with an error naming the flag."""
+    values = []
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            values.append(kind(part))
+        except ValueError:
+            raise TritonizeError(f"{flag} takes a comma-separated list like {example}, got {text!r}") from None
+    return tuple(values)
+
+
+def int_items(text: str | None, flag: str) -> tuple[int, ...]:
+    return items(text, flag, int, "4,8,16")
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    int8 = "int8"
+
+
+class LoadGenerator(str, Enum):
+    auto = "auto"
+    perf_analyzer = "perf_analyzer"
+    builtin = "builtin"
+
+
+# Where things are.
+Artifacts = Annotated[Path, typer.Option("--artifacts", help="Artifacts directory: exports, plans and manifest.json.")]
+RepositoryArgument = Annotated[Path, typer.Argument(help="Triton model repository directory.")]
+OutputDir = Annotated[Path, typer.Option("--output-dir", help="Directory this command writes its report or bundle "
+                                                                "into (what goes there: see the command's description).")]
+
+# The model and its artifacts.
+Arch = Annotated[str, typer.Option("--arch", help="A torchvision classification model name.")]
 Weights = Annotated[
     Optional[str],
-    typer.Option(help="torchvision weights name (default: the arch's DEFAULT pretrained weights), "
-                      "`none` for random init, or a path to a local state_dict checkpoint."),
+    typer.Option("--weights", help="torchvision weights name (default: the arch's DEFAULT pretrained weights), "
+                                   "`none` for random init, or a path to a local state_dict checkpoint."),
 ]
-MaxBatch = Annotated[int, typer.Option("--max-batch", help="Largest batch the artifacts are verified at and served with.")]
-Force = Annotated[bool, typer.Option("--force", help="Redo the work even when the outputs are up to date.")]
-TritonRelease = Annotated[Optional[str], typer.Option("--triton-release", help="Triton container release YY.MM that serves the plan.")]
+MinBatch = Annotated[int, typer.Option("--min-batch", min=1, help="TensorRT profile: the smallest batch.")]
+OptBatch = Annotated[int, typer.Option("--opt-batch", min=1, help="TensorRT profile: the batch kernels are tuned for.")]
+MaxBatch = Annotated[Optional[int], typer.Option(
+    "--max-batch", min=1, help="The largest batch: artifacts are verified at it (a TensorRT plan: its profile max) and "
+                               "the repository serves at most it.")]
+PrecisionOption = Annotated[Precision, typer.Option(
+    "--precision", help="TensorRT precision: fp32; fp16 = mixed (FP32 kept where FP16 overflows); int8 = Q/DQ "
+                        "calibrated on --calib-images.")]
+CalibImages = Annotated[Optional[Path], typer.Option(
+    "--calib-images", help="Folder of real images for INT8: the first --calib-count calibrate, the rest are held out "
+                           "for the checks (`synthetic` = noise, accuracy unknown).")]
+CalibCount = Annotated[int, typer.Option("--calib-count", min=1, help="How many images calibrate; the rest are held out.")]
+TritonRelease = Annotated[Optional[str], typer.Option(
+    "--triton-release", help="Triton container release YY.MM that serves the plan (default: the one `repo build` "
+                             "recorded for it; convert trt also takes `auto`: the release whose TensorRT is this "
+                             "machine's).")]
+Force = Annotated[bool, typer.Option("--force", help="Redo the work and replace the outputs, even up-to-date ones.")]
 
+# The repository's configs.
+Kind = Annotated[str, typer.Option("--kind", help="Instance kind in config.pbtxt: auto (Triton picks the GPU if "
+                                                  "present), gpu or cpu.")]
+Instances = Annotated[int, typer.Option("--instances", min=1, help="Instances per model (instance_group count).")]
+Models = Annotated[Optional[str], typer.Option(
+    "--models", help="Model names, comma-separated (default: see the command's description).", show_default=False)]
+Model = Annotated[str, typer.Option("--model", "-m", help="One served model name (onnx_model, torch_model, "
+                                                         "trt_model, ...).")]
+ConfigName = Annotated[Optional[str], typer.Option(
+    "--config-name", help="The config <model>/configs/NAME.pbtxt (Triton's --model-config-name) to serve or write; "
+                          "`config` = config.pbtxt.", show_default=False)]
+GpuCC = Annotated[Optional[str], typer.Option(
+    "--gpu-cc", help="Compute capability MAJOR.MINOR of the GPU that will serve (default: this machine's GPU, when one "
+                     "is visible); trt_model's plans are compared with it.", show_default=False)]
+
+# Talking to a server.
 Url = Annotated[str, typer.Option("--url", help="Triton gRPC endpoint HOST:PORT (`tritonize serve` listens on localhost:8001).")]
 Timeout = Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each server call.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document instead of tables.")]
 ControlKeyFile = Annotated[Optional[Path], typer.Option(
-    "--control-key-file", help="File holding the server's control-API key (the one `tritonize serve` printed), for "
-                               "the model repository, statistics and shared memory of a server that restricts them. "
+    "--control-key-file", help="File holding the control-API key (model repository, statistics, trace, logging, "
+                               "shared memory): `serve` restricts those APIs to it, the other commands present it. "
                                "Default: the key in $TRITONIZE_CONTROL_KEY, if set.", show_default=False)]
 TlsCa = Annotated[Optional[Path], typer.Option(
     "--tls-ca", help="CA certificate (PEM) that signed the server's gRPC certificate: connect over TLS and verify "
                      "the server with it.", show_default=False)]
+MaxPixels = Annotated[int, typer.Option(
+    "--max-pixels", min=1, help="Refuse images above this many pixels (decompression bombs); Pillow's default. Where "
+                                "the client decodes (client, uint8); the server's preprocess model keeps the default.")]
+Preprocess = Annotated[Optional[str], typer.Option(
+    "--preprocess", help="Where images are preprocessed: client (send the FP32 tensor), server (send the encoded file "
+                         "to <backend>_classifier) or uint8 (send resized, cropped UINT8 pixels to "
+                         "<backend>_classifier_uint8). Default: server when the repository has the ensembles, else "
+                         "client.", show_default=False)]
 
+# Measuring.
+LoadGeneratorOption = Annotated[LoadGenerator, typer.Option(
+    "--load-generator", help="What sends and measures the requests: perf_analyzer (Triton's own tool; `tritonize "
+                             "tools get-perf-analyzer`), builtin (tritonize's), or auto: perf_analyzer when it is "
+                             "found on PATH or where that command put it.")]
+Batch = Annotated[int, typer.Option("--batch", min=1, help="Images per request (at most the model's max_batch_size).")]
+Duration = Annotated[float, typer.Option("--duration", min=0.1, max=600, help="Measured seconds per level or trial.")]
+Concurrency = Annotated[str, typer.Option("--concurrency", help="Concurrency levels (requests in flight), comma-separated.")]
+Threads = Annotated[Optional[int], typer.Option(
+    "--threads", min=1, help="Intra-op threads of each CPU instance (default: the usable cores).", show_default=False)]
+
+# Object storage.
 Endpoint = Annotated[Optional[str], typer.Option(
     "--endpoint", help="URL of an S3-compatible store (MinIO, Ceph, ...): http://HOST:PORT or https://HOST[:PORT]; "
                        "default: AWS S3.")]
 Region = Annotated[Optional[str], typer.Option(
     "--region", help="The store's region (default: AWS_REGION or AWS_DEFAULT_REGION, else us-east-1).")]
-
-T = TypeVar("T")
-
-
-def renamed(value: T, old_value: T | None, old: str, new: str) -> T:
-    """The value of `new`, or of its old spelling `old` when that was given (with a note)."""
-    if old_value is None:
-        return value
-    say(f"note: {old} is the old spelling of {new}; use {new} (the old one goes in a later release)")
-    return old_value
-

@@ -185,7 +185,7 @@ def test_compare_lists_unavailable_models_and_prints_a_table(small_server):
 def test_compare_detects_a_real_disagreement(disagreeing_server, sample_images):
     url = disagreeing_server.grpc_url
     result = run_cli("client", "compare", *sample_images, "--repeat", "1", "--min-top1-agreement", "0.99", "--json", "--url", url)
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 4, result.output  # EXIT_GATE: a threshold the user set was not met (2 is a usage error)
     report = json.loads(result.stdout)
     (pair,) = report["pairs"]
     assert not report["passed"] and pair["top1_agreement"] < 0.99 and not pair["passed"]
@@ -200,12 +200,12 @@ def test_compare_detects_a_real_disagreement(disagreeing_server, sample_images):
 
 def test_perf_writes_perf_analyzer_csv_plot_and_json(small_server, tmp_path):
     out = tmp_path / "perf"
-    result = run_cli("client", "perf", "--model", "onnx_model,torch_model", "--concurrency", "1,2", "--requests", "6",
-                     "--warmup", "1", "--out", out, "--url", small_server.grpc_url, "--preprocess", "client",
-                     "--engine", "builtin")
+    result = run_cli("client", "perf", "--models", "onnx_model,torch_model", "--concurrency", "1,2", "--requests", "6",
+                     "--warmup-requests", "1", "--output-dir", out, "--url", small_server.grpc_url, "--preprocess", "client",
+                     "--load-generator", "builtin")
     assert result.exit_code == 0, result.output
     for model in ("onnx_model", "torch_model"):
-        lines = (out / f"{model}.csv").read_text().splitlines()
+        lines = (out / f"{model}.client.csv").read_text().splitlines()
         assert lines[0] == PERF_ANALYZER_HEADER
         rows = list(csv.DictReader(lines))
         assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2]
@@ -222,9 +222,9 @@ def test_perf_writes_perf_analyzer_csv_plot_and_json(small_server, tmp_path):
 
 
 def test_perf_with_system_shared_memory_reports_what_it_saves(small_server, tmp_path):
-    result = run_cli("client", "perf", "--model", "onnx_model", "--concurrency", "2", "--requests", "8", "--batch", "2",
-                     "--shared-memory", "system", "--json", "--out", tmp_path, "--url", small_server.grpc_url,
-                     "--preprocess", "client", "--engine", "builtin")
+    result = run_cli("client", "perf", "--models", "onnx_model", "--concurrency", "2", "--requests", "8", "--batch", "2",
+                     "--shared-memory", "system", "--json", "--output-dir", tmp_path, "--url", small_server.grpc_url,
+                     "--preprocess", "client", "--load-generator", "builtin")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     (level,) = report["levels"]
@@ -269,7 +269,7 @@ def test_a_malformed_url_is_one_line_that_names_what_was_given(url, says):
 
 
 def test_unknown_model_lists_the_available_ones(small_server):
-    for command in (["classify", PHOTO, "--model", "resnet_model"], ["perf", "--model", "resnet_model"],
+    for command in (["classify", PHOTO, "--model", "resnet_model"], ["perf", "--models", "resnet_model"],
                     ["compare", PHOTO, "--models", "onnx_model,resnet_model"]):
         result = run_cli("client", *command, "--url", small_server.grpc_url)
         assert result.exit_code == 1, result.output
@@ -278,7 +278,7 @@ def test_unknown_model_lists_the_available_ones(small_server):
 
 
 def test_bad_perf_options_are_one_line(small_server):
-    result = run_cli("client", "perf", "--model", "onnx_model", "--batch", "64", "--url", small_server.grpc_url)
+    result = run_cli("client", "perf", "--models", "onnx_model", "--batch", "64", "--url", small_server.grpc_url)
     assert result.exit_code == 1 and "max_batch_size 32" in result.output
     result = run_cli("client", "perf", "--concurrency", "1,two", "--url", small_server.grpc_url)
     assert result.exit_code == 1 and "--concurrency" in result.output
@@ -310,7 +310,7 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path, en
     gone = error.report.levels[1]  # its warm-up found no server: nothing measured, one failure, then the sweep ended
     assert (gone.requests, gone.failures) == (0, 1) and gone.error
     written = write_outputs(error.report, tmp_path / "partial")
-    rows = list(csv.DictReader((tmp_path / "partial" / "onnx_model.csv").read_text().splitlines()))
+    rows = list(csv.DictReader((tmp_path / "partial" / "onnx_model.client.csv").read_text().splitlines()))
     assert [r["Concurrency"] for r in rows] == ["1"] and len(written) == 3
     with pytest.raises(TritonizeError, match="tritonize serve"):
         Connection(info.grpc_url, timeout=2)
@@ -375,7 +375,7 @@ def test_a_stub_killed_mid_level_is_reported_with_its_successes_and_the_sweep_go
         assert f"onnx_model at concurrency 2: {killed.failures} request(s) failed, {killed.requests} succeeded; " \
                f"first error: {killed.error}" in text
         write_outputs(report, tmp_path / "perf")
-        rows = list(csv.DictReader((tmp_path / "perf" / "onnx_model.csv").read_text().splitlines()))
+        rows = list(csv.DictReader((tmp_path / "perf" / "onnx_model.client.csv").read_text().splitlines()))
         assert "2" not in [r["Concurrency"] for r in rows]  # perf_analyzer's CSV has no column for failures
         saved = json.loads((tmp_path / "perf" / "perf.json").read_text())["levels"][1]
         assert (saved["failures"], saved["requests"], saved["error"]) == (killed.failures, killed.requests, killed.error)
@@ -424,7 +424,7 @@ def test_classify_sends_the_encoded_file_and_gives_the_client_paths_top5(small_s
 
 
 def test_compare_one_backend_across_preprocessing_paths(small_server, sample_images):
-    result = run_cli("client", "compare", *sample_images, "--models", "onnx_model", "--preprocess", "client,server,uint8",
+    result = run_cli("client", "compare", *sample_images, "--models", "onnx_model", "--preprocess-paths", "client,server,uint8",
                      "--repeat", "1", "--min-top1-agreement", "1.0", "--json", "--url", small_server.grpc_url)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -439,7 +439,7 @@ def test_compare_one_backend_across_preprocessing_paths(small_server, sample_ima
 def test_compare_drops_what_the_server_refuses_from_every_path(small_server, tmp_path):
     broken = tmp_path / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
-    result = run_cli("client", "compare", PHOTO, broken, PHOTO, "--models", "onnx_model", "--preprocess", "client,server",
+    result = run_cli("client", "compare", PHOTO, broken, PHOTO, "--models", "onnx_model", "--preprocess-paths", "client,server",
                      "--repeat", "1", "--json", "--url", small_server.grpc_url)
     assert result.exit_code == 1
     report = json.loads(result.stdout)
@@ -468,14 +468,14 @@ def test_preprocessing_path_mistakes_are_one_line(small_server, disagreeing_serv
 def test_perf_along_server_and_uint8_paths_counts_their_bytes(small_server, tmp_path):
     sizes = {}
     for path, extra in (("server", ["--shared-memory", "system"]), ("uint8", [])):
-        result = run_cli("client", "perf", "--model", "onnx_model", "--preprocess", path, "--concurrency", "2", "--requests", "6",
-                         "--warmup", "1", "--batch", "2", "--json", "--out", tmp_path / path, "--url", small_server.grpc_url,
-                         "--engine", "builtin", *extra)
+        result = run_cli("client", "perf", "--models", "onnx_model", "--preprocess", path, "--concurrency", "2", "--requests", "6",
+                         "--warmup-requests", "1", "--batch", "2", "--json", "--output-dir", tmp_path / path, "--url", small_server.grpc_url,
+                         "--load-generator", "builtin", *extra)
         assert result.exit_code == 0, result.output
         report = json.loads(result.stdout)
         (level,) = report["levels"]
         assert level["requests"] == 6 and level["throughput"] > 0
-        sizes[level["model"]] = report["shared_memory_savings"].get(level["model"], {}).get("bytes_saved_per_request",
+        sizes[level["served"]] = report["shared_memory_savings"].get(level["model"], {}).get("bytes_saved_per_request",
                                                                                              level["tensor_bytes_on_wire"])
     # Two images per request: the file with its 4-byte length each, or 224x224x3 UINT8 each, then 2 x 1000 logits.
     assert sizes == {"onnx_classifier": 2 * (PHOTO.stat().st_size + 4) + 8000, "onnx_classifier_uint8": 2 * 150_528 + 8000}
@@ -489,7 +489,7 @@ def test_trt_model_waiting_for_a_gpu_says_why_and_what_to_run(artifacts_copy, tm
 
     record(artifacts_copy, "tensorrt", plan_entry("waiting_for_gpu"))
     repo = tmp_path / "models"
-    built = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", repo, "--models", "onnx_model,trt_model",
+    built = run_cli("repo", "build", "--artifacts", artifacts_copy, repo, "--models", "onnx_model,trt_model",
                     "--no-ensembles", "--no-warmup")
     assert built.exit_code == 0, built.output
     with embedded_server(repo) as info:
@@ -512,3 +512,15 @@ def test_trt_model_of_a_repository_built_without_a_plan_says_where_plans_are_bui
     assert line.startswith(f"error: model {model!r} is not in the repository at {small_server.grpc_url}: "), line
     assert "TensorRT plan is built on a GPU box: run `tritonize convert trt` there, then `tritonize repo build`" in line
     assert "onnx_model (READY)" in line
+
+
+def test_classify_warns_when_the_served_model_was_built_from_random_weights(small_server):
+    """The small repository is built with --weights none: its labels mean nothing, and classify says so."""
+    from tritonize.client.classify import ClassifyReport
+
+    result = run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--json", "--url", small_server.grpc_url)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["weights"] == "none"
+    assert "warning: onnx_classifier was built with --weights none (random init)" in result.stderr
+    assert ClassifyReport("m", "u", weights="IMAGENET1K_V1").warning is None
+    assert ClassifyReport("m", "u", weights="/ckpt/model.pth").warning is None

@@ -22,12 +22,12 @@ NEEDS_PERF_ANALYZER = pytest.mark.skipif(
 @NEEDS_PERF_ANALYZER
 def test_perf_analyzer_measures_and_its_own_csv_rows_are_kept(small_server, tmp_path):
     out = tmp_path / "perf"
-    result = run_cli("client", "perf", "--model", "onnx_model", "--concurrency", "1,2", "--duration", "0.6",
-                     "--warmup", "1", "--engine", "perf_analyzer", "--preprocess", "client", "--out", out,
+    result = run_cli("client", "perf", "--models", "onnx_model", "--concurrency", "1,2", "--duration", "0.6",
+                     "--warmup-requests", "1", "--load-generator", "perf_analyzer", "--preprocess", "client", "--output-dir", out,
                      "--url", small_server.grpc_url)
     assert result.exit_code == 0, result.output
     assert f"measured by perf_analyzer {perf_analyzer.TRITONCLIENT_VERSION}" in result.stdout
-    lines = (out / "onnx_model.csv").read_text().splitlines()
+    lines = (out / "onnx_model.client.csv").read_text().splitlines()
     assert lines[0] == PERF_ANALYZER_HEADER  # perf_analyzer's own -f --verbose-csv header
     rows = list(csv.DictReader(lines))
     assert sorted(int(r["Concurrency"]) for r in rows) == [1, 2]
@@ -48,38 +48,38 @@ def test_perf_analyzer_measures_and_its_own_csv_rows_are_kept(small_server, tmp_
 def test_perf_analyzer_sends_the_encoded_photo_through_shared_memory(small_server, tmp_path):
     # The server's preprocess model decodes every image: a BYTES element without its 4-byte length
     # prefix, or anything but the photo, makes it refuse the request and perf_analyzer fail.
-    result = run_cli("client", "perf", "--model", "onnx_model", "--preprocess", "server", "--concurrency", "2",
-                     "--requests", "3", "--batch", "2", "--shared-memory", "system", "--engine", "perf_analyzer",
-                     "--json", "--out", tmp_path, "--url", small_server.grpc_url)
+    result = run_cli("client", "perf", "--models", "onnx_model", "--preprocess", "server", "--concurrency", "2",
+                     "--requests", "3", "--batch", "2", "--shared-memory", "system", "--load-generator", "perf_analyzer",
+                     "--json", "--output-dir", tmp_path, "--url", small_server.grpc_url)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     (level,) = report["levels"]
-    assert level["model"] == "onnx_classifier" and level["transport"] == "system shared memory"
+    assert (level["model"], level["served"]) == ("onnx_model", "onnx_classifier") and level["transport"] == "system shared memory"
     assert level["batch"] == 2 and level["requests"] >= 3 and level["tensor_bytes_on_wire"] == 0
-    savings = report["shared_memory_savings"]["onnx_classifier"]
+    savings = report["shared_memory_savings"]["onnx_model"]
     assert savings["grpc"]["tensor_bytes_on_wire"] > 2 * 60_000 and savings["system_shared_memory"]["tensor_bytes_on_wire"] == 0
 
 
 def test_auto_measures_with_the_builtin_engine_when_perf_analyzer_is_absent_and_says_so(small_server, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("TRITONIZE_TOOLS", str(tmp_path / "no-tools"))
-    result = run_cli("client", "perf", "--model", "onnx_model", "--concurrency", "1", "--requests", "4", "--warmup", "1",
-                     "--preprocess", "client", "--out", tmp_path / "perf", "--url", small_server.grpc_url)
+    result = run_cli("client", "perf", "--models", "onnx_model", "--concurrency", "1", "--requests", "4", "--warmup-requests", "1",
+                     "--preprocess", "client", "--output-dir", tmp_path / "perf", "--url", small_server.grpc_url)
     assert result.exit_code == 0, result.output
     assert "perf_analyzer not found" in result.stderr and "tritonize tools get-perf-analyzer" in result.stderr
     assert "measured by builtin" in result.stdout
-    rows = list(csv.DictReader((tmp_path / "perf" / "onnx_model.csv").read_text().splitlines()))
+    rows = list(csv.DictReader((tmp_path / "perf" / "onnx_model.client.csv").read_text().splitlines()))
     assert [r["Concurrency"] for r in rows] == ["1"]
 
 
 def test_the_builtin_load_process_sends_prepared_requests_and_counts_its_window(small_server):
     from tritonize.client.connection import Connection
     from tritonize.client.load import LoadError, LoadProcess
-    from tritonize.client.perf import Workload, _request_batch, PerfOptions
+    from tritonize.client.perf import PerfOptions, Workload, request_batch
 
     with Connection(small_server.grpc_url) as connection:
         info = connection.model_for("onnx_model", "client")
-        workload = Workload(info, _request_batch(info, PerfOptions(batch=2)), shared_memory=False)
+        workload = Workload(info, request_batch(info, PerfOptions(batch=2)), shared_memory=False)
         before = connection.statistics("onnx_model")["success"][0]
         with LoadProcess(connection.url, [workload.serialized(), workload.serialized()], timeout=30) as load:
             assert load.process.pid != os.getpid()
@@ -104,9 +104,9 @@ def test_perf_analyzers_server_figures_are_tritonizes_for_the_same_statistics(sm
     from the statistics (the built-in engine's conversion) must be perf_analyzer's: within 25 % where a part
     takes 100 us or more (windows vary that much on a busy machine), within 100 us below. A unit slip (x1000),
     a per-inference average (/4) or a per-execution one would be far outside."""
-    from tritonize.client import perf_analyzer as pa
+    from tritonize.client.perf import perf_analyzer_runs as pa
     from tritonize.client.connection import Connection
-    from tritonize.client.perf import _server_delta
+    from tritonize.client.perf.load_generators import server_delta
 
     tool = perf_analyzer.find()
     model = "onnx_model"
@@ -124,10 +124,33 @@ def test_perf_analyzers_server_figures_are_tritonizes_for_the_same_statistics(sm
             after = connection.statistics(model)
         finally:
             runs.close()
-    per_request, batches, requests = _server_delta(before, after)
+    per_request, batches, requests = server_delta(before, after)
     assert figures["requests"] <= requests <= figures["requests"] + 8, (figures, requests)  # its windows, + a few
     assert batches == pytest.approx(4.0) and figures["inferences"] == 4 * figures["requests"]
     for part, column in pa.SERVER_COLUMNS.items():
         theirs = float(row[column])
         assert abs(per_request[part] - theirs) <= max(100.0, 0.25 * theirs), (part, per_request, row)
     assert float(row["Server Compute Infer"]) >= 100  # the comparison above is a relative one for the main part
+
+
+@pytest.mark.parametrize("load_generator", [pytest.param("perf_analyzer", marks=NEEDS_PERF_ANALYZER), "builtin"])
+def test_requests_n_sends_n_and_the_outputs_name_the_model_and_its_path(small_server, tmp_path, load_generator):
+    """--requests 6 sends six requests per level (perf_analyzer's count windows made 6 into 74 before), and
+    `--models onnx_model` along the server path is reported as onnx_model, not as the ensemble it went through."""
+    from tritonize.client.connection import Connection
+
+    with Connection(small_server.grpc_url) as connection:
+        before = connection.statistics("onnx_classifier")["success"][0]
+        out = tmp_path / "perf"
+        result = run_cli("client", "perf", "--models", "onnx_model", "--preprocess", "server", "--concurrency", "2",
+                         "--requests", "6", "--warmup-requests", "0", "--load-generator", load_generator,
+                         "--output-dir", out, "--url", small_server.grpc_url)
+        assert result.exit_code == 0, result.output
+        sent = connection.statistics("onnx_classifier")["success"][0] - before
+    assert sent == 6
+    (level,) = json.loads((out / "perf.json").read_text())["levels"]
+    assert (level["model"], level["preprocess"], level["served"], level["requests"]) == (
+        "onnx_model", "server", "onnx_classifier", 6)
+    table_row = next(line for line in result.stdout.splitlines() if line.strip().startswith("onnx_model"))
+    assert "server (onnx_classifier)" in table_row
+    assert (out / "onnx_model.server.csv").is_file() and not (out / "onnx_classifier.csv").exists()

@@ -11,8 +11,9 @@ import time
 import pytest
 
 from tritonize.client import load
-from tritonize.client import perf_analyzer as pa
-from tritonize.client.perf import SERVER_PARTS, LevelResult, _server_delta
+from tritonize.client.perf import perf_analyzer_runs as pa
+from tritonize.client.perf.load_generators import server_delta
+from tritonize.client.perf.results import SERVER_PARTS, LevelResult
 from tritonize.client.stats import latency_summary, percentile
 
 
@@ -28,7 +29,7 @@ def test_server_delta_turns_summed_nanoseconds_into_microseconds_per_request():
     # 4 more requests of batch 4 in 2 executions: 16 inferences; queue 4 x 250 us, infer 4 x 7.5 ms
     after = _snapshot(14, 56, 12, dict(queue=2_000_000, compute_input=2_400_000, compute_infer=60_000_000,
                                        compute_output=540_000))
-    per_request, batch, requests = _server_delta(before, after)
+    per_request, batch, requests = server_delta(before, after)
     assert per_request == {"queue": 250.0, "compute_input": 100.0, "compute_infer": 7500.0, "compute_output": 10.0}
     assert batch == 8.0 and requests == 4  # 16 inferences in 2 executions
 
@@ -36,14 +37,14 @@ def test_server_delta_turns_summed_nanoseconds_into_microseconds_per_request():
 def test_server_delta_from_no_statistics_is_the_totals_themselves():
     """A model whose statistics were empty before (just loaded): what it has now is what the window did."""
     after = _snapshot(4, 8, 2, dict(queue=400_000, compute_input=40_000, compute_infer=4_000_000, compute_output=4_000))
-    assert _server_delta({}, after) == ({"queue": 100.0, "compute_input": 10.0, "compute_infer": 1000.0,
+    assert server_delta({}, after) == ({"queue": 100.0, "compute_input": 10.0, "compute_infer": 1000.0,
                                          "compute_output": 1.0}, 4.0, 4)
 
 
 def test_server_delta_of_nothing_is_zero_not_a_division_by_zero():
     same = _snapshot(3, 3, 3, dict(queue=1, compute_input=1, compute_infer=1, compute_output=1))
-    assert _server_delta(same, same) == (dict.fromkeys(SERVER_PARTS, 0.0), 0.0, 0)
-    assert _server_delta({}, {}) == (dict.fromkeys(SERVER_PARTS, 0.0), 0.0, 0)
+    assert server_delta(same, same) == (dict.fromkeys(SERVER_PARTS, 0.0), 0.0, 0)
+    assert server_delta({}, {}) == (dict.fromkeys(SERVER_PARTS, 0.0), 0.0, 0)
 
 
 def test_latency_summary_is_in_milliseconds_with_nearest_rank_percentiles():
@@ -73,7 +74,6 @@ def test_a_builtin_levels_csv_row_is_in_microseconds_as_perf_analyzers():
 
 def test_perf_analyzer_windows_and_figures_convert_on_known_answers():
     assert pa.time_window_ms(0.6) == 200 and pa.time_window_ms(0.1) == 100 and pa.time_window_ms(None) == 1667
-    assert pa.count_window(30) == 10 and pa.count_window(31) == 11 and pa.count_window(1) == 1
     row = {"Inferences/Second": "400", "Avg latency": "15000", "p50 latency": "10000", "p90 latency": "20000",
            "p95 latency": "20000", "p99 latency": "25000", "Client Send": "30", "Client Recv": "5",
            "response wait": "14000", "Server Queue": "500", "Server Compute Input": "250",

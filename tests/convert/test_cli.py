@@ -19,9 +19,9 @@ def manifest(path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--min", "0"], "--min must be >= 1"),
-    (["--min", "8", "--opt", "4"], "min <= opt <= max"),
-    (["--opt", "64", "--max", "32"], "min <= opt <= max"),
+    (["--min-batch", "0"], "Invalid value for '--min-batch'"),
+    (["--min-batch", "8", "--opt-batch", "4"], "min <= opt <= max"),
+    (["--opt-batch", "64", "--max-batch", "32"], "min <= opt <= max"),
     (["--precision", "int4"], "int4"),
     (["--precision", "int8"], "needs --calib-images"),
     (["--opt-level", "9"], "--opt-level must be 0..5"),
@@ -68,7 +68,7 @@ def test_onnx_from_elsewhere(tmp_path, precision):
     onnx_file = _onnx_from_elsewhere(tmp_path / "their.onnx")
     out = tmp_path / "out"
     result = run_cli("convert", "trt", "--onnx", onnx_file, "--artifacts", out, "--precision", precision,
-                     "--max", "8", "--opt", "4", "--triton-release", "24.10", "--dry-run")
+                     "--max-batch", "8", "--opt-batch", "4", "--triton-release", "24.10", "--dry-run")
     assert result.exit_code == 0, result.output
     data = manifest(out)
     entry = data["artifacts"]["tensorrt"]
@@ -78,7 +78,7 @@ def test_onnx_from_elsewhere(tmp_path, precision):
     assert "--onnx" in entry["gpu_command"] and "images 3x32x32" in (out / "convert.sh").read_text()
     if precision == "fp16":
         assert data["artifacts"]["onnx_fp16"]["verification"]["passed"]
-    repo = run_cli("repo", "build", "--artifacts", out, "--repository", tmp_path / "models")
+    repo = run_cli("repo", "build", "--artifacts", out, tmp_path / "models")
     assert repo.exit_code != 0 and "describes no torchvision model" in repo.output
 
 
@@ -108,7 +108,7 @@ def fp16_dry_run(small_artifacts, photo_dir, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("fp16") / "art"
     shutil.copytree(small_artifacts, out)
-    result = run_cli("convert", "trt", "--min", "1", "--opt", "16", "--max", "32", "--dry-run", "--artifacts", out,
+    result = run_cli("convert", "trt", "--min-batch", "1", "--opt-batch", "16", "--max-batch", "32", "--dry-run", "--artifacts", out,
                      "--calib-images", photo_dir, "--calib-count", "10", "--triton-release", "24.04")
     return out, result
 
@@ -148,6 +148,7 @@ def test_dry_run_writes_reproducer_and_waiting_entry(fp16_dry_run):
         assert flag in text
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     assert "on the GPU box run: tritonize convert trt" in result.output
+    assert result.output.count("on the GPU box run") == 1  # said once (before: by the stage and again by the CLI)
 
 
 def test_reproducer_runs_with_stand_in_trtexec(fp16_dry_run, standin_trtexec, tmp_path):
@@ -173,6 +174,7 @@ def test_without_dry_run_exits_nonzero_naming_the_gpu_command(artifacts_copy):
     assert result.exit_code == 3
     line = [l for l in result.output.splitlines() if l.startswith("error:")]
     assert len(line) == 1 and "on the GPU box run: tritonize convert trt" in line[0] and "--precision fp32" in line[0]
+    assert result.output.count("on the GPU box run") == 1  # said once, in the error line
     assert manifest(artifacts_copy)["artifacts"]["tensorrt"]["status"] == "waiting_for_gpu"
     assert not (artifacts_copy / "model.plan").exists()
 
@@ -207,12 +209,12 @@ def test_convert_decides_itself_what_is_up_to_date(artifacts_copy):
     again = run_cli(*args)
     assert again.exit_code == 0 and "tensorrt: waiting for GPU" in again.output and "still waiting for a GPU box" in again.output
     assert manifest(artifacts_copy)["artifacts"]["tensorrt"] == first
-    changed = run_cli(*args, "--max", "16", "--opt", "8")
+    changed = run_cli(*args, "--max-batch", "16", "--opt-batch", "8")
     assert changed.exit_code == 0 and "tensorrt: waiting for GPU" in changed.output
     assert manifest(artifacts_copy)["artifacts"]["tensorrt"]["profile"] == {"min": 1, "opt": 8, "max": 16}
     # Without --dry-run a plan still waiting for a GPU is exit code 3, up to date or not: the stage says
     # `waiting_for_gpu` also for an unchanged wait,
-    unchanged = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "16", "--opt", "8")
+    unchanged = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "16", "--opt-batch", "8")
     assert unchanged.exit_code == 3 and "still waiting for a GPU box" in unchanged.output
 
 

@@ -12,7 +12,7 @@ from tritonize.repository_builder.config import parse_config
 
 def test_cpu_int8_is_served_only_behind_both_gates(artifacts_copy, photo_dir, tmp_path):
     gate = ["convert", "cpu", "--artifacts", artifacts_copy, "--calib-images", photo_dir, "--calib-count", "8",
-            "--batch", "2", "--concurrency", "1", "--duration", "1", "--rounds", "2"]
+            "--batch", "2", "--gate-concurrency", "1", "--duration", "1", "--rounds", "2"]
     result = run_cli(*gate, "--min-speedup", "0.01")
     assert result.exit_code == 0, result.output
     assert "speed gate through the embedded Triton server" in result.output
@@ -27,7 +27,7 @@ def test_cpu_int8_is_served_only_behind_both_gates(artifacts_copy, photo_dir, tm
     assert "Relu" in [n.op_type for n in onnx.load(str(artifacts_copy / "model.onnx")).graph.node]
 
     repo = tmp_path / "models"
-    built = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", repo, "--no-ensembles")
+    built = run_cli("repo", "build", "--artifacts", artifacts_copy, repo, "--no-ensembles")
     assert built.exit_code == 0, built.output
     cfg = parse_config(repo / "onnx_int8_model" / "config.pbtxt")
     params = {k: v.string_value for k, v in cfg.parameters.items()}
@@ -44,7 +44,7 @@ def test_cpu_int8_is_served_only_behind_both_gates(artifacts_copy, photo_dir, tm
     assert not Manifest.load(artifacts_copy).variant("int8_cpu").cpu_serving.passed
     check = run_cli("repo", "check", repo, "--artifacts", artifacts_copy)
     assert check.exit_code == 1 and "has not passed `convert cpu`'s gates" in check.output
-    rebuilt = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", repo, "--no-ensembles", "--force")
+    rebuilt = run_cli("repo", "build", "--artifacts", artifacts_copy, repo, "--no-ensembles", "--force")
     assert rebuilt.exit_code == 0, rebuilt.output
     assert "skipped onnx_int8_model: left out, not 1000x faster than FP32" in rebuilt.output
     assert not (repo / "onnx_int8_model").exists() and (repo / "onnx_model").is_dir()

@@ -38,8 +38,8 @@ def test_every_builder_builds_and_checks_a_plan(emulated_tensorrt, standins, art
     """Each builder's plan is built with the emulated TensorRT of the parameter's version (the container's:
     its release's), checked where that TensorRT is, and recorded with the engine's own tensor names."""
     monkeypatch.setenv("STANDIN_TRT_VERSION", emulated_tensorrt.version)  # the host trtexec's TensorRT
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--min", "1", "--opt", "2",
-                     "--max", "4", "--builder", builder, *target(emulated_tensorrt, standins, monkeypatch))
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--min-batch", "1", "--opt-batch", "2",
+                     "--max-batch", "4", "--builder", builder, *target(emulated_tensorrt, standins, monkeypatch))
     assert result.exit_code == 0, result.output
     entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
     assert entry["status"] == "built" and entry["builder"] == builder
@@ -74,14 +74,14 @@ def test_plans_are_checked_where_their_tensorrt_is(emulated_tensorrt, standins, 
     """This Python's TensorRT is 11.4; the plans of Triton 24.04's image (8.6.3) and of a host trtexec 10.5
     are checked by the trtexec that built them, which can load them (N3: they were checked with this
     Python's TensorRT, which cannot)."""
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--builder", "container", "--triton-release", "24.04")
     assert result.exit_code == 0, result.output
     entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
     assert entry["status"] == "built" and entry["tensorrt_version"] == "8.6.3" and entry["verification"]["passed"]
     assert plan_header(artifacts_copy / "model.plan").tensorrt_version == "8.6.3.1"
     monkeypatch.setenv("STANDIN_TRT_VERSION", "10.5.0.18")
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--builder", "trtexec", "--triton-release", "24.10")
     assert result.exit_code == 0, result.output
     assert manifest(artifacts_copy)["artifacts"]["tensorrt"]["tensorrt_version"] == "10.5.0.18"
@@ -102,7 +102,7 @@ def test_the_python_check_names_the_tensorrt_that_would_load_the_plan(emulated_t
 def test_any_failure_of_a_builder_is_recorded_and_the_next_one_builds(emulated_tensorrt, artifacts_copy):
     """Polygraphy cannot lock or write a timing cache in /proc: a FileNotFoundError out of the `tensorrt`
     builder (N6: a traceback, no record, the plan left) is a recorded failure, and torch-tensorrt builds."""
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--triton-release", "24.10", "--timing-cache", "/proc/tritonize-timing.cache")
     assert result.exit_code == 0, result.output
     assert "tensorrt failed (tensorrt failed: FileNotFoundError" in result.output and "Traceback" not in result.output
@@ -113,7 +113,7 @@ def test_any_failure_of_a_builder_is_recorded_and_the_next_one_builds(emulated_t
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
 def test_a_torch_tensorrt_error_is_a_recorded_failure(emulated_tensorrt, artifacts_copy, monkeypatch):
     monkeypatch.setenv("STANDIN_TORCH_TENSORRT_MODE", "raise")
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--triton-release", "24.10", "--builder", "torch-tensorrt")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "torch-tensorrt failed: RuntimeError: [Error thrown at core/conversion/conversion.cpp:230]" in result.output
@@ -131,8 +131,8 @@ def test_each_tensorrt_version_keeps_its_own_timing_cache(emulated_tensorrt, art
     def build(version):
         monkeypatch.setenv(VERSION_ENV, version)
         purge()
-        result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4",
-                         "--opt", "2", "--triton-release", "26.08", "--builder", "tensorrt", "--force")
+        result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4",
+                         "--opt-batch", "2", "--triton-release", "26.08", "--builder", "tensorrt", "--force")
         assert result.exit_code == 0, result.output
         return plan_header(artifacts_copy / "model.plan").builder["timing_cache_reused"]
 
@@ -145,7 +145,7 @@ def test_each_tensorrt_version_keeps_its_own_timing_cache(emulated_tensorrt, art
 @pytest.mark.parametrize("emulated_tensorrt", ["11.4.0.106"], indirect=True)
 def test_a_host_tensorrt_no_release_runs_gets_the_pins_printed(emulated_tensorrt, artifacts_copy):
     """N4: the pins of the releases tritonize knows, when this TensorRT matches none of them."""
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--builder", "tensorrt")
     assert result.exit_code == 0, result.output
     assert "no release in tritonize's table runs TensorRT 11.4.0.106" in result.output
@@ -157,7 +157,7 @@ def test_tensorrt_8_never_reads_an_onnx_newer_than_its_parser(emulated_tensorrt,
     """For a release of unknown TensorRT there is no conversion; trtexec 8.6 would misread opset 18 (its
     ReduceMean ignores the axes input): one clear refusal (N5). For 24.04 the ONNX is converted to opset 17."""
     monkeypatch.setenv("STANDIN_TRT_VERSION", "8.6.3.1")
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--builder", "trtexec", "--triton-release", "26.08")
     error = ("trtexec has TensorRT 8.6.3, whose ONNX parser reads opsets up to 17 and misreads model.onnx (opset 18); "
              "target a release with TensorRT 8 (e.g. --triton-release 24.04), for which tritonize converts the ONNX to "
@@ -171,7 +171,7 @@ def test_tensorrt_8_never_reads_an_onnx_newer_than_its_parser(emulated_tensorrt,
 def test_an_int8_plan_is_checked_on_the_held_out_photos_at_the_max_batch(emulated_tensorrt, artifacts_copy, photo_dir):
     """INT8 (the Q/DQ ONNX) through the TensorRT API: checked on the 4 held-out photos, repeated to the profile's
     max batch 8 (N18), with INT8's tolerance and random-init weights' ungated top-1 (N10's rule)."""
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "int8", "--max", "8", "--opt", "4",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "int8", "--max-batch", "8", "--opt-batch", "4",
                      "--calib-images", photo_dir, "--calib-count", "10", "--builder", "tensorrt", "--triton-release", "24.10")
     assert result.exit_code == 0, result.output
     entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
@@ -190,7 +190,7 @@ def test_every_failure_is_named_when_all_builders_fail(emulated_tensorrt, standi
     monkeypatch.setenv("STANDIN_TORCH_TENSORRT_MODE", "raise")
     monkeypatch.setenv("STANDIN_DOCKER_RUNTIMES", json.dumps({"runc": {}}))
     monkeypatch.setenv("STANDIN_DOCKER_GPU", "0")  # and the container builder cannot run
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--triton-release", "24.10", "--timing-cache", "/proc/tritonize-timing.cache")
     assert result.exit_code == 1
     said = [line for line in result.output.splitlines() if "trying the next builder" in line]
@@ -224,7 +224,7 @@ def test_a_version_compatible_plan_may_target_a_later_release(emulated_tensorrt,
     """trtexec 10.3 (Triton 24.08) builds a version-compatible plan for 24.10 (10.5): allowed, and checked with
     --versionCompatible; without --version-compatible it is refused before it is built."""
     monkeypatch.setenv("STANDIN_TRT_VERSION", "10.3.0.26")
-    args = ["convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+    args = ["convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
             "--builder", "trtexec", "--triton-release", "24.10"]
     refused = run_cli(*args)
     assert refused.exit_code == 1 and "error: trtexec has TensorRT 10.3.0 but Triton 24.10 runs TensorRT 10.5.0.18" in refused.output
@@ -246,8 +246,8 @@ def test_a_plan_that_fails_its_check_is_recorded_and_removed(emulated_tensorrt, 
         check = engine.plan_check(network, onnx, options)
         return replace(check, reference=-check.reference)
 
-    monkeypatch.setattr("tritonize.convert.stage.plan_check", upside_down)
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max", "4", "--opt", "2",
+    monkeypatch.setattr("tritonize.convert.trt.plan_check", upside_down)
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--builder", "tensorrt", "--triton-release", "24.10")
     assert result.exit_code == 1
     assert "error: the TensorRT plan failed verification (rel err " in result.output and "); it was removed" in result.output

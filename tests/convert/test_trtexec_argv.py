@@ -70,13 +70,16 @@ SHAPES = ["--onnx=model_fp16.onnx", "--saveEngine=.model.plan.partial", "--minSh
           "--optShapes=input:16x3x224x224", "--maxShapes=input:32x3x224x224"]
 
 
+LAYER_INFO = ["--profilingVerbosity=detailed", "--exportLayerInfo=model.layers.json"]  # 8.6+: what each layer runs in
+
+
 @pytest.mark.parametrize("version,precision,rest", [
     ("10.5.0", "fp16", ["--memPoolSize=workspace:4096", "--stronglyTyped", "--timingCacheFile=timing.cache",
-                        "--builderOptimizationLevel=3", "--skipInference"]),
+                        "--builderOptimizationLevel=3", *LAYER_INFO, "--skipInference"]),
     ("11.0.0", "fp32", ["--memPoolSize=workspace:4096", "--noTF32", "--timingCacheFile=timing.cache",
-                        "--builderOptimizationLevel=3", "--skipInference"]),
+                        "--builderOptimizationLevel=3", *LAYER_INFO, "--skipInference"]),
     ("8.6.1", "int8", ["--memPoolSize=workspace:4096", "--int8", "--timingCacheFile=timing.cache",
-                       "--builderOptimizationLevel=3", "--skipInference"]),
+                       "--builderOptimizationLevel=3", *LAYER_INFO, "--skipInference"]),
     ("8.2.5", "fp16", ["--workspace=4096", "--fp16", "--timingCacheFile=timing.cache", "--buildOnly"]),
 ])
 def test_the_whole_argv_of_a_default_job(version, precision, rest):

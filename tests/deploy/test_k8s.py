@@ -294,7 +294,7 @@ def test_probes_on_tritons_health_endpoints_and_a_startup_budget_from_the_load_t
 def test_measures_the_load_time_when_not_given(trt_repo, tmp_path):
     """Without --load-seconds the embedded engine starts on the repository (here onnx_model loads; the
     plan-less trt_model cannot) and the time to ready sizes the startup probe."""
-    result = run_cli("deploy", "k8s", trt_repo, "--storage", STORAGE, "--offline", "--bundle", tmp_path / "k8s")
+    result = run_cli("deploy", "k8s", trt_repo, "--storage", STORAGE, "--offline", "--output-dir", tmp_path / "k8s")
     assert result.exit_code == 0, result.output
     seconds = float(re.search(r"model load: ([\d.]+) s, measured here with the embedded engine", result.output).group(1))
     container = _doc(tmp_path / "k8s", "Deployment")["spec"]["template"]["spec"]["containers"][0]
@@ -303,8 +303,8 @@ def test_measures_the_load_time_when_not_given(trt_repo, tmp_path):
 
 def test_the_image_and_runtime_are_the_release_whose_tensorrt_runs_the_plan(trt_repo, tmp_path):
     result = run_cli("deploy", "k8s", trt_repo, "--storage", STORAGE, "--offline", "--load-seconds", "30",
-                     "--model-config-name", "gpu", "--replicas", "2", "--max-replicas", "6", "--gpus", "2",
-                     "--namespace", "vision", "--name", "resnet", "--bundle", tmp_path / "k8s")
+                     "--config-name", "gpu", "--replicas", "2", "--max-replicas", "6", "--gpus", "2",
+                     "--namespace", "vision", "--name", "resnet", "--output-dir", tmp_path / "k8s")
     assert result.exit_code == 0, result.output
     bundle = tmp_path / "k8s"
     for docs in documents(bundle).values():
@@ -341,13 +341,13 @@ def test_inferenceservice_loads_only_models_that_need_no_pip_packages(bundle):
     (["--replicas", "3", "--max-replicas", "2"], "need 1 <= --replicas <= --max-replicas"),
     (["--gpus", "0"], "--gpus must be at least 1"),
     (["--monitor-label", "prometheus"], "--monitor-label takes KEY=VALUE"),
-    (["--model-config-name", "tpu"], "has configs/tpu.pbtxt"),
+    (["--config-name", "tpu"], "has configs/tpu.pbtxt"),
     (["--scale-model", "resnet"], "--scale-model: resnet not in"),
-    (["--triton-release", "24.04", "--model-config-name", "gpu"], "Triton 24.04 has no --model-config-name"),
+    (["--triton-release", "24.04", "--config-name", "gpu"], "Triton 24.04 has no --model-config-name"),
 ])
 def test_bad_options_are_one_line_and_write_nothing(small_repo, tmp_path, args, message):
     result = run_cli("deploy", "k8s", small_repo, "--storage", STORAGE, "--offline", "--load-seconds", "5",
-                     "--bundle", tmp_path / "k8s", *args)
+                     "--output-dir", tmp_path / "k8s", *args)
     assert result.exit_code == 1, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "k8s").exists()

@@ -31,7 +31,7 @@ PREFIX = "resnet"
 
 
 def _push_args(repo: Path, bucket: str, endpoint: str) -> list:
-    return ["repo", "push", f"s3://{bucket}/{PREFIX}", "--repository", repo, "--endpoint", endpoint]
+    return ["deploy", "push", f"s3://{bucket}/{PREFIX}", repo, "--endpoint", endpoint]
 
 
 def _push(repo: Path, bucket: str, endpoint: str) -> dict:
@@ -179,7 +179,7 @@ def test_deploy_pins_the_release_that_current_names(s3, push_repo, repo_copy, tm
     summary = _push(push_repo, bucket, endpoint)
     deploy = ["deploy", "k8s", "--storage", f"s3://{bucket}/{PREFIX}", "--endpoint", endpoint, "--load-seconds", "5"]
     # CURRENT is read here (the test server); the pods reach the store under its in-cluster name
-    result = run_cli(*deploy, push_repo, "--bundle", tmp_path / "k8s", "--cluster-endpoint", "http://minio.minio:9000")
+    result = run_cli(*deploy, push_repo, "--output-dir", tmp_path / "k8s", "--cluster-endpoint", "http://minio.minio:9000")
     assert result.exit_code == 0, result.output
     container = yaml.safe_load((tmp_path / "k8s" / "triton" / "deployment.yaml").read_text())[
         "spec"]["template"]["spec"]["containers"][0]
@@ -188,7 +188,7 @@ def test_deploy_pins_the_release_that_current_names(s3, push_repo, repo_copy, tm
     assert isvc["spec"]["predictor"]["model"]["storageUri"] == summary["uri"]
 
     _rename_first_class(repo_copy)  # not the release CURRENT names
-    result = run_cli(*deploy, repo_copy, "--bundle", tmp_path / "other")
+    result = run_cli(*deploy, repo_copy, "--output-dir", tmp_path / "other")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert f"names {summary['release']}, but {repo_copy} is {snapshot(repo_copy).key}: push it first" in result.output
     assert not (tmp_path / "other").exists()
@@ -219,5 +219,5 @@ def test_missing_bucket_and_missing_credentials(s3, push_repo, monkeypatch, tmp_
     (["s3://tritonize-x/a", "--endpoint", "minio:9000"], "--endpoint takes the store's URL"),
 ])
 def test_bad_destination_is_one_line(push_repo, args, message):
-    result = run_cli("repo", "push", *args, "--repository", push_repo)
+    result = run_cli("deploy", "push", *args, push_repo)
     assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output

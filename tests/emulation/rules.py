@@ -125,3 +125,29 @@ def inventory_versions(version: str, available: list[str]) -> list[str]:
     if below and above:
         return [below[-1], above[0]]
     return below[-1:]
+
+
+def layer_precision(op_type: str, output_type: str, strongly_typed: bool, flags: set[str], pinned: str | None,
+                    fed_by_dequantize: bool, fp32_kernel: bool) -> str:
+    """The DataType member a built layer runs in (rules 'layer_precision'). output_type: the ONNX type of the
+    layer's output as a DataType member name ("FLOAT", "HALF", "INT8", "INT64"...); pinned: the precision set on the layer."""
+    if output_type not in ("FLOAT", "HALF"):  # integer and boolean tensors keep their type
+        return {"INT8": "INT8", "INT32": "INT32", "INT64": "INT64", "BOOL": "BOOL"}.get(output_type, "FLOAT")
+    if strongly_typed:
+        if op_type == "QuantizeLinear":
+            return "INT8"
+        return output_type
+    if pinned is not None and "OBEY_PRECISION_CONSTRAINTS" in flags:
+        return pinned
+    if fp32_kernel:
+        return "FLOAT"
+    if "INT8" in flags and fed_by_dequantize and op_type in ("Conv", "Gemm", "MatMul"):
+        return "INT8"
+    if "FP16" in flags:
+        return "HALF"
+    return output_type
+
+
+def format_datatype(precision: str) -> str:
+    """The inspector's "Format/Datatype" of a linear tensor of DataType `precision`."""
+    return data()["layer_precision"]["format_datatype"][precision]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ from tests.interrupt import killed_after_rename, stop_at_rename
 from tritonize.errors import TritonizeError
 from tritonize.export import ExportOptions, export_artifacts
 from tritonize.files import sha256_file
-from tritonize.spec import ModelSpec, build_model, resolve_spec
+from tritonize.manifest import Manifest
+from tritonize.spec import build_model, resolve_spec
 from tritonize.verify import Tolerance, verification_inputs, verify_runner
 
 
@@ -34,7 +36,8 @@ def test_export_writes_verified_artifacts_and_manifest(small_artifacts):
     assert m["model"]["arch"] == SMALL_ARCH and m["model"]["weights_kind"] == "none"
     assert m["model"]["preprocessing"]["resize"] == 256 and m["model"]["preprocessing"]["crop"] == 224
     assert m["model"]["preprocessing"]["std"] == [0.229, 0.224, 0.225]
-    assert len(m["model"]["labels"]) == 1000 and m["model"]["labels"][1] == "goldfish"
+    assert len(m["labels"]) == 1000 and m["labels"][1] == "goldfish" and "labels" not in m["model"]
+    assert m["tritonize"] == version("tritonize") and list(m)[-2:] == ["artifacts", "labels"]  # labels last
     for key, name in (("torchscript", "model.pt"), ("onnx", "model.onnx")):
         entry = m["artifacts"][key]
         assert entry["file"] == name and entry["status"] == "verified"
@@ -62,7 +65,7 @@ def test_onnx_has_a_symbolic_batch_axis_and_runs_at_1_7_32(small_artifacts):
 
 
 def test_torchscript_matches_eager_at_another_batch(small_artifacts):
-    spec = ModelSpec.from_dict(_manifest(small_artifacts)["model"])
+    spec = Manifest.load(small_artifacts).model  # the labels stand after the artifacts in the file
     module = torch.jit.load(str(small_artifacts / "model.pt"))
     x = torch.from_numpy(verification_inputs(spec.input_shape, 3, spec.preprocessing.mean, spec.preprocessing.std, seed=5))
     with torch.inference_mode():

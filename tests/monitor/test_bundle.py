@@ -134,7 +134,7 @@ def test_compose_runs_the_repositorys_triton_prometheus_and_grafana(bundle, smal
 
 def test_targets_and_threshold_reach_the_files(small_repo, tmp_path):
     out = tmp_path / "mon"
-    result = run_cli("monitor", small_repo, "--bundle", out, "--target", "gpu1:8002", "--target", "gpu2:8002",
+    result = run_cli("monitor", small_repo, "--output-dir", out, "--targets", "gpu1:8002,gpu2:8002",
                      "--queue-alert-ms", "20")
     assert result.exit_code == 0, result.output
     config = yaml.safe_load((out / PROMETHEUS_CONFIG).read_text())
@@ -142,18 +142,18 @@ def test_targets_and_threshold_reach_the_files(small_repo, tmp_path):
     alerts = {r["alert"]: r for r in yaml.safe_load((out / RULES).read_text())["groups"][1]["rules"]}
     assert alerts["TritonQueueTimeHigh"]["expr"].endswith("> 20000")
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == sorted(FILES)
-    again = run_cli("monitor", small_repo, "--bundle", out)  # a bundle is replaced as a whole
+    again = run_cli("monitor", small_repo, "--output-dir", out)  # a bundle is replaced as a whole
     assert again.exit_code == 0, again.output
     assert "gpu1" not in (out / PROMETHEUS_CONFIG).read_text()
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--target", "localhost"], "--target takes HOST:PORT"),
-    (["--target", "http://h:8002/metrics"], "--target takes HOST:PORT"),
+    (["--targets", "localhost"], "--targets takes HOST:PORT"),
+    (["--targets", "http://h:8002/metrics"], "--targets takes HOST:PORT"),
     (["--queue-alert-ms", "0"], "--queue-alert-ms must be positive"),
 ])
 def test_bad_options(small_repo, tmp_path, args, message):
-    result = run_cli("monitor", small_repo, "--bundle", tmp_path / "mon", *args)
+    result = run_cli("monitor", small_repo, "--output-dir", tmp_path / "mon", *args)
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "mon").exists()
@@ -161,21 +161,21 @@ def test_bad_options(small_repo, tmp_path, args, message):
 
 def test_refuses_to_replace_a_directory_that_is_not_a_bundle(small_repo, tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
-    result = run_cli("monitor", small_repo, "--bundle", tmp_path)
+    result = run_cli("monitor", small_repo, "--output-dir", tmp_path)
     assert result.exit_code == 1
     assert "holds files that are not a monitoring bundle (notes.txt)" in result.output
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_missing_repository(tmp_path):
-    result = run_cli("monitor", tmp_path / "models", "--bundle", tmp_path / "mon")
+    result = run_cli("monitor", tmp_path / "models", "--output-dir", tmp_path / "mon")
     assert result.exit_code == 1
     assert "does not exist" in result.output
 
 
 def test_serve_without_prometheus_says_how_to_get_it(small_repo, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(Path(__file__).parent))  # a PATH without prometheus
-    result = run_cli("monitor", small_repo, "--bundle", tmp_path / "mon", "--serve")
+    result = run_cli("monitor", small_repo, "--output-dir", tmp_path / "mon", "--serve")
     assert result.exit_code == 1
     assert "prometheus and promtool not found on PATH; Debian/Ubuntu: `apt-get install prometheus`" in result.output
 
@@ -185,6 +185,6 @@ def test_serve_on_a_port_in_use_is_one_line(small_repo, tmp_path, promtool):
 
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        result = run_cli("monitor", small_repo, "--bundle", tmp_path / "mon", "--serve", "--prometheus-port", port)
+        result = run_cli("monitor", small_repo, "--output-dir", tmp_path / "mon", "--serve", "--prometheus-port", port)
     assert result.exit_code == 1
     assert f"error: port {port} on 127.0.0.1 is not available (Address already in use)" in result.output

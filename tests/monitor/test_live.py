@@ -75,8 +75,8 @@ def watched(small_server, small_repo, promtool, tmp_path_factory):
     port = choose_ports("127.0.0.1", None, None, None).http
     target = small_server.metrics_url.removeprefix("http://").removesuffix("/metrics")
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "tritonize"), "monitor", str(small_repo), "--bundle", str(bundle),
-         "--target", target, "--serve", "--prometheus-port", str(port)],
+        [str(Path(sys.executable).parent / "tritonize"), "monitor", str(small_repo), "--output-dir", str(bundle),
+         "--targets", target, "--serve", "--prometheus-port", str(port)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         printed = []

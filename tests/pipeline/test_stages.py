@@ -23,7 +23,7 @@ def _statuses(output: str) -> dict[str, str]:
 
 def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
     artifacts, repo = tmp_path / "build", tmp_path / "models"
-    args = ["build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts, "--repository", repo]
+    args = ["build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts, repo]
     first = run_cli(*args)
     assert first.exit_code == 0, first.output
     manifest = json.loads((artifacts / "manifest.json").read_text())
@@ -49,7 +49,7 @@ def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
 
     # Another TensorRT profile (same max): a new plan entry and a repository naming the new manifest;
     # the exports and the FP16 variant (checked up to the same max batch) stay.
-    third = run_cli(*args, "--opt", "8")
+    third = run_cli(*args, "--opt-batch", "8")
     assert third.exit_code == 0, third.output
     assert _statuses(third.output) == {"export": "up to date", "convert": "waiting for GPU", "repo build": "done",
                                        "repo check": "done"}
@@ -59,7 +59,7 @@ def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
     assert config.stat().st_mtime_ns != config_mtime
 
     # Another instance count: only the repository changes.
-    fourth = run_cli(*args, "--opt", "8", "--instances", "2")
+    fourth = run_cli(*args, "--opt-batch", "8", "--instances", "2")
     assert fourth.exit_code == 0, fourth.output
     assert _statuses(fourth.output) == {"export": "up to date", "convert": "waiting for GPU", "repo build": "done",
                                         "repo check": "done"}
@@ -68,7 +68,7 @@ def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
     # A fault the repository's up-to-date check does not look at (an empty version directory): repo check
     # stops the pipeline with its finding.
     (repo / "onnx_model" / "2").mkdir()
-    fifth = run_cli(*args, "--opt", "8", "--instances", "2")
+    fifth = run_cli(*args, "--opt-batch", "8", "--instances", "2")
     assert fifth.exit_code == 1
     assert "= " + str(repo) + " is up to date" in fifth.output
     assert "error: onnx_model: version 2/ has no model.onnx" in fifth.output
@@ -77,7 +77,7 @@ def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
 
 def test_bad_profile_is_refused_before_any_work(tmp_path):
     result = run_cli("build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", tmp_path / "b",
-                     "--repository", tmp_path / "m", "--min", "8", "--opt", "4")
+                     tmp_path / "m", "--min-batch", "8", "--opt-batch", "4")
     assert result.exit_code == 1
     assert "min <= opt <= max" in result.output
     assert not (tmp_path / "b").exists()

@@ -114,7 +114,7 @@ def test_trt_config_follows_the_plan_profile(small_artifacts):
 
 def test_trt_model_skipped_with_reason_when_plan_not_built(artifacts_copy, tmp_path):
     record(artifacts_copy, "tensorrt", plan_entry("waiting_for_gpu"))
-    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models")
+    result = run_cli("repo", "build", "--artifacts", artifacts_copy, tmp_path / "models")
     assert result.exit_code == 0, result.output
     assert "built onnx_model" in result.output and "built torch_model" in result.output
     assert "skipped trt_model: TensorRT plan status is 'waiting_for_gpu'" in result.output
@@ -122,15 +122,15 @@ def test_trt_model_skipped_with_reason_when_plan_not_built(artifacts_copy, tmp_p
     # A note Triton ignores (a file at the top of the repository) says why and what to run.
     note = (tmp_path / "models" / "trt_model.not-built.txt").read_text()
     assert "waiting for a GPU" in note and "`tritonize convert trt`" in note and f"{artifacts_copy / 'convert.sh'}" in note
-    again = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models")
+    again = run_cli("repo", "build", "--artifacts", artifacts_copy, tmp_path / "models")
     assert "is up to date" in again.output
-    cpu = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models", "--kind", "cpu", "--force")
+    cpu = run_cli("repo", "build", "--artifacts", artifacts_copy, tmp_path / "models", "--kind", "cpu", "--force")
     assert cpu.exit_code == 0 and not (tmp_path / "models" / "trt_model.not-built.txt").exists()  # left out on purpose
 
 
 def test_missing_artifact_is_skipped_and_others_built(artifacts_copy, tmp_path):
     (artifacts_copy / "model.pt").unlink()
-    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models")
+    result = run_cli("repo", "build", "--artifacts", artifacts_copy, tmp_path / "models")
     assert result.exit_code == 0, result.output
     assert f"skipped torch_model: {artifacts_copy / 'model.pt'} is missing" in result.output
     assert _built(tmp_path / "models") == ["onnx_classifier", "onnx_classifier_uint8", "onnx_model", *PREPROCESSING]
@@ -162,12 +162,12 @@ def test_existing_repository_needs_force_and_readme_is_kept(small_artifacts, tmp
     out = tmp_path / "models"
     out.mkdir()
     (out / "README.md").write_text("generated, not committed\n")
-    assert run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", out).exit_code == 0
-    same = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", out)
+    assert run_cli("repo", "build", "--artifacts", small_artifacts, out).exit_code == 0
+    same = run_cli("repo", "build", "--artifacts", small_artifacts, out)
     assert same.exit_code == 0 and "up to date" in same.output  # the stage decides: nothing to do
-    again = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", out, "--max-batch", "8")
+    again = run_cli("repo", "build", "--artifacts", small_artifacts, out, "--max-batch", "8")
     assert again.exit_code != 0 and "add --force" in again.output
-    forced = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", out, "--force", "--max-batch", "16")
+    forced = run_cli("repo", "build", "--artifacts", small_artifacts, out, "--force", "--max-batch", "16")
     assert forced.exit_code == 0, forced.output
     assert parse_config(out / "onnx_model" / "config.pbtxt").max_batch_size == 16
     assert (out / "README.md").read_text() == "generated, not committed\n"
@@ -187,14 +187,14 @@ def test_the_served_batch_bound_is_the_verified_one_built_checked_and_served(art
                        "--artifacts", artifacts_copy)
     assert exported.exit_code == 0, exported.output
     repo = tmp_path / "models"
-    built = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", repo, "--kind", "cpu", "--no-warmup")
+    built = run_cli("repo", "build", "--artifacts", artifacts_copy, repo, "--kind", "cpu", "--no-warmup")
     assert built.exit_code == 0, built.output
     bounds = {name: parse_config(repo / name / "config.pbtxt").max_batch_size
               for name in ("onnx_model", "torch_model", "onnx_classifier", "torch_classifier", "preprocess")}
     assert bounds == {"onnx_model": 8, "torch_model": 32, "onnx_classifier": 8, "torch_classifier": 32, "preprocess": 32}
     assert "built onnx_model: onnxruntime_onnx, max_batch_size 8 (the batch model.onnx was verified at)" in built.output
     for asked, refused in ((16, "onnx_model"), (64, "onnx_model")):
-        more = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "more",
+        more = run_cli("repo", "build", "--artifacts", artifacts_copy, tmp_path / "more",
                        "--max-batch", str(asked))
         [line] = [line for line in more.output.splitlines() if line.startswith("error:")]
         assert more.exit_code == 1 and "Traceback" not in more.output
@@ -223,16 +223,16 @@ def test_the_served_batch_bound_is_the_verified_one_built_checked_and_served(art
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--max-batch", "0"], "--max-batch must be >= 1"),
-    (["--preferred", "4,x"], "--preferred takes comma-separated integers"),
+    (["--max-batch", "0"], "Invalid value for '--max-batch'"),
+    (["--preferred", "4,x"], "--preferred takes a comma-separated list like 4,8,16, got '4,x'"),
     (["--preferred", "0,8"], "--preferred sizes must be >= 1"),
     (["--queue-delay-us", "-1"], "--queue-delay-us must be >= 0"),
-    (["--instances", "0"], "--instances must be >= 1"),
+    (["--instances", "0"], "Invalid value for '--instances'"),
     (["--kind", "tpu"], "--kind must be one of auto, gpu, cpu"),
     (["--models", "onnx_model,tf_model"], "--models: unknown model tf_model"),
 ])
 def test_bad_options_give_one_clear_line(small_artifacts, tmp_path, args, message):
-    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", tmp_path / "models", *args)
+    result = run_cli("repo", "build", "--artifacts", small_artifacts, tmp_path / "models", *args)
     assert result.exit_code != 0
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "models").exists()
@@ -241,11 +241,11 @@ def test_bad_options_give_one_clear_line(small_artifacts, tmp_path, args, messag
 def test_no_manifest_and_unwritable_output(small_artifacts, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = run_cli("repo", "build", "--artifacts", empty, "--repository", tmp_path / "models")
+    result = run_cli("repo", "build", "--artifacts", empty, tmp_path / "models")
     assert result.exit_code != 0 and "no manifest" in result.output and "tritonize export" in result.output
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
-    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", blocker / "models")
+    result = run_cli("repo", "build", "--artifacts", small_artifacts, blocker / "models")
     assert result.exit_code != 0 and "cannot write to output directory" in result.output
     assert "Traceback" not in result.output
 
@@ -253,7 +253,7 @@ def test_no_manifest_and_unwritable_output(small_artifacts, tmp_path):
 def test_all_artifacts_missing_is_an_error(artifacts_copy, tmp_path):
     (artifacts_copy / "model.pt").unlink()
     (artifacts_copy / "model.onnx").unlink()
-    result = run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", tmp_path / "models")
+    result = run_cli("repo", "build", "--artifacts", artifacts_copy, tmp_path / "models")
     assert result.exit_code != 0 and "no model to build" in result.output
     assert not (tmp_path / "models").exists()
 
@@ -315,7 +315,7 @@ def test_preprocessing_models_carry_the_very_code_the_client_runs(small_repo):
 
 
 def test_no_ensembles_leaves_them_out(small_artifacts, tmp_path):
-    result = run_cli("repo", "build", "--artifacts", small_artifacts, "--repository", tmp_path / "models", "--no-ensembles")
+    result = run_cli("repo", "build", "--artifacts", small_artifacts, tmp_path / "models", "--no-ensembles")
     assert result.exit_code == 0, result.output
     assert _built(tmp_path / "models") == ["onnx_model", "torch_model"]
 

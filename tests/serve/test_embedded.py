@@ -506,7 +506,7 @@ def test_stop_sends_sigterm_first_and_sigkill_only_after_the_grace(tmp_path, beh
     import subprocess
     import sys
 
-    from tritonize.serve.process import stop_process_group
+    from tritonize.processes import stop_process_group
 
     marker = tmp_path / "signal"
     process = subprocess.Popen([sys.executable, "-c", STOPPABLE, str(marker), behaviour], start_new_session=True)

@@ -26,10 +26,10 @@ EMULATED_CONFIG = "emulated"
 
 def built_repository(emulation, artifacts: Path, repo: Path, builder: str = "tensorrt") -> Path:
     release = ["--triton-release", emulation.release] if emulation.release else []
-    result = run_cli("convert", "trt", "--artifacts", artifacts, "--precision", "fp32", "--min", "1", "--opt", "2",
-                     "--max", "4", "--builder", builder, *release)
+    result = run_cli("convert", "trt", "--artifacts", artifacts, "--precision", "fp32", "--min-batch", "1", "--opt-batch", "2",
+                     "--max-batch", "4", "--builder", builder, *release)
     assert result.exit_code == 0, result.output
-    result = run_cli("repo", "build", "--artifacts", artifacts, "--repository", repo, "--models",
+    result = run_cli("repo", "build", "--artifacts", artifacts, repo, "--models",
                      "onnx_model,torch_model,trt_model", "--no-ensembles", "--max-batch", "4")
     assert result.exit_code == 0, result.output
     return repo
@@ -62,12 +62,12 @@ def test_trt_model_serves_the_plan_and_agrees_with_the_other_backends(emulated_t
         classified = run_cli("client", "classify", PHOTO, "--model", "trt_model", "--url", info.grpc_url, "--json")
         assert classified.exit_code == 0, classified.output
         by_onnx = run_cli("client", "classify", PHOTO, "--model", "onnx_model", "--url", info.grpc_url, "--json")
-        labels = [[t["label"] for t in json.loads(out.output)["predictions"][0]["top_k"]] for out in (classified, by_onnx)]
+        labels = [[t["label"] for t in json.loads(out.stdout)["predictions"][0]["top_k"]] for out in (classified, by_onnx)]
         assert labels[0] == labels[1] and len(labels[0]) == 5
         compared = run_cli("client", "compare", PHOTO, PHOTO, "--models", "onnx_model,torch_model,trt_model",
                            "--min-top1-agreement", "1.0", "--repeat", "1", "--url", info.grpc_url, "--json")
         assert compared.exit_code == 0, compared.output
-        report = json.loads(compared.output)
+        report = json.loads(compared.stdout)
         assert {(p["reference"], p["candidate"]) for p in report["pairs"]} >= {("onnx_model", "trt_model"),
                                                                               ("torch_model", "trt_model")}
         assert all(p["top1_agreement"] == 1.0 and p["rel_to_scale"] < 1e-4 for p in report["pairs"])
@@ -118,11 +118,11 @@ def test_a_version_compatible_plan_loads_in_a_later_release_only_when_trusted(em
 
     monkeypatch.setenv("STANDIN_DOCKER_SERVE", "1")
     monkeypatch.setenv("STANDIN_TRT_VERSION", "10.3.0.26")
-    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--min", "1", "--opt", "2",
-                     "--max", "4", "--builder", "trtexec", "--triton-release", "24.08", "--version-compatible")
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--min-batch", "1", "--opt-batch", "2",
+                     "--max-batch", "4", "--builder", "trtexec", "--triton-release", "24.08", "--version-compatible")
     assert result.exit_code == 0, result.output
     repo = tmp_path / "models"
-    assert run_cli("repo", "build", "--artifacts", artifacts_copy, "--repository", repo, "--models", "onnx_model,trt_model",
+    assert run_cli("repo", "build", "--artifacts", artifacts_copy, repo, "--models", "onnx_model,trt_model",
                    "--no-ensembles", "--max-batch", "4").exit_code == 0
     assert choose_release("24.10", repo).release == "24.10"
     with _docker_server(repo, "24.10") as info:

@@ -104,7 +104,7 @@ def test_inference_metadata_config_and_health_need_no_key(remote, tls, tmp_path)
     assert _http(remote, "/v2/health/ready", body=None) == 200
     # Statistics are restricted: `client perf` reads them with the key.
     perf = ["client", "perf", "--url", remote.grpc_url, "--tls-ca", tls / "ca.pem", "--concurrency", "1",
-            "--requests", "4", "--warmup", "1", "--out", tmp_path]
+            "--requests", "4", "--warmup-requests", "1", "--output-dir", tmp_path]
     assert "restricts its statistics to holders of its control key" in error_line(run_cli(*perf))
     measured = run_cli(*perf, "--control-key-file", remote.key_file, "--json")
     assert measured.exit_code == 0, measured.output

@@ -9,7 +9,7 @@ read in NVIDIA/TensorRT's sources (tests/data/trtexec_options.json names tag, co
 - --memPoolSize (or 8.x's --workspace) is read with that version's unit rule and the result is
   printed as "stand-in workspace limit: <MiB> MiB";
 - the ONNX is read from --onnx, the timing cache from/to --timingCacheFile, and the output is
-  written only at --saveEngine, all through the container's view of the file system when the docker
+  written only at --saveEngine, the engine inspector's JSON at --exportLayerInfo, all through the container's view of the file system when the docker
   stand-in runs it (STANDIN_MOUNTS).
 
 Without the emulated TensorRT (tests/emulation) the engine file holds bytes labelled as NOT an engine.
@@ -151,6 +151,11 @@ def build_plan(trt, options, onnx, cache):
         name = found["--minShapes"][0]
         profile.set_shape(name, found["--minShapes"][1], found["--optShapes"][1], found["--maxShapes"][1])
         config.add_optimization_profile(profile)
+    verbosity = {"layer_names_only": "LAYER_NAMES_ONLY", "detailed": "DETAILED", "none": "NONE"}
+    if "--profilingVerbosity" in options:  # sampleOptions.cpp: layer_names_only | detailed | none
+        if options["--profilingVerbosity"] not in verbosity:
+            fail(f"[E] Invalid profilingVerbosity: {options['--profilingVerbosity']}")
+        config.profiling_verbosity = getattr(trt.ProfilingVerbosity, verbosity[options["--profilingVerbosity"]])
     if "--builderOptimizationLevel" in options:
         config.builder_optimization_level = int(options["--builderOptimizationLevel"])
     if "--versionCompatible" in options:
@@ -166,7 +171,20 @@ def build_plan(trt, options, onnx, cache):
         fail("[E] Engine could not be created from network\n[E] Building engine failed")
     if cache is not None:
         cache.write_bytes(bytes(config.get_timing_cache().serialize()))
+    if "--exportLayerInfo" in options:  # also with --skipInference (trtexec.cpp v8.6.1:444-450): the built engine's
+        export_layer_info(trt, bytes(plan), options["--exportLayerInfo"])
     return bytes(plan)
+
+
+def export_layer_info(trt, plan, name):
+    """sampleReporting.cpp printLayerInfo: IEngineInspector::getEngineInformation(kJSON) of the engine, to the file."""
+    path = host_path(name)
+    if path is None or not path.parent.is_dir():
+        fail(f"[E] stand-in: --exportLayerInfo={name} cannot be written (not mounted)")
+    runtime = trt.Runtime(Logger(trt).trt_logger)
+    runtime.engine_host_code_allowed = True
+    engine = runtime.deserialize_cuda_engine(plan)
+    path.write_text(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
 
 
 def version_of(trt):

@@ -24,7 +24,7 @@ def test_a_perf_analyzer_that_cannot_start_is_passed_over(tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", f"{broken.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("TRITONIZE_TOOLS", str(tmp_path / "empty"))
     assert tool.find() is None
-    result = run_cli("client", "perf", "--engine", "perf_analyzer", "--url", "127.0.0.1:1")
+    result = run_cli("client", "perf", "--load-generator", "perf_analyzer", "--url", "127.0.0.1:1")
     assert result.exit_code == 1 and "tritonize tools get-perf-analyzer" in result.output
     assert "Traceback" not in result.output
 

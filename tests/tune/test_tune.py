@@ -17,10 +17,10 @@ def test_tune_writes_the_winner_beside_the_configs_and_resumes_from_its_trials(s
     shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")
     untouched = {p: p.read_bytes() for p in (repo / "onnx_model").rglob("*.pbtxt")}
     report = tmp_path / "report"
-    search = ["tune", repo, "--model", "onnx_model", "--p99-ms", "5000", "--budget-minutes", "3", "--instances", "1",
-              "--threads", "1", "--preferred", "4,8,16,32", "--concurrency", "1", "--duration", "0.3",
-              "--report-dir", report, "--json"]
-    first = run_cli(*search, "--queue-delay-us", "100")
+    search = ["tune", repo, "--model", "onnx_model", "--p99-ms", "5000", "--budget-minutes", "3", "--try-instances", "1",
+              "--try-threads", "1", "--try-preferred", "4+8+16+32", "--try-concurrency", "1", "--duration", "0.3",
+              "--output-dir", report, "--json"]
+    first = run_cli(*search, "--try-queue-delay-us", "100")
     assert first.exit_code == 0, first.output
     result = json.loads(first.stdout)
     assert result["configs_measured"] == 2 and result["measured_now"] >= 2  # the default (2 threads) and 1 thread
@@ -39,7 +39,7 @@ def test_tune_writes_the_winner_beside_the_configs_and_resumes_from_its_trials(s
         assert image.format == "PNG"
 
     # The same command again replays the search from trials.csv: nothing measured, no server started.
-    again = run_cli(*search, "--queue-delay-us", "100")
+    again = run_cli(*search, "--try-queue-delay-us", "100")
     assert again.exit_code == 0, again.output
     replayed = json.loads(again.stdout)
     assert replayed["measured_now"] == 0 and replayed["winner"] == result["winner"] and replayed["seconds"] < 10
@@ -49,7 +49,7 @@ def test_tune_writes_the_winner_beside_the_configs_and_resumes_from_its_trials(s
 def test_tune_refuses_what_it_must_not_write_and_budgets_too_small(small_repo, tmp_path):
     repo = tmp_path / "models"
     shutil.copytree(small_repo / "onnx_model", repo / "onnx_model")
-    base = ["tune", repo, "--p99-ms", "100", "--report-dir", tmp_path / "report"]
+    base = ["tune", repo, "--p99-ms", "100", "--output-dir", tmp_path / "report"]
     for extra, message in ((["--config-name", "config"], "never config.pbtxt"),
                            (["--config-name", "cpu"], "was not written by tune"),
                            (["--budget-minutes", "0.2"], "leaves no time to search"),

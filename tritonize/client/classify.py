@@ -20,10 +20,18 @@ class ClassifyReport:
     predictions: list[dict] = field(default_factory=list)  # {"image", "top_k": [{"label", "index", "probability"}]}
     failures: list[str] = field(default_factory=list)  # one line per unreadable file
     error: str | None = None  # the server failed midway; predictions hold what came back before
+    weights: str = ""  # what the model was built from (source.weights); "none": random init, labels mean nothing
+
+    @property
+    def warning(self) -> str | None:
+        if self.weights != "none":
+            return None
+        return (f"{self.model} was built with --weights none (random init): its labels and probabilities mean "
+                "nothing; build with pretrained weights or a checkpoint to classify")
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "url": self.url, "preprocess": self.preprocess, "predictions": self.predictions,
-                "failures": self.failures, "error": self.error}
+        return {"model": self.model, "url": self.url, "preprocess": self.preprocess, "weights": self.weights,
+                "predictions": self.predictions, "failures": self.failures, "error": self.error}
 
     def to_text(self) -> str:
         blocks = []
@@ -40,7 +48,7 @@ def classify(connection: Connection, model: str, paths: Sequence[Path], top_k: i
     repository has the ensembles), infer in batches of at most max_batch_size, softmax, top-k."""
     info = connection.model_for(model, preprocess)
     images = load_images(paths, info.preprocess, max_pixels, info.form)
-    report = ClassifyReport(info.name, connection.url, info.path, failures=images.failures)
+    report = ClassifyReport(info.name, connection.url, info.path, failures=images.failures, weights=info.weights)
     if not images.arrays:
         return report
     labels = connection.labels(info)

@@ -11,20 +11,14 @@ import typer
 from tritonize.client.connection import DEFAULT_URL
 from tritonize.errors import TritonizeError
 from tritonize.images import DEFAULT_MAX_PIXELS
-from tritonize.options import AsJson, ControlKeyFile, Timeout, TlsCa, Url
+from tritonize.options import (
+    EXIT_GATE, AsJson, Batch, Concurrency, ControlKeyFile, Duration, LoadGenerator, LoadGeneratorOption, MaxPixels, Model,
+    Models, OutputDir, Preprocess, Timeout, TlsCa, Url, int_items, items,
+)
 
 app = typer.Typer(no_args_is_help=True, help="gRPC client: classify, compare backends, perf sweeps.")
 
 Images = Annotated[List[Path], typer.Argument(help="Image files (JPEG, PNG, ... any Pillow format and mode).", show_default=False)]
-MaxPixels = Annotated[int, typer.Option("--max-pixels", min=1, help="Refuse images above this many pixels (decompression bombs); Pillow's default. Where the client decodes (client, uint8); the server's preprocess model keeps the default.")]
-Preprocess = Annotated[Optional[str], typer.Option(
-    "--preprocess", help="Where images are preprocessed: client (send the FP32 tensor), server (send the encoded file to "
-                         "<backend>_classifier) or uint8 (send resized, cropped UINT8 pixels to <backend>_classifier_uint8). "
-                         "Default: server when the repository has the ensembles, else client.", show_default=False)]
-
-
-def _split(value: str | None) -> list[str]:
-    return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
 def _show_failures(failures: list[str]) -> None:
@@ -43,7 +37,7 @@ def _finish(failures: list[str], total: int, error: str | None) -> None:
 @app.command("classify")
 def classify_command(
     images: Images,
-    model: Annotated[str, typer.Option("--model", "-m", help="Served model name (onnx_model, torch_model, trt_model).")] = "onnx_model",
+    model: Model = "onnx_model",
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="How many labels to show per image.")] = 5,
     url: Url = DEFAULT_URL,
     control_key_file: ControlKeyFile = None,
@@ -59,6 +53,8 @@ def classify_command(
 
     with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
         report = classify(connection, model, images, top_k, max_pixels, preprocess)
+    if report.warning:
+        typer.secho(f"warning: {report.warning}", err=True, fg=typer.colors.YELLOW)
     _show_failures(report.failures)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     _finish(report.failures, len(images), report.error)
@@ -67,7 +63,7 @@ def classify_command(
 @app.command("compare")
 def compare_command(
     images: Images,
-    models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model names (default: every READY classifier that takes the FP32 tensor: onnx_model, torch_model, trt_model).")] = None,
+    models: Models = None,
     repeat: Annotated[int, typer.Option("--repeat", min=1, max=1000, help="Rounds over all images, for the latency percentiles.")] = 3,
     min_top1_agreement: Annotated[
         Optional[float],
@@ -79,37 +75,38 @@ def compare_command(
     as_json: AsJson = False,
     timeout: Timeout = 30.0,
     max_pixels: MaxPixels = DEFAULT_MAX_PIXELS,
-    preprocess: Annotated[Optional[str], typer.Option(
-        "--preprocess", help="Preprocessing paths to compare, comma-separated (client,server,uint8): every model along "
-                             "each. Default: server when the repository has the ensembles, else client.",
+    preprocess_paths: Annotated[Optional[str], typer.Option(
+        "--preprocess-paths", help="Preprocessing paths to compare, comma-separated (client,server,uint8): every model "
+                                   "along each. Default: server when the repository has the ensembles, else client.",
         show_default=False)] = None,
 ) -> None:
     """Send the same images to several models, or one model along several preprocessing paths, and compare
-    logits, top-1/top-5, KL and latency."""
+    logits, top-1/top-5, KL and latency. --models default: every READY classifier that takes the FP32 tensor
+    (onnx_model, torch_model, trt_model)."""
     from tritonize.client.compare import compare_models
     from tritonize.client.connection import Connection
 
     with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
-        report = compare_models(connection, images, _split(models) or None, repeat, min_top1_agreement, max_pixels,
-                                _split(preprocess) or None)
+        report = compare_models(connection, images, items(models, "--models") or None, repeat, min_top1_agreement,
+                                max_pixels, items(preprocess_paths, "--preprocess-paths") or None)
     _show_failures(report.failures)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     _finish(report.failures, len(images), report.error)
     if not report.passed:
         worst = min(p["top1_agreement"] for p in report.pairs)
-        raise TritonizeError(f"top-1 agreement {worst:.1%} is below --min-top1-agreement {min_top1_agreement:.1%}", exit_code=2)
+        raise TritonizeError(f"top-1 agreement {worst:.1%} is below --min-top1-agreement {min_top1_agreement:.1%}", exit_code=EXIT_GATE)
 
 
 @app.command("perf")
 def perf_command(
-    model: Annotated[str, typer.Option("--model", "-m", help="Model name, or several comma-separated (all in one plot).")] = "onnx_model",
-    concurrency: Annotated[str, typer.Option("--concurrency", help="Comma-separated concurrency levels (requests in flight).")] = "1,2,4,8,16",
-    batch: Annotated[int, typer.Option("--batch", min=1, help="Images per request (at most the model's max_batch_size).")] = 1,
-    requests: Annotated[Optional[int], typer.Option("--requests", min=1, help="Measured requests per level (instead of --duration).")] = None,
-    duration: Annotated[float, typer.Option("--duration", min=0.1, max=600, help="Measured seconds per level, when --requests is not given.")] = 5.0,
-    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Unmeasured warm-up requests before each level (per worker with the built-in engine).")] = 4,
+    models: Models = "onnx_model",
+    concurrency: Concurrency = "1,2,4,8,16",
+    batch: Batch = 1,
+    requests: Annotated[Optional[int], typer.Option("--requests", min=1, help="Measured requests per level, exactly (instead of --duration).")] = None,
+    duration: Duration = 5.0,
+    warmup_requests: Annotated[int, typer.Option("--warmup-requests", min=0, help="Unmeasured warm-up requests before each level (per worker with the built-in load generator).")] = 4,
     shared_memory: Annotated[str, typer.Option("--shared-memory", help="`none`, or `system`: tensors through Triton's system shared memory (local server only).")] = "none",
-    out: Annotated[Path, typer.Option("--out", help="Directory for <model>.csv (perf_analyzer columns), latency_vs_throughput.png and perf.json.")] = Path("perf"),
+    output_dir: OutputDir = Path("perf"),
     url: Url = DEFAULT_URL,
     control_key_file: ControlKeyFile = None,
     tls_ca: TlsCa = None,
@@ -117,24 +114,22 @@ def perf_command(
     timeout: Timeout = 60.0,
     preprocess: Preprocess = None,
     image: Annotated[Optional[Path], typer.Option("--image", help="The image every request carries (default: matplotlib's sample photo).", show_default=False)] = None,
-    engine: Annotated[str, typer.Option("--engine", help="What measures: perf_analyzer (Triton's own tool; `tritonize tools get-perf-analyzer`), builtin (tritonize's load generator), or auto: perf_analyzer when it is found on PATH or where that command put it.")] = "auto",
+    load_generator: LoadGeneratorOption = LoadGenerator.auto,
     stability: Annotated[float, typer.Option("--stability", help="perf_analyzer's -s: how far (%) its last three windows may differ; its default 10 is rarely met on a busy machine, and then it reports nothing.")] = 100.0,
     stop_on_error: Annotated[bool, typer.Option("--stop-on-error", help="End the sweep at the first level whose requests fail. Without it, such a level is reported with its successes, its failures and the first error, and the sweep goes on (it ends when the server is gone).")] = False,
 ) -> None:
-    """Throughput and latency percentiles per concurrency level, with the server-side time split."""
+    """Throughput and latency percentiles per concurrency level, with the server-side time split. Several --models
+    go in one plot. --output-dir gets <model>.csv (perf_analyzer columns), latency_vs_throughput.png and perf.json."""
     from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
     from tritonize.client.connection import Connection
 
-    try:
-        levels = tuple(int(v) for v in _split(concurrency))
-    except ValueError:
-        raise TritonizeError(f"--concurrency takes comma-separated integers like 1,2,4,8, got {concurrency!r}") from None
-    names = _split(model)
+    levels = int_items(concurrency, "--concurrency")
+    names = items(models, "--models")
     if not names:
-        raise TritonizeError("--model needs at least one model name")
+        raise TritonizeError("--models needs at least one model name")
     options = PerfOptions(concurrency=levels, batch=batch, requests=requests, duration=None if requests else duration,
-                          warmup=warmup, timeout=timeout, shared_memory=shared_memory.lower(), preprocess=preprocess,
-                          image=str(image) if image else None, engine=engine, stability=stability,
+                          warmup=warmup_requests, timeout=timeout, shared_memory=shared_memory.lower(), preprocess=preprocess,
+                          image=str(image) if image else None, engine=load_generator.value, stability=stability,
                           stop_on_error=stop_on_error)
     if options.engine == "perf_analyzer":
         from tritonize.tools.perf_analyzer import require
@@ -146,20 +141,20 @@ def perf_command(
             report = run_perf(connection, names, options, on_level=_show_level)
         except PerfInterrupted as e:
             report, error = e.report, str(e)
-    written = write_outputs(report, out)
+    written = write_outputs(report, output_dir)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     typer.echo("wrote " + ", ".join(str(p) for p in written), err=True)
     if error:
-        raise TritonizeError(f"{error}; the levels measured until then were kept in {out}")
+        raise TritonizeError(f"{error}; the levels measured until then were kept in {output_dir}")
     if report.failed_levels:
         raise TritonizeError(f"requests failed in {len(report.failed_levels)} of {len(report.levels)} levels (listed "
-                             f"above, with their successes, in {out / 'perf.json'}); the other levels are complete")
+                             f"above, with their successes, in {output_dir / 'perf.json'}); the other levels are complete")
 
 
 def _show_level(r) -> None:
     if r.failures:
-        typer.echo(f"  {r.model} concurrency {r.concurrency}: {r.requests} requests succeeded, {r.failures} failed "
+        typer.echo(f"  {r.model} ({r.path}) concurrency {r.concurrency}: {r.requests} requests succeeded, {r.failures} failed "
                    f"({r.error})", err=True)
     else:
-        typer.echo(f"  {r.model} concurrency {r.concurrency}: {r.throughput:.1f} infer/s, p50 {r.latency['p50_ms']:.2f} ms",
+        typer.echo(f"  {r.model} ({r.path}) concurrency {r.concurrency}: {r.throughput:.1f} infer/s, p50 {r.latency['p50_ms']:.2f} ms",
                    err=True)

@@ -21,6 +21,7 @@ import numpy as np
 
 from tritonize.access import KEY_ENV, client_key, is_restricted_error, pem_file
 from tritonize.errors import TritonizeError
+from tritonize.repository_index import index_state
 from tritonize.images import batches
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder.options import model_names, why_absent
@@ -91,6 +92,7 @@ class ModelInfo:
     output_dims: tuple[int, ...]
     preprocess: Preprocessing
     classifier: str = ""  # the model that computes the logits: itself, or an ensemble's last step
+    weights: str = ""  # the weights it was built from (`repo build`'s source.weights): "none" = random init
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelInfo":
@@ -111,6 +113,7 @@ class ModelInfo:
             output_dims=tuple(int(d) for d in outputs[0].get("dims", [])),
             preprocess=Preprocessing.from_parameters(params, name),
             classifier=steps[-1]["model_name"] if steps else name,
+            weights=params.get("source.weights", ""),
         )
         if info.form != "tensor" and not steps:
             raise TritonizeError(f"{name} takes {info.input_dtype} and is no ensemble: it is a preprocessing model, not a "
@@ -222,8 +225,7 @@ class Connection:
             raise refused(self.url, e, "the repository index", self.key is not None) or server_gone(self.url, e) from None
         states = {}
         for entry in index.get("models", []):
-            state = entry.get("state") or "UNKNOWN"
-            reason = entry.get("reason", "").split("\n\nAt:")[0].strip()  # without the Python traceback a backend may add
+            state, reason = index_state(entry)
             states[entry["name"]] = state if state == "READY" or not reason else f"{state}: {reason}"
         return states
 

@@ -42,12 +42,15 @@ RETRY_PAUSE = 0.1  # seconds a worker waits after a failed request (a dead stub 
 @dataclass
 class Window:
     """What the child measured in one window: (sent, completed) perf_counter pairs of the requests that succeeded,
-    the window's length, and the requests that failed in it with the first one's error ("CODE: details")."""
+    the window's length, and the requests that failed in it with the first one's error ("CODE: details").
+    `answered`: every success since the window opened, those completed after its end included (what the server
+    counts between the statistics reads around it)."""
 
     requests: list[tuple[float, float]]
     seconds: float
     failures: int = 0
     error: str | None = None
+    answered: int = 0
 
 
 class LoadError(Exception):
@@ -84,7 +87,7 @@ class LoadProcess:
         between()
         self._send({"command": "measure", "seconds": seconds, "count": count, "limit": limit})
         done = self._expect("done")
-        return Window([tuple(r) for r in done["requests"]], done["seconds"], done["failures"], done["error"])
+        return Window([tuple(r) for r in done["requests"]], done["seconds"], done["failures"], done["error"], done["answered"])
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -191,7 +194,7 @@ class _Level:
             end = max(done for done in [*(d for _, d in self.completions), *(t for t, _ in self.failures)])
         failed = sorted(f for f in self.failures if f[0] <= end)
         return Window(sorted((r for r in self.completions if r[1] <= end), key=lambda r: r[1]), end - start,
-                      len(failed), failed[0][1] if failed else None)
+                      len(failed), failed[0][1] if failed else None, len(self.completions))
 
     def finish(self) -> None:
         self.stop.set()
@@ -239,7 +242,7 @@ def _child() -> None:
             emit({"event": "error", "code": level.error[0], "details": level.error[1]})
             continue
         emit({"event": "done", "requests": window.requests, "seconds": window.seconds, "failures": window.failures,
-              "error": window.error})
+              "error": window.error, "answered": window.answered})
     channel.close()
 
 

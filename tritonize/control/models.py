@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 
 from tritonize.client.connection import Connection, refused, server_gone, short_reason
 from tritonize.errors import TritonizeError
-from tritonize.serve.process import clean_reason, index_state
+from tritonize.repository_index import clean_reason, index_state
 
 UNLOAD_POLL_S = 0.1
 

@@ -5,6 +5,6 @@
 """
 
 from tritonize.convert.options import BuilderName, ConvertOptions, Precision, Profile
-from tritonize.convert.stage import convert_trt
+from tritonize.convert.trt import convert_trt
 
 __all__ = ["BuilderName", "ConvertOptions", "Precision", "Profile", "convert_trt"]

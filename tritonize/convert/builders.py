@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritonize.convert.layers import read_engine
 from tritonize.convert.plan_check import PlanCheck, verify_plan, verify_with_trtexec
 from tritonize.convert.trtexec import (
     BuildJob, log_tail, parse_banner_version, probe_trtexec, run_trtexec, trtexec_argv, version_tuple,
@@ -48,6 +49,8 @@ class Built:
     engine_io: tuple[str, str]  # the input and output tensor names the engine has
     log: str | None = None
     argv: list[str] | None = None
+    layer_info: str | None = None  # the engine inspector's JSON (convert/layers.py); None: not read
+    layer_source: str = "IEngineInspector"
 
 
 class Builder:
@@ -139,7 +142,7 @@ class ContainerBuilder(Builder):
         """Run the image's trtexec (`--help`) once: None when it reported its TensorRT version, else why not."""
         if self._version:
             return None
-        image, name = self.release.image, _container_name()
+        image, name = self.release.image, container_name()
         try:
             done = subprocess.run(container_argv(image, None, ["--help"], name=name), capture_output=True, text=True,
                                   timeout=PROBE_TIMEOUT_S)
@@ -173,18 +176,19 @@ class ContainerBuilder(Builder):
 
     def build(self, job, out, timeout_s):
         version = self.tensorrt_version()
-        name = _container_name()
+        name = container_name()
         argv = container_argv(self.release.image, out, trtexec_argv(job, version)[1:], name=name, mounts=self._mounts(job))
         return _run(argv, job, out, timeout_s, version, kill=["docker", "kill", name])
 
     def verify(self, plan, engine_io, check, job, version, timeout_s):
-        name = _container_name()
+        name = container_name()
         command = container_argv(self.release.image, plan.parent, [], name=name)
         return verify_with_trtexec(command, plan.parent, plan.name, engine_io, check, job.version_compatible, timeout_s,
                                    kill=["docker", "kill", name])
 
 
-def _container_name() -> str:
+def container_name() -> str:
+    """A unique `docker run --name`, so that a run past its time can be ended with `docker kill`."""
     return f"tritonize-{uuid.uuid4().hex[:12]}"
 
 
@@ -209,6 +213,7 @@ def container_argv(image: str, workdir: Path | None, trtexec_args: list[str], *,
 
 
 def _run(argv, job, out, timeout_s, version, kill=None) -> Built:
+    (out / job.layer_info).unlink(missing_ok=True)  # a stale one must not describe this build
     run = run_trtexec(argv, out, job, LOG_NAME, timeout_s, kill=kill)
     if run.timed_out:
         raise TritonizeError(f"trtexec timed out after {timeout_s:.0f} s and was stopped; no plan written (log: {run.log})")
@@ -218,8 +223,10 @@ def _run(argv, job, out, timeout_s, version, kill=None) -> Built:
         )
     if not (out / job.plan_file).is_file():
         raise TritonizeError(f"trtexec exited 0 but wrote no engine; see {run.log}")
+    exported = out / job.layer_info
     return Built(tensorrt_version=version, seconds=run.seconds, engine_io=(job.input_name, job.output_name),
-                 log=run.log.name, argv=argv)
+                 log=run.log.name, argv=argv, layer_info=exported.read_text() if exported.is_file() else None,
+                 layer_source="trtexec --exportLayerInfo")
 
 
 class TensorRTApiBuilder(Builder):
@@ -254,7 +261,8 @@ class TensorRTApiBuilder(Builder):
         seconds = round(time.perf_counter() - start, 3)
         with atomic_path(out / job.plan_file) as tmp:
             tmp.write_bytes(bytes(engine))
-        return Built(tensorrt_version=trt.__version__, seconds=seconds, engine_io=(job.input_name, job.output_name))
+        return Built(tensorrt_version=trt.__version__, seconds=seconds, engine_io=(job.input_name, job.output_name),
+                     layer_info=read_engine(bytes(engine), trt))
 
 
 def plan_from_onnx(job: BuildJob, out: Path, trt):
@@ -290,6 +298,7 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
         hardware_compatibility_level=(trt.HardwareCompatibilityLevel.AMPERE_PLUS
                                       if job.hardware_compatibility == "ampere+" else None),
         load_timing_cache=cache,
+        profiling_verbosity=trt.ProfilingVerbosity.DETAILED,  # the layers' precisions can be read back
     )
     return EngineBytesFromNetwork(network, config=config, save_timing_cache=cache)
 
@@ -346,7 +355,10 @@ class TorchTensorRTBuilder(Builder):
         seconds = round(time.perf_counter() - start, 3)
         with atomic_path(out / job.plan_file) as tmp:
             tmp.write_bytes(bytes(engine))
-        return Built(tensorrt_version=self.tensorrt_version(), seconds=seconds, engine_io=self.ENGINE_IO)
+        import tensorrt as trt
+
+        return Built(tensorrt_version=self.tensorrt_version(), seconds=seconds, engine_io=self.ENGINE_IO,
+                     layer_info=read_engine(bytes(engine), trt))
 
 
 def torchscript_frontend_refuses(job: BuildJob, tensorrt_version: str) -> str | None:

@@ -7,26 +7,26 @@ from typing import Annotated, Optional
 
 import typer
 
-from tritonize.convert.options import BuilderName, ConvertOptions, Precision
+from tritonize.convert.options import BuilderName, ConvertOptions
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
 from tritonize.stage import StageStatus
-from tritonize.options import DEFAULT_ARTIFACTS, Artifacts, Force, OldOut, TritonRelease, renamed
+from tritonize.options import (
+    DEFAULT_ARTIFACTS, EXIT_WAITING_FOR_GPU, Artifacts, Batch, CalibCount, CalibImages, Duration, Force, LoadGenerator,
+    LoadGeneratorOption, MaxBatch, MinBatch, OptBatch, PrecisionOption, Threads, TritonRelease,
+)
 
 app = typer.Typer(no_args_is_help=True)
 
-# Exit code when TensorRT cannot run here and this was not a dry run: the GPU box has work to do.
-WAITING_FOR_GPU_EXIT = 3
 DEFAULTS = ConvertOptions()  # the one statement of the defaults (ConvertOptions.to_argv relies on it)
 
 
 @app.command("trt")
 def trt_command(
-    min_batch: Annotated[int, typer.Option("--min", help="Smallest batch of the optimization profile.")] = Profile.min,
-    opt_batch: Annotated[int, typer.Option("--opt", help="Batch TensorRT tunes kernels for.")] = Profile.opt,
-    max_batch: Annotated[int, typer.Option("--max", help="Largest batch of the optimization profile.")] = Profile.max,
-    precision: Annotated[Precision, typer.Option(help="fp32; fp16 = mixed precision (FP32 kept where FP16 overflows); "
-                                                      "int8 = Q/DQ calibrated on --calib-images.")] = DEFAULTS.precision,
+    min_batch: MinBatch = Profile.min,
+    opt_batch: OptBatch = Profile.opt,
+    max_batch: MaxBatch = Profile.max,
+    precision: PrecisionOption = DEFAULTS.precision,
     builder: Annotated[BuilderName, typer.Option(help="Who builds the engine; auto = the first of container, trtexec, "
                                                       "tensorrt, torch-tensorrt that can run here (the next one when "
                                                       "it fails).")] = DEFAULTS.builder,
@@ -40,14 +40,12 @@ def trt_command(
     hardware_compatibility: Annotated[str, typer.Option(help="none, or ampere+ to run on any Ampere-or-newer GPU "
                                                              "(TensorRT 8.6+).")] = DEFAULTS.hardware_compatibility,
     triton_release: TritonRelease = None,
-    calib_images: Annotated[Optional[Path], typer.Option(help="Folder of real images for INT8 calibration and "
-                                                              "held-out checks (`synthetic` = noise, accuracy unknown).")] = None,
-    calib_count: Annotated[int, typer.Option(help="How many images calibrate; the rest are held out.")] = DEFAULTS.calib_count,
+    calib_images: CalibImages = None,
+    calib_count: CalibCount = DEFAULTS.calib_count,
     onnx: Annotated[Optional[Path], typer.Option(help="ONNX to convert (default: the export named in the manifest). "
                                                       "Into a directory without a manifest: an ONNX from elsewhere, "
                                                       "names and shape read from its graph.")] = None,
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
-    out: OldOut = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Prepare and verify the ONNX, write convert.sh and the "
                                                             "manifest entry, but build nothing.")] = False,
     force: Force = False,
@@ -60,7 +58,6 @@ def trt_command(
     """
     from tritonize.convert import convert_trt
 
-    artifacts = renamed(artifacts, out, "--out", "--artifacts")
     options = ConvertOptions(
         profile=Profile(min_batch, opt_batch, max_batch),
         precision=precision,
@@ -79,14 +76,16 @@ def trt_command(
     )
     result = convert_trt(artifacts, options)
     if result.status is StageStatus.waiting_for_gpu and not dry_run:
-        raise TritonizeError(f"TensorRT cannot run on this machine; {result.detail}", exit_code=WAITING_FOR_GPU_EXIT)
+        raise TritonizeError(f"TensorRT cannot run on this machine; {result.detail}", exit_code=EXIT_WAITING_FOR_GPU)
+    if result.status is StageStatus.waiting_for_gpu:
+        typer.echo(result.detail)
     typer.echo(f"tensorrt: {result.status.value} ({artifacts / 'manifest.json'})")
 
 
 @app.command("releases")
 def releases_command(
-    host: Annotated[bool, typer.Option("--host", help="Print only the release whose TensorRT is this Python's "
-                                                      "(exit code 1 when none is).")] = False,
+    installed: Annotated[bool, typer.Option("--installed", help="Print only the release whose TensorRT is the one "
+                                                                "installed in this Python (exit code 1 when none is).")] = False,
 ) -> None:
     """The Triton releases whose TensorRT tritonize knows, with the pip pins that build plans for each:
     TensorRT's Python package of exactly that TensorRT and the torch-tensorrt built against it."""
@@ -94,7 +93,7 @@ def releases_command(
 
     version = host_tensorrt()
     matching = releases_for_tensorrt(version) if version and len(version.split(".")) >= 3 else []
-    if host:
+    if installed:
         if matching:
             typer.echo(matching[-1].release)
             return
@@ -108,36 +107,33 @@ def releases_command(
 
 @app.command("cpu")
 def cpu_command(
-    calib_images: Annotated[Optional[Path], typer.Option(help="Folder of real images: the first --calib-count calibrate, "
-                                                              "the rest are held out for the agreement gate "
-                                                              "(`synthetic` = noise, agreement unknown).")] = None,
-    calib_count: Annotated[int, typer.Option(help="How many images calibrate; the rest are held out.")] = 32,
-    batch: Annotated[int, typer.Option(help="Images per request in the speed gate.")] = 4,
-    concurrency: Annotated[int, typer.Option(help="Requests in flight in the speed gate.")] = 2,
-    threads: Annotated[Optional[int], typer.Option(help="Intra-op threads of each model's one instance in the speed "
-                                                        "gate (default: the usable cores).", show_default=False)] = None,
-    duration: Annotated[float, typer.Option(help="Measured seconds per model and round.")] = 5.0,
+    calib_images: CalibImages = None,
+    calib_count: CalibCount = 32,
+    batch: Batch = 4,
+    gate_concurrency: Annotated[int, typer.Option("--gate-concurrency", min=1, help="Requests in flight in the speed gate.")] = 2,
+    threads: Threads = None,
+    duration: Duration = 5.0,
     rounds: Annotated[int, typer.Option(help="Rounds; FP32 and INT8 alternate which goes first.")] = 3,
     min_speedup: Annotated[float, typer.Option(help="Serve the variant only when its throughput is at least this "
                                                     "many times FP32's.")] = 1.1,
     min_top1: Annotated[float, typer.Option(help="Serve the variant only when its top-1 agrees with FP32 on at "
                                                  "least this fraction of the held-out images (pretrained weights; "
                                                  "random-init: reported, not gated).")] = 0.99,
-    engine: Annotated[str, typer.Option(help="What measures the speed gate: perf_analyzer, builtin, or auto "
-                                             "(perf_analyzer when found).")] = "auto",
+    load_generator: LoadGeneratorOption = LoadGenerator.auto,
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
     force: Force = False,
 ) -> None:
     """INT8 for onnxruntime on the CPU, served by `repo build` (as onnx_int8_model) only when it agrees with FP32
     on held-out real images and serves faster than FP32 through the embedded Triton server.
 
-    Both gates are measured here (the speed gate runs the server for a minute or more) and recorded in the
-    manifest; `repo build` reads the verdict.
+    Both gates are measured here (the speed gate runs the server for a minute or more, with one instance per model
+    and --batch, --gate-concurrency, --threads; --duration per model and round) and recorded in the manifest;
+    `repo build` reads the verdict.
     """
     from tritonize.convert.cpu import CpuOptions, convert_cpu
 
-    options = CpuOptions(calib_images=calib_images, calib_count=calib_count, batch=batch, concurrency=concurrency,
+    options = CpuOptions(calib_images=calib_images, calib_count=calib_count, batch=batch, concurrency=gate_concurrency,
                          threads=threads, duration=duration, rounds=rounds, min_speedup=min_speedup, min_top1=min_top1,
-                         engine=engine, force=force)
+                         engine=load_generator.value, force=force)
     result = convert_cpu(artifacts, options)
     typer.echo(f"convert cpu: {result.status.value} ({result.detail})")

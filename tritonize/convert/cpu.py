@@ -27,13 +27,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tritonize.client.connection import Connection
-from tritonize.client.perf import ENGINES, UNJUDGED, PerfOptions, run_perf
+from tritonize.client.perf import LOAD_GENERATORS, UNJUDGED, PerfOptions, run_perf
 from tritonize.convert import precision as prec
 from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
 from tritonize.convert.prepare import CPU_INT8, INT8_TOLERANCE, cpu_data, prepare_precision
 from tritonize.errors import TritonizeError
-from tritonize.manifest import FileRef, Gate, Manifest, PrecisionVariant, ServingGates, now_iso, variant_key
+from tritonize.facts import now_iso
+from tritonize.manifest import FileRef, Gate, Manifest, PrecisionVariant, ServingGates, variant_key
 from tritonize.progress import say
 from tritonize.serve.embedded import embedded_server
 from tritonize.stage import StageResult, StageStatus
@@ -56,7 +57,7 @@ class CpuOptions:
     force: bool = False  # re-quantize and re-measure even when the manifest is current
 
     def __post_init__(self):
-        for option, value, low in (("--batch", self.batch, 1), ("--concurrency", self.concurrency, 1),
+        for option, value, low in (("--batch", self.batch, 1), ("--gate-concurrency", self.concurrency, 1),
                                    ("--rounds", self.rounds, 1)):
             if value < low:
                 raise TritonizeError(f"{option} must be >= {low}, got {value}")
@@ -66,8 +67,8 @@ class CpuOptions:
             raise TritonizeError(f"--duration must be between 0 and 600 seconds, got {self.duration}")
         if self.min_speedup <= 0 or not 0 <= self.min_top1 <= 1:
             raise TritonizeError("--min-speedup must be > 0 and --min-top1 between 0 and 1")
-        if self.engine not in ENGINES:
-            raise TritonizeError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine not in LOAD_GENERATORS:
+            raise TritonizeError(f"--load-generator must be one of {', '.join(LOAD_GENERATORS)}, got {self.engine!r}")
         if self.calib_images is None:
             raise TritonizeError("convert cpu needs --calib-images DIR: real images calibrate the INT8 variant and "
                                  "the held-out ones measure its agreement with FP32 (`--calib-images synthetic` "

@@ -15,6 +15,7 @@ import numpy as np
 
 from tritonize.convert import precision as prec
 from tritonize.convert.builders import Builder, Built
+from tritonize.convert.layers import from_engine_information
 from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
 from tritonize.convert.plan_check import PlanCheck, last_line
@@ -24,7 +25,8 @@ from tritonize.convert.prepare import (
 from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
 from tritonize.machine import gpu_facts
-from tritonize.manifest import Manifest, Plan, Status, file_facts, now_iso
+from tritonize.facts import file_facts, now_iso
+from tritonize.manifest import Manifest, Plan, Status
 from tritonize.progress import say, step
 from tritonize.releases import CROSS_MAJOR, Release, pins_line, releases_for_tensorrt, tensorrt_loads, version_parts
 from tritonize.verify import Tolerance
@@ -89,6 +91,12 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
             built: Built = builder.build(job, out, options.build_timeout_s)
         # The engine's own tensor names are what the repository must serve (torch-tensorrt has its own).
         entry = replace(entry, input_name=built.engine_io[0], output_name=built.engine_io[1])
+        layers = from_engine_information(built.layer_info, built.layer_source) if built.layer_info else None
+        entry = replace(entry, layers=layers)
+        say(f"  layer precisions: {layers.summary()}" if layers else
+            f"  ! layer precisions unknown: {builder.name} did not give the engine's detailed layer information")
+        if layers and layers.fp32_layers and options.precision is not Precision.fp32:
+            say(f"    FP32 layers: {', '.join(layers.fp32_layers)}{' ...' if layers.counts['FP32'] > len(layers.fp32_layers) else ''}")
         with step(f"verify the plan against onnxruntime FP32 on {check.described} (batches {check.batches}), "
                   f"{builder.checked_where}") as s_verify:
             report = builder.verify(out / PLAN_NAME, built.engine_io, check, job, version, options.build_timeout_s)

@@ -9,12 +9,7 @@ from pathlib import Path
 
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
-
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"  # mixed precision: FP32 kept where FP16 would overflow
-    int8 = "int8"  # explicit Q/DQ, calibrated on images
+from tritonize.options import Precision  # fp16: mixed; int8: explicit Q/DQ calibrated on images
 
 
 class BuilderName(str, Enum):
@@ -28,6 +23,7 @@ class BuilderName(str, Enum):
 # trtexec's --hardwareCompatibilityLevel values (8.6+): "ampere+" runs on any Ampere-or-newer GPU.
 HARDWARE_COMPATIBILITY = ("none", "ampere+")
 SYNTHETIC = "synthetic"  # --calib-images value that opts into noise calibration
+AUTO_RELEASE = "auto"  # --triton-release auto: the release whose TensorRT is this machine's
 _RELEASE = re.compile(r"^\d{2}\.\d{2}$")
 
 
@@ -61,8 +57,8 @@ class ConvertOptions:
                 f"--hardware-compatibility {self.hardware_compatibility!r} is not a TensorRT level: "
                 f"choose {', '.join(HARDWARE_COMPATIBILITY)}"
             )
-        if self.triton_release is not None and not _RELEASE.match(self.triton_release):
-            raise TritonizeError(f"--triton-release must look like YY.MM (e.g. 24.10), got {self.triton_release!r}")
+        if self.triton_release not in (None, AUTO_RELEASE) and not _RELEASE.match(self.triton_release):
+            raise TritonizeError(f"--triton-release must look like YY.MM (e.g. 24.10) or be `auto`, got {self.triton_release!r}")
         if self.calib_count < 1:
             raise TritonizeError(f"--calib-count must be >= 1, got {self.calib_count}")
         if self.precision is Precision.int8 and self.calib_images is None:
@@ -89,7 +85,7 @@ class ConvertOptions:
         the defaults are stated; the CLI takes its defaults from here too). --dry-run and --force are the
         caller's business."""
         p, default = self.profile, ConvertOptions()
-        argv = ["--min", str(p.min), "--opt", str(p.opt), "--max", str(p.max), "--precision", self.precision.value]
+        argv = ["--min-batch", str(p.min), "--opt-batch", str(p.opt), "--max-batch", str(p.max), "--precision", self.precision.value]
         if self.triton_release is not None:
             argv += ["--triton-release", self.triton_release]
         if self.calib_images is not None:

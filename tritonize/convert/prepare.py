@@ -24,7 +24,8 @@ from tritonize.convert.options import SYNTHETIC, ConvertOptions, Precision
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, sha256_file
 from tritonize.images import image_files, load_batch
-from tritonize.manifest import FileRef, Manifest, PrecisionVariant, Status, file_facts, now_iso, variant_key
+from tritonize.facts import file_facts, now_iso
+from tritonize.manifest import FileRef, Manifest, PrecisionVariant, Status, variant_key
 from tritonize.progress import say, step
 from tritonize.releases import version_parts
 from tritonize.verify import FP32, Tolerance, VerificationReport, compare, verification_batches, verify_runner

@@ -65,6 +65,11 @@ class BuildJob:
         return self.precision != "fp32"
 
     @property
+    def layer_info(self) -> str:
+        """Where trtexec writes the engine inspector's JSON (--exportLayerInfo): what each layer runs in."""
+        return f"{Path(self.plan_file).stem}.layers.json"
+
+    @property
     def partial_plan(self) -> str:
         """The name trtexec writes to; renamed to plan_file only after a successful build."""
         return f".{self.plan_file}.partial"
@@ -113,6 +118,8 @@ def trtexec_argv(job: BuildJob, tensorrt_version: str, executable: str = "trtexe
         argv.append("--versionCompatible")
     if job.hardware_compatibility != "none":
         argv.append(f"--hardwareCompatibilityLevel={job.hardware_compatibility}")
+    if modern:  # the precision each layer runs in, read back after the build (convert/layers.py)
+        argv += ["--profilingVerbosity=detailed", f"--exportLayerInfo={job.layer_info}"]
     argv.append("--skipInference" if modern else "--buildOnly")
     return argv
 

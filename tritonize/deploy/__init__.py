@@ -1,2 +1,2 @@
-"""Scale-out deployment: the model repository in object storage (`repo push`) and the Kubernetes /
+"""Scale-out deployment: the model repository in object storage (`deploy push`) and the Kubernetes /
 KServe bundle that serves it (`deploy k8s`)."""

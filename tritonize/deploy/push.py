@@ -1,4 +1,4 @@
-"""`tritonize repo push`: a checked model repository into object storage, atomically for readers.
+"""`tritonize deploy push`: a checked model repository into object storage, atomically for readers.
 
 Layout under s3://bucket/prefix/:
 

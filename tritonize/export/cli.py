@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tritonize.options import DEFAULT_ARTIFACTS, Arch, Artifacts, Force, MaxBatch, OldOut, Weights, renamed
+from tritonize.options import DEFAULT_ARTIFACTS, Arch, Artifacts, Force, MaxBatch, Weights
 from tritonize.spec import DEFAULT_ARCH
 
 
@@ -22,7 +22,6 @@ def export_command(
     arch: Arch = DEFAULT_ARCH,
     weights: Weights = None,
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
-    out: OldOut = None,
     opset: Annotated[int, typer.Option(help="ONNX opset (>= 18 uses the dynamo exporter, lower the legacy one).")] = 18,
     simplify: Annotated[bool, typer.Option("--simplify/--no-simplify", help="Simplify the ONNX graph with onnxsim.")] = True,
     max_batch: MaxBatch = 32,
@@ -32,7 +31,6 @@ def export_command(
     from tritonize.export import ExportOptions, export_artifacts
     from tritonize.spec import resolve_spec
 
-    artifacts = renamed(artifacts, out, "--out", "--artifacts")
     formats = ("torchscript", "onnx") if format is Format.all else (format.value,)
     options = ExportOptions(formats=formats, opset=opset, simplify=simplify, max_batch=max_batch, force=force)
     export_artifacts(resolve_spec(arch, weights), artifacts, options)

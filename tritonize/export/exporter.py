@@ -11,7 +11,8 @@ import numpy as np
 
 from tritonize.errors import TritonizeError
 from tritonize.files import ensure_writable_dir, staged_path, sweep_stale
-from tritonize.manifest import MANIFEST_NAME, ExportedArtifact, Manifest, Status, file_facts, now_iso, tool_versions
+from tritonize.facts import file_facts, now_iso, tool_versions
+from tritonize.manifest import MANIFEST_NAME, ExportedArtifact, Manifest, Status
 from tritonize.progress import say, step
 from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec, build_model
 from tritonize.stage import StageResult, StageStatus

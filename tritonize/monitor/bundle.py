@@ -49,7 +49,7 @@ _COMPOSE_USAGE = (
     f"# Grafana http://localhost:{GRAFANA_PORT} (anonymous viewer; admin/admin to edit), Prometheus "
     f"http://localhost:{PROMETHEUS_PORT}, Triton on 8000-8002. Prometheus scrapes the targets in {PROMETHEUS_CONFIG}.\n"
     f"# Triton listens on every interface: export {KEY_ENV}=<a key of 16+ characters> first; its model repository,\n"
-    f"# statistics, trace, logging and shared-memory APIs take only requests carrying that key (README: Serving other machines).\n"
+    f"# statistics, trace, logging and shared-memory APIs take only requests carrying that key (docs/serving-other-machines.md).\n"
 )
 
 
@@ -61,11 +61,11 @@ class BundleOptions:
 
     def __post_init__(self):
         if not self.targets:
-            raise TritonizeError("give at least one --target HOST:PORT (a Triton metrics endpoint)")
+            raise TritonizeError("give at least one of --targets HOST:PORT (a Triton metrics endpoint)")
         for target in self.targets:
             host, _, port = target.rpartition(":")
             if not host or not port.isdigit() or not 1 <= int(port) <= 65535 or "/" in target:
-                raise TritonizeError(f"--target takes HOST:PORT of a Triton metrics endpoint, like "
+                raise TritonizeError(f"--targets takes HOST:PORT of a Triton metrics endpoint, like "
                                      f"{DEFAULT_TARGET} (got {target!r})")
         if not self.queue_alert_ms > 0:
             raise TritonizeError(f"--queue-alert-ms must be positive (got {self.queue_alert_ms})")
@@ -75,7 +75,7 @@ def write_bundle(repository: Path, bundle: Path, options: BundleOptions = Bundle
     """Write the bundle into `bundle` (replaced as a whole, never half-written); returns its files."""
     repository, bundle = Path(repository), Path(bundle)
     validate_repository(repository)
-    return replace_tree(bundle, render(repository, bundle, options), FILES, "a monitoring bundle", "--bundle")
+    return replace_tree(bundle, render(repository, bundle, options), FILES, "a monitoring bundle", "--output-dir")
 
 
 def render(repository: Path, bundle: Path, options: BundleOptions) -> dict[str, str]:

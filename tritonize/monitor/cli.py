@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from tritonize.options import DEFAULT_REPOSITORY, RepositoryArgument, TritonRelease
+from tritonize.options import DEFAULT_REPOSITORY, OutputDir, RepositoryArgument, TritonRelease, items
 
 DEFAULT_BUNDLE = Path("monitoring")
 
 
 def monitor_command(
     repository: RepositoryArgument = DEFAULT_REPOSITORY,
-    bundle: Annotated[Path, typer.Option("--bundle", help="Directory for the monitoring bundle (replaced as a whole).")] = DEFAULT_BUNDLE,
-    target: Annotated[Optional[List[str]], typer.Option(
-        "--target", help="Triton metrics endpoint HOST:PORT to scrape; repeat for several servers "
-                         "(default: 127.0.0.1:8002, where `tritonize serve` exports them).")] = None,
+    output_dir: OutputDir = DEFAULT_BUNDLE,
+    targets: Annotated[Optional[str], typer.Option(
+        "--targets", help="Triton metrics endpoints HOST:PORT to scrape, comma-separated "
+                          "(default: 127.0.0.1:8002, where `tritonize serve` exports them).", show_default=False)] = None,
     queue_alert_ms: Annotated[float, typer.Option(
         "--queue-alert-ms", help="Alert when a model's requests wait longer than this in the queue, on average over 5 minutes.")] = 100.0,
     triton_release: TritonRelease = None,
@@ -27,15 +27,16 @@ def monitor_command(
         "--prometheus-port", min=1, max=65535, help="Port of the Prometheus that --serve starts (on 127.0.0.1).")] = 9090,
 ) -> None:
     """Write a monitoring bundle for a repository's server: prometheus.yml, recording rules and alerts,
-    a Grafana dashboard, and compose.yaml (NGC Triton + Prometheus + Grafana for a GPU box)."""
+    a Grafana dashboard, and compose.yaml (NGC Triton + Prometheus + Grafana for a GPU box), into --output-dir
+    (replaced as a whole)."""
     from tritonize.monitor.bundle import DEFAULT_TARGET, BundleOptions, write_bundle
     from tritonize.progress import say
 
-    options = BundleOptions(targets=tuple(target or (DEFAULT_TARGET,)), queue_alert_ms=queue_alert_ms,
+    options = BundleOptions(targets=items(targets, "--targets") or (DEFAULT_TARGET,), queue_alert_ms=queue_alert_ms,
                             triton_release=triton_release)
-    written = write_bundle(repository, bundle, options)
-    say(f"wrote {bundle}/: " + ", ".join(str(p.relative_to(bundle)) for p in written))
+    written = write_bundle(repository, output_dir, options)
+    say(f"wrote {output_dir}/: " + ", ".join(str(p.relative_to(output_dir)) for p in written))
     if serve:
         from tritonize.monitor.watch import watch
 
-        watch(bundle, prometheus_port)
+        watch(output_dir, prometheus_port)

@@ -1,5 +1,5 @@
-"""The dashboard's panels, as data, and the Grafana dashboard JSON made from them. The README's
-screenshot (monitor/render.py) draws the same panels with matplotlib."""
+"""The dashboard's panels, as data, and the Grafana dashboard JSON made from them. The
+screenshot in docs/monitoring.md (monitor/render.py) draws the same panels with matplotlib."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
-from tritonize.serve.process import die_with_parent, stop_process_group
+from tritonize.processes import die_with_parent, stop_process_group
 
 INSTALL_HINT = ("Debian/Ubuntu: `apt-get install prometheus` (gives prometheus and promtool; on Debian as root "
                 "`make test` does it); elsewhere the release tarball from prometheus.io, `brew install prometheus`, "

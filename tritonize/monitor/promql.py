@@ -1,5 +1,5 @@
 """Every PromQL expression the project ships, in one place: Triton's metric names, the recording rules
-and the alerts. The rules file, the Grafana dashboard, `monitor --serve` and the README's screenshot
+and the alerts. The rules file, the Grafana dashboard, `monitor --serve` and the screenshot in docs/monitoring.md
 read them from here.
 
 Triton 2.51 exports cumulative counters per model and version (no `_total` suffix; durations in

@@ -1,5 +1,5 @@
 """The dashboard's panels drawn with matplotlib from Prometheus range queries: a picture of what the
-Grafana dashboard shows, where no Grafana runs (the README's screenshot is made this way)."""
+Grafana dashboard shows, where no Grafana runs (the screenshot in docs/monitoring.md is made this way)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ def watch(bundle: Path, port: int) -> None:
         for target in targets:
             if target["health"] != "up":
                 say(f"warning: {target['scrapeUrl']} is {target['health']} ({target.get('lastError') or 'no scrape yet'}); "
-                    "is `tritonize serve` running? (--target points elsewhere)")
+                    "is `tritonize serve` running? (--targets points elsewhere)")
         say("Ctrl-C or SIGTERM stops")
         _wait_for_stop(prometheus)
         say("stopping")

@@ -50,7 +50,7 @@ def _demo(args) -> int:
     ran, not_ran = [], []
 
     _run(tritonize + ["build", "--arch", args.arch, "--weights", weights,
-                      "--artifacts", str(args.artifacts), "--repository", str(args.repository)])
+                      "--artifacts", str(args.artifacts), str(args.repository)])
     ran.append(f"build: export + convert (precision-prepared ONNX) + repository + lint ({args.arch}, weights {weights})")
     plan = Manifest.load(args.artifacts).plan
     if plan is None or plan.status is not Status.built:
@@ -74,12 +74,12 @@ def _demo(args) -> int:
             _run(tritonize + ["client", "compare", *map(str, photo), "--repeat", "2"] + url)
             ran.append("client compare across " + " vs ".join(ready))
         if ready:
-            _run(tritonize + ["client", "compare", *map(str, photo), "--models", ready[0], "--preprocess",
+            _run(tritonize + ["client", "compare", *map(str, photo), "--models", ready[0], "--preprocess-paths",
                               "client,server,uint8", "--repeat", "1", "--min-top1-agreement", "1"] + url)
             ran.append(f"client compare of {ready[0]} across the client, server and uint8 preprocessing paths")
         perf_dir = args.artifacts / "perf"
-        _run(tritonize + ["client", "perf", "--model", ",".join(ready), "--concurrency", "1,2,4",
-                          "--requests", "6", "--warmup", "1", "--out", str(perf_dir)] + url)
+        _run(tritonize + ["client", "perf", "--models", ",".join(ready), "--concurrency", "1,2,4",
+                          "--requests", "6", "--warmup-requests", "1", "--output-dir", str(perf_dir)] + url)
         ran.append(f"client perf sweep (concurrency 1,2,4) on {', '.join(ready)}")
     ran.append("server stopped (process group, stubs included)")
 

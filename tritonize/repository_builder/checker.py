@@ -28,13 +28,20 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   python code a Python model that imports tritonize holds the modules it imports (1/tritonize/), equal to
               this tritonize's: the server preprocesses with the client's code
   release     (--triton-release) the plan's TensorRT is the one that release runs
+  cuda graphs graph_spec only on tensorrt models, with graphs: true; batch sizes in 1..max_batch_size (Triton's
+              tensorrt backend refuses the model otherwise) and (manifest) within the plan's profile; inputs and
+              shapes the config's
+  memory      execution_context_allocation_strategy only on tensorrt models, STATIC or ON_PROFILE_CHANGE, and
+              served by a release that reads it (25.05+)
+  precision   (manifest) an fp16/int8 plan whose engine runs most of its layers in FP32 (read from the engine)
+  gpu kind    a tensorrt_plan model has a plan for the serving GPU's compute capability (--gpu-cc, else this
+              machine's GPU when one is visible): its one plan's, or a key of cc_model_filenames (gpus.py);
+              every file cc_model_filenames names is in each version
 """
 
 from __future__ import annotations
 
-import re
-import warnings
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,55 +49,48 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import Manifest, Plan, PrecisionVariant, Status
+from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
-from tritonize.repository_builder.config import (
-    CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name, parse_config,
-)
+from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
+from tritonize.repository_builder.model_files import ModelFileChecks
+from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name, parse_config
+from tritonize.repository_builder.gpus import serving_cc
+from tritonize.repository_builder.plan_options import PlanOptionChecks
 
-REBUILD = "rebuild with `tritonize repo build --force`"
 # platform -> backend, and the file each backend loads by default.
 PLATFORMS = {
     "tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch",
     "tensorflow_graphdef": "tensorflow", "tensorflow_savedmodel": "tensorflow", "ensemble": "ensemble",
 }
 TYPED_BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow"}  # the backends Triton's core knows by type
-BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow", "openvino", "python", "fil", "dali", "vllm",
+TRITON_BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow", "openvino", "python", "fil", "dali", "vllm",
             "tensorrtllm", "identity", "repeat", "square"}
 DEFAULT_FILES = {"tensorrt": "model.plan", "onnxruntime": "model.onnx", "pytorch": "model.pt",
                  "tensorflow": "model.savedmodel", "openvino": "model.xml", "python": "model.py"}
 ARTIFACT_KEYS = {"tensorrt": "tensorrt", "onnxruntime": "onnx", "pytorch": "torchscript"}
-ONNX_TYPES = {1: "TYPE_FP32", 2: "TYPE_UINT8", 3: "TYPE_INT8", 6: "TYPE_INT32", 7: "TYPE_INT64", 9: "TYPE_BOOL",
-              10: "TYPE_FP16", 11: "TYPE_FP64", 16: "TYPE_BF16"}
 
 
-@dataclass(frozen=True)
-class Finding:
-    model: str
-    severity: str  # "error" | "warning"
-    message: str  # what is wrong
-    fix: str  # how to fix it
 
-    def to_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None) -> list[Finding]:
-    """Lint every model directory of `repo`; with `artifacts`, also against its manifest."""
+def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None,
+                     gpu_cc: str | None = None) -> list[Finding]:
+    """Lint every model directory of `repo`; with `artifacts`, also against its manifest; trt_model's plans
+    against `gpu_cc` (default: this machine's GPU, when one is visible)."""
     repo = Path(repo)
     if not repo.is_dir():
-        raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build --repository {repo}` first")
+        raise TritonizeError(f"no model repository at {repo}: run `tritonize repo build {repo}` first")
     manifest = Manifest.load(artifacts) if artifacts is not None else None
     model_dirs = sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not model_dirs:
-        raise TritonizeError(f"{repo} holds no model directories: run `tritonize repo build --repository {repo}`")
-    context = {
-        "manifest": manifest,
-        "manifest_sha256": manifest.sha256() if manifest else None,
-        "release": release_info(triton_release) if triton_release else None,
-        "configs": {d.name: _parsed_or_none(d / CONFIG_NAME) for d in model_dirs},  # what ensemble steps name
-    }
+        raise TritonizeError(f"{repo} holds no model directories: run `tritonize repo build {repo}`")
+    context = CheckContext(
+        manifest=manifest,
+        manifest_sha256=manifest.sha256() if manifest else None,
+        release=release_info(triton_release) if triton_release else None,
+        configs={d.name: _parsed_or_none(d / CONFIG_NAME) for d in model_dirs},
+    )
+    plans = any(_backend_of(c) == "tensorrt" for c in context.configs.values() if c is not None)
+    context = replace(context, gpu_cc=serving_cc(gpu_cc) if plans or gpu_cc else (None, "no tensorrt_plan model"))
     findings = _check_artifacts(manifest) if manifest else []
     for model_dir in model_dirs:
         findings += _ModelCheck(model_dir, context).run()
@@ -107,20 +107,20 @@ def _check_artifacts(manifest: Manifest) -> list[Finding]:
         problem = manifest.file_problem(entry)
         if problem and (entry.status is Status.pending or manifest.path(entry).is_file()):
             findings.append(Finding(
-                "artifacts", "error", f"{problem}: the manifest's {key!r} entry does not describe {manifest.path(entry)}",
+                "artifacts", Severity.error, f"{problem}: the manifest's {key!r} entry does not describe {manifest.path(entry)}",
                 f"re-run the stage that writes it (`tritonize export --force` for model.pt / model.onnx), then {REBUILD}",
             ))
     return findings
 
 
-class _ModelCheck:
-    def __init__(self, model_dir: Path, context: dict[str, Any], loaded: dict | None = None):
+class _ModelCheck(ModelFileChecks, PlanOptionChecks):
+    def __init__(self, model_dir: Path, context: CheckContext, loaded: dict | None = None):
         self.dir = model_dir
         self.ctx = context
         self.findings: list[Finding] = []
         self.loaded = {} if loaded is None else loaded  # what was read from the model files, shared by the variants
 
-    def add(self, severity: str, message: str, fix: str) -> None:
+    def add(self, severity: Severity, message: str, fix: str) -> None:
         self.findings.append(Finding(self.dir.name, severity, message, fix))
 
     def run(self) -> list[Finding]:
@@ -153,9 +153,13 @@ class _ModelCheck:
         if model_file is not None and backend == "pytorch":
             self._check_torchscript(cfg, model_file)
         self._check_parameters(cfg, backend)
+        if backend == "tensorrt":
+            self._check_gpu_kind(cfg)
+        self._check_cuda_graphs(cfg, backend)
+        self._check_allocation_strategy(cfg, backend)
         if backend == "ensemble":
             self._check_ensemble(cfg)
-        if self.ctx["manifest"] is not None:
+        if self.ctx.manifest is not None:
             self._check_against_manifest(cfg, backend, model_file)
         return self.findings[start:]
 
@@ -170,7 +174,7 @@ class _ModelCheck:
     def _parse_all(self) -> dict[str, Any]:
         paths = [self.dir / CONFIG_NAME] + sorted((self.dir / "configs").glob("*.pbtxt"))
         if not paths[0].is_file():
-            self.add("error", f"no {CONFIG_NAME}: Triton cannot load the model", REBUILD)
+            self.add(Severity.error, f"no {CONFIG_NAME}: Triton cannot load the model", REBUILD)
         configs = {}
         for path in paths:
             if not path.is_file():
@@ -180,55 +184,55 @@ class _ModelCheck:
                 configs[rel] = parse_config(path)
             except TritonizeError as e:
                 detail = str(e).split(": ", 1)[-1]
-                self.add("error", f"{rel} does not parse against Triton's ModelConfig schema: {detail}",
+                self.add(Severity.error, f"{rel} does not parse against Triton's ModelConfig schema: {detail}",
                          f"correct that field (see model_config.proto) or {REBUILD}")
         return configs
 
     def _check_config(self, rel: str, cfg) -> None:
         if cfg.name and cfg.name != self.dir.name:
-            self.add("error", f"{rel}: name {cfg.name!r} differs from the directory name {self.dir.name!r}",
+            self.add(Severity.error, f"{rel}: name {cfg.name!r} differs from the directory name {self.dir.name!r}",
                      f"set name: \"{self.dir.name}\" (Triton requires them equal)")
-        if cfg.backend and cfg.backend not in BACKENDS:
-            self.add("error", f"{rel}: unknown backend {cfg.backend!r}", f"use one of {', '.join(sorted(BACKENDS))}")
+        if cfg.backend and cfg.backend not in TRITON_BACKENDS:
+            self.add(Severity.error, f"{rel}: unknown backend {cfg.backend!r}", f"use one of {', '.join(sorted(TRITON_BACKENDS))}")
         if cfg.platform and cfg.platform not in PLATFORMS and (not cfg.backend or cfg.backend in TYPED_BACKENDS):
             # (any platform string goes with a backend Triton does not know by type, e.g. python)
-            self.add("error", f"{rel}: unknown platform {cfg.platform!r}", f"use one of {', '.join(PLATFORMS)}")
+            self.add(Severity.error, f"{rel}: unknown platform {cfg.platform!r}", f"use one of {', '.join(PLATFORMS)}")
         if not cfg.backend and not cfg.platform:
-            self.add("error", f"{rel}: neither platform nor backend is set", "set platform (e.g. onnxruntime_onnx)")
+            self.add(Severity.error, f"{rel}: neither platform nor backend is set", "set platform (e.g. onnxruntime_onnx)")
         # Triton: a backend it knows by type takes only its own platform; an ensemble has no backend.
         if cfg.backend and cfg.platform in PLATFORMS and PLATFORMS[cfg.platform] != cfg.backend and \
                 (cfg.backend in TYPED_BACKENDS or cfg.platform == "ensemble"):
-            self.add("error", f"{rel}: platform {cfg.platform!r} with backend {cfg.backend!r} (Triton refuses the pair)",
-                     f"drop the platform or set the one of backend {cfg.backend!r}")
+            self.add(Severity.error, f"{rel}: platform {cfg.platform!r} with backend {cfg.backend!r} (Triton refuses "
+                                     "the pair)", f"drop the platform or set the one of backend {cfg.backend!r}")
         for role, tensors in (("input", cfg.input), ("output", cfg.output)):
             for t in tensors:  # Triton's ValidateIOShape
                 if not t.dims or any(d < 1 and d != -1 for d in t.dims):
-                    self.add("error", f"{rel}: {role} {t.name!r} has dims {list(t.dims)}; Triton wants at least one, "
-                                      "each >= 1 or -1 (variable)", f"set the dims the model takes or {REBUILD}")
+                    self.add(Severity.error, f"{rel}: {role} {t.name!r} has dims {list(t.dims)}; Triton wants at least "
+                                             "one, each >= 1 or -1 (variable)", f"set the dims the model takes or {REBUILD}")
 
         mb = cfg.max_batch_size
         if mb < 0:
-            self.add("error", f"{rel}: max_batch_size is {mb}", "set max_batch_size >= 0")
+            self.add(Severity.error, f"{rel}: max_batch_size is {mb}", "set max_batch_size >= 0")
         if cfg.HasField("dynamic_batching"):
             if mb == 0:
-                self.add("error", f"{rel}: dynamic_batching with max_batch_size 0", "set max_batch_size > 0 or drop dynamic_batching")
+                self.add(Severity.error, f"{rel}: dynamic_batching with max_batch_size 0", "set max_batch_size > 0 or drop dynamic_batching")
             bad = [p for p in cfg.dynamic_batching.preferred_batch_size if p < 1 or p > mb]
             if bad and mb > 0:
-                self.add("error", f"{rel}: preferred_batch_size {bad} outside 1..max_batch_size {mb}",
+                self.add(Severity.error, f"{rel}: preferred_batch_size {bad} outside 1..max_batch_size {mb}",
                          f"keep preferred sizes <= {mb} (tritonize repo build caps them)")
 
         for w in cfg.model_warmup:
             if mb > 0 and w.batch_size > mb:
-                self.add("error", f"{rel}: warmup {w.name!r} uses batch {w.batch_size} > max_batch_size {mb}",
+                self.add(Severity.error, f"{rel}: warmup {w.name!r} uses batch {w.batch_size} > max_batch_size {mb}",
                          f"warm up at batch <= {mb} or {REBUILD}")
 
         backend = _backend_of(cfg)
         for group in cfg.instance_group:
             if group.count < 1:  # Triton runs one instance then (its NormalizeInstanceGroup)
-                self.add("warning", f"{rel}: instance_group count {group.count}: Triton runs 1 instance",
+                self.add(Severity.warning, f"{rel}: instance_group count {group.count}: Triton runs 1 instance",
                          "set count >= 1 to say how many")
             if backend == "tensorrt" and kind_name(group.kind) == "KIND_CPU":
-                self.add("error", f"{rel}: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
+                self.add(Severity.error, f"{rel}: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
                          "use kind: KIND_GPU for trt_model; serve CPU-only boxes with onnx_model/torch_model")
 
     # --- files --------------------------------------------------------------------------------------
@@ -241,15 +245,17 @@ class _ModelCheck:
             if p.name.isdigit() and not (len(p.name) > 1 and p.name.startswith("0")):
                 versions.append(p)
             else:
-                self.add("warning", f"directory {p.name!r} is not a version number; Triton ignores it",
+                self.add(Severity.warning, f"directory {p.name!r} is not a version number; Triton ignores it",
                          "name version directories 1, 2, ... (no leading zero)")
         if not versions:
-            self.add("error", "no numeric version directory: Triton finds no version to serve", REBUILD)
+            self.add(Severity.error, "no numeric version directory: Triton finds no version to serve", REBUILD)
             return None
+        if backend == "tensorrt" and cfg.cc_model_filenames:
+            return self._check_plan_files(cfg, versions)
         filename = cfg.default_model_filename or DEFAULT_FILES.get(backend or "", "")
         for v in versions:
             if filename and not (v / filename).exists():
-                self.add("error", f"version {v.name}/ has no {filename}", f"place the model file as {v.name}/{filename} or {REBUILD}")
+                self.add(Severity.error, f"version {v.name}/ has no {filename}", f"place the model file as {v.name}/{filename} or {REBUILD}")
         latest = max(versions, key=lambda p: int(p.name)) / filename
         return latest if filename and latest.is_file() else None
 
@@ -259,38 +265,38 @@ class _ModelCheck:
                 continue
             path = self.dir / out.label_filename
             if not path.is_file():
-                self.add("error", f"output {out.name!r}: label file {out.label_filename} is missing", REBUILD)
+                self.add(Severity.error, f"output {out.name!r}: label file {out.label_filename} is missing", REBUILD)
                 continue
             count = len([line for line in path.read_text().splitlines() if line.strip()])
             size = _product(out.dims)
             if size > 0 and count != size:
-                self.add("error", f"output {out.name!r}: {out.label_filename} has {count} labels for {size} outputs",
+                self.add(Severity.error, f"output {out.name!r}: {out.label_filename} has {count} labels for {size} outputs",
                          f"write one label per class ({size} in all) or {REBUILD}")
 
     def _check_parameters(self, cfg, backend: str | None) -> None:
         missing = [k for k in CONTRACT_KEYS if k not in cfg.parameters]
         if missing:
-            self.add("warning", f"parameters lack {', '.join(missing)}: clients cannot fetch the preprocessing contract",
+            self.add(Severity.warning, f"parameters lack {', '.join(missing)}: clients cannot fetch the preprocessing contract",
                      REBUILD)
         missing = [k for k in PLAN_KEYS if k not in cfg.parameters] if backend == "tensorrt" else []
         if missing:
-            self.add("warning", f"parameters lack {', '.join(missing)}: `tritonize serve --engine docker` cannot choose "
+            self.add(Severity.warning, f"parameters lack {', '.join(missing)}: `tritonize serve --engine docker` cannot choose "
                                 "the container release whose TensorRT runs the plan", REBUILD)
 
     # --- ensembles and the preprocessing code -------------------------------------------------------
     def _check_ensemble(self, cfg) -> None:
         steps = cfg.ensemble_scheduling.step
         if not steps:
-            self.add("error", "an ensemble without ensemble_scheduling steps", REBUILD)
+            self.add(Severity.error, "an ensemble without ensemble_scheduling steps", REBUILD)
             return
         produced = {t.name: (t, "the ensemble's input") for t in cfg.input}  # tensor -> (declaration, by whom)
         read = [(t.name, t, "the ensemble's output") for t in cfg.output]  # (tensor, declaration, by whom)
         known = True  # every step's model could be read: a tensor nobody produces is then a fault of its own
-        configs = self.ctx["configs"]
+        configs = self.ctx.configs
         for number, step in enumerate(steps, 1):
             name = step.model_name
             if name not in configs:
-                self.add("error", f"step {number} names model {name!r}, which is not in the repository",
+                self.add(Severity.error, f"step {number} names model {name!r}, which is not in the repository",
                          f"name one of {', '.join(sorted(n for n in configs if n != self.dir.name))} or {REBUILD}")
             model = configs.get(name)
             if model is None:  # missing, or its own findings say why its config is unusable
@@ -300,28 +306,28 @@ class _ModelCheck:
             for role, mapping, tensors in (("input", step.input_map, inputs), ("output", step.output_map, outputs)):
                 for key in mapping:
                     if key not in tensors:
-                        self.add("error", f"step {number}: {key!r} is not an {role} of {name} (its {role}s: "
+                        self.add(Severity.error, f"step {number}: {key!r} is not an {role} of {name} (its {role}s: "
                                           f"{', '.join(tensors) or 'none'})", f"map {name}'s own {role} names or {REBUILD}")
             unmapped = [t for t in inputs if t not in step.input_map]
             if unmapped:
-                self.add("error", f"step {number}: {name}'s input(s) {', '.join(unmapped)} are not mapped",
+                self.add(Severity.error, f"step {number}: {name}'s input(s) {', '.join(unmapped)} are not mapped",
                          f"map every input of {name} in input_map or {REBUILD}")
             read += [(tensor, inputs[key], f"{name}'s input {key!r}") for key, tensor in step.input_map.items() if key in inputs]
             produced.update({tensor: (outputs[key], f"{name}'s output {key!r}")
                              for key, tensor in step.output_map.items() if key in outputs})
             if cfg.max_batch_size > 0 and not 0 < cfg.max_batch_size <= model.max_batch_size:
-                self.add("error", f"max_batch_size {cfg.max_batch_size} but step {number}'s {name} takes at most "
+                self.add(Severity.error, f"max_batch_size {cfg.max_batch_size} but step {number}'s {name} takes at most "
                                   f"{model.max_batch_size}" + (" (no batch axis)" if model.max_batch_size == 0 else ""),
                          f"set the ensemble's max_batch_size <= {model.max_batch_size} or {REBUILD}")
         for tensor, declared, reader in read:
             if tensor not in produced:
                 if known:
-                    self.add("error", f"{reader} reads tensor {tensor!r}, which no step produces and the ensemble does "
+                    self.add(Severity.error, f"{reader} reads tensor {tensor!r}, which no step produces and the ensemble does "
                                       "not take", f"map a step's output to {tensor!r} or {REBUILD}")
                 continue
             source, writer = produced[tensor]
             if not _fits(source, declared):
-                self.add("error", f"tensor {tensor!r}: {writer} is {pb.DataType.Name(source.data_type)} {list(source.dims)}, "
+                self.add(Severity.error, f"tensor {tensor!r}: {writer} is {pb.DataType.Name(source.data_type)} {list(source.dims)}, "
                                   f"{reader} is {pb.DataType.Name(declared.data_type)} {list(declared.dims)}",
                          f"make them the same dtype and dims or {REBUILD}")
 
@@ -335,122 +341,29 @@ class _ModelCheck:
             placed = version / rel
             rel = placed.relative_to(self.dir)
             if not placed.is_file():
-                self.add("error", f"{rel} is missing: model.py imports it and the model will not load", REBUILD)
+                self.add(Severity.error, f"{rel} is missing: model.py imports it and the model will not load", REBUILD)
             elif placed.read_bytes() != source.read_bytes():
-                self.add("warning", f"{rel} differs from this tritonize's {source.name}: the server would not "
+                self.add(Severity.warning, f"{rel} differs from this tritonize's {source.name}: the server would not "
                                     "preprocess as this client does", REBUILD)
-
-    # --- the real artifacts -------------------------------------------------------------------------
-    def _check_onnx(self, cfg, path: Path) -> None:
-        graph = self._read(path, "onnx", _onnx_graph)
-        if isinstance(graph, Exception):
-            self.add("error", f"cannot read {path.name}: {str(graph).splitlines()[0]}", REBUILD)
-            return
-        initializers = {t.name for t in graph.initializer}
-        real = {
-            "input": {v.name: v for v in graph.input if v.name not in initializers},
-            "output": {v.name: v for v in graph.output},
-        }
-        for role, tensors in (("input", cfg.input), ("output", cfg.output)):
-            declared = {t.name for t in tensors}
-            for t in tensors:
-                value = real[role].get(t.name)
-                if value is None:
-                    self.add("error", f"config {role} {t.name!r} is not an {role} of {path.name} "
-                                      f"(graph {role}s: {', '.join(real[role]) or 'none'})",
-                             f"name the config {role} after the graph ({REBUILD})")
-                    continue
-                self._compare_onnx_tensor(cfg, role, t, value)
-            for name in real[role]:
-                if name not in declared:
-                    self.add("error", f"{path.name} {role} {name!r} is missing from the config",
-                             f"declare it in config.pbtxt or {REBUILD}")
-
-    def _compare_onnx_tensor(self, cfg, role: str, t, value) -> None:
-        tensor_type = value.type.tensor_type
-        onnx_type = ONNX_TYPES.get(tensor_type.elem_type, f"onnx elem_type {tensor_type.elem_type}")
-        if onnx_type != pb.DataType.Name(t.data_type):
-            self.add("error", f"{role} {t.name!r}: config says {pb.DataType.Name(t.data_type)}, the graph has {onnx_type}",
-                     f"set data_type: {onnx_type}")
-        dims = [(d.dim_value if d.HasField("dim_value") else None) for d in tensor_type.shape.dim]
-        if cfg.max_batch_size > 0:
-            if not dims:
-                self.add("error", f"{role} {t.name!r}: the graph's tensor is a scalar (no batch axis), but max_batch_size "
-                                  f"is {cfg.max_batch_size}", "set max_batch_size: 0")
-                return
-            batch, dims = dims[0], dims[1:]
-            if batch is not None:
-                self.add("error", f"{role} {t.name!r}: the graph's batch axis is fixed at {batch}, but max_batch_size "
-                                  f"is {cfg.max_batch_size}",
-                         "re-export with a symbolic batch axis (`tritonize export --force`) or set max_batch_size: 0")
-        expected = list(t.dims)
-        # Triton's onnxruntime backend: a variable graph dim takes any config dim; a fixed one only itself (not -1).
-        same = len(dims) == len(expected) and all(g is None or g == e for g, e in zip(dims, expected))
-        if not same:
-            shown = ["?" if d is None else d for d in dims]
-            self.add("error", f"{role} {t.name!r}: config dims {expected} do not match the graph's {shown} "
-                              "(batch axis excluded)",
-                     f"set dims to {shown} or {REBUILD}")
-
-    def _check_torchscript(self, cfg, path: Path) -> None:
-        module = self._read(path, "torchscript", _torchscript_module)
-        if isinstance(module, Exception):
-            self.add("error", f"cannot load {path.name} with torch.jit.load: {str(module).splitlines()[0]}", REBUILD)
-            return
-        args = [a.name for a in module.forward.schema.arguments if a.name != "self"]
-        if len(cfg.input) != len(args):
-            self.add("error", f"config declares {len(cfg.input)} input(s); {path.name} forward({', '.join(args)}) "
-                              f"takes {len(args)}",
-                     f"declare {len(args)} input(s) named input__0 ... or {REBUILD}")
-            return
-        for role, tensors, count in (("input", cfg.input, len(args)), ("output", cfg.output, len(cfg.output))):
-            for t in tensors:
-                m = re.fullmatch(r".+__(\d+)", t.name)
-                if not ((m and int(m.group(1)) < count) or (role == "input" and t.name in args)):
-                    self.add("error", f"{role} {t.name!r} does not follow the libtorch naming rule "
-                                      f"`<name>__<index>` (index < {count})" + (f" nor name a forward() argument ({', '.join(args)})" if role == "input" else ""),
-                             f"rename it {role}__0 (and so on) or {REBUILD}")
-        dims = [list(t.dims) for t in cfg.input]
-        if any(d < 1 for shape in dims for d in shape):
-            return  # variable dims: no single probe shape
-        shapes = [[1] + shape if cfg.max_batch_size > 0 else shape for shape in dims]
-        result = self._read(path, f"forward {shapes}", lambda _: _forward(module, shapes))
-        if isinstance(result, Exception):  # the module rejects the configured input shape
-            first = str(result).strip().splitlines()[-1] if str(result).strip() else type(result).__name__
-            self.add("error", f"{path.name} fails on an input of the configured shape {shapes}: {first}",
-                     f"set the input dims the model takes or {REBUILD}")
-            return
-        results = list(result) if isinstance(result, (tuple, list)) else [result]
-        if len(results) != len(cfg.output):
-            self.add("error", f"{path.name} returns {len(results)} output(s); the config declares {len(cfg.output)}",
-                     f"declare {len(results)} output(s) or {REBUILD}")
-            return
-        for t, r in zip(sorted(cfg.output, key=lambda t: t.name), results):
-            got = list(r.shape[1:] if cfg.max_batch_size > 0 else r.shape)
-            expected = list(t.dims)
-            if len(got) != len(expected) or any(e not in (-1, g) for e, g in zip(expected, got)):
-                self.add("error", f"output {t.name!r}: config dims {list(t.dims)}, {path.name} returns {got} "
-                                  "(batch axis excluded)",
-                         f"set dims to {got} or {REBUILD}")
 
     # --- the manifest -------------------------------------------------------------------------------
     def _check_against_manifest(self, cfg, backend: str | None, model_file: Path | None) -> None:
-        manifest: Manifest = self.ctx["manifest"]
-        sha = self.ctx["manifest_sha256"]
+        manifest: Manifest = self.ctx.manifest
+        sha = self.ctx.manifest_sha256
         recorded = cfg.parameters["source.manifest_sha256"].string_value if "source.manifest_sha256" in cfg.parameters else ""
         if recorded and recorded != sha:
-            self.add("warning", f"built from another manifest (sha256 {recorded[:12]}, artifacts now {sha[:12]})",
+            self.add(Severity.warning, f"built from another manifest (sha256 {recorded[:12]}, artifacts now {sha[:12]})",
                      f"{REBUILD} after re-exporting")
         named = cfg.parameters["source.artifact"].string_value if "source.artifact" in cfg.parameters else ""
         key = named or ARTIFACT_KEYS.get(backend or "")  # a precision variant names the artifact it serves
         entry = manifest.artifacts.get(key) if key else None
         if entry is None:
             if key:
-                self.add("warning", f"the manifest has no {key!r} artifact to check this model against",
+                self.add(Severity.warning, f"the manifest has no {key!r} artifact to check this model against",
                          "pass the artifacts directory the repository was built from (--artifacts)")
             return
         if model_file is not None and entry.sha256 and self._read(model_file, "sha256", sha256_file) != entry.sha256:
-            self.add("error", f"{model_file.parent.name}/{model_file.name} does not match the manifest's sha256 for "
+            self.add(Severity.error, f"{model_file.parent.name}/{model_file.name} does not match the manifest's sha256 for "
                               f"{entry.file or key} (changed or corrupted since export)",
                      f"{REBUILD} from the verified artifacts")
         if isinstance(entry, Plan):
@@ -458,77 +371,51 @@ class _ModelCheck:
         bound = batch_bound(entry)
         beyond_profile = isinstance(entry, Plan) and entry.profile.max < cfg.max_batch_size  # said by _check_plan
         if cfg.max_batch_size > bound.max_batch and not beyond_profile:
-            self.add("error", f"max_batch_size {cfg.max_batch_size} is above {bound.limit} ({bound.max_batch}): "
+            self.add(Severity.error, f"max_batch_size {cfg.max_batch_size} is above {bound.limit} ({bound.max_batch}): "
                               "larger batches were never verified",
                      f"set max_batch_size <= {bound.max_batch}, or {bound.raise_with.format(n=cfg.max_batch_size)} "
                      f"and {REBUILD}")
         if isinstance(entry, PrecisionVariant) and not (entry.cpu_serving and entry.cpu_serving.passed):
-            self.add("error", f"serves {entry.file}, which has not passed `convert cpu`'s gates (agreement with FP32, "
+            self.add(Severity.error, f"serves {entry.file}, which has not passed `convert cpu`'s gates (agreement with FP32, "
                               "speed through the server)", f"run `tritonize convert cpu`, then {REBUILD}")
 
     def _check_plan(self, cfg, plan: Plan) -> None:
+        layers = plan.layers
+        if layers is not None and plan.precision != "fp32" and layers.fp32_share > MOSTLY_FP32:
+            self.add(Severity.warning, f"the {plan.precision} plan runs {layers.fp32_share:.0%} of its layers in FP32 "
+                                f"({layers.summary()}; e.g. {', '.join(layers.fp32_layers[:3])}): it will be about as "
+                                "slow as an FP32 plan",
+                     f"rebuild it strongly typed from the {plan.precision} ONNX (TensorRT 10+: `tritonize convert trt "
+                     f"--precision {plan.precision} --force`), or serve it knowing it is mostly FP32")
         profile = plan.profile
         if profile.min != 1:
-            self.add("error", f"the plan's profile min is {profile.min}: requests of batch 1 will be refused",
-                     "rebuild the plan with --min 1")
+            self.add(Severity.error, f"the plan's profile min is {profile.min}: requests of batch 1 will be refused",
+                     "rebuild the plan with --min-batch 1")
         if profile.max < cfg.max_batch_size:
-            self.add("error", f"the plan's profile max {profile.max} is below max_batch_size "
+            self.add(Severity.error, f"the plan's profile max {profile.max} is below max_batch_size "
                               f"{cfg.max_batch_size}: larger batches fail at inference",
-                     f"set max_batch_size <= {profile.max} or rebuild the plan with --max {cfg.max_batch_size}")
+                     f"set max_batch_size <= {profile.max} or rebuild the plan with --max-batch {cfg.max_batch_size}")
         for role, tensors, name in (("input", cfg.input, plan.input_name), ("output", cfg.output, plan.output_name)):
             if name not in {t.name for t in tensors}:
-                self.add("error", f"the plan's {role} is {name!r}; the config names {[t.name for t in tensors]}",
+                self.add(Severity.error, f"the plan's {role} is {name!r}; the config names {[t.name for t in tensors]}",
                          f"name the config {role} {name!r} or {REBUILD}")
 
-        release = self.ctx["release"]
+        release = self.ctx.release
         if release is None:
             return
         built = plan.tensorrt_version
         if not built:
-            self.add("warning", "the manifest does not say which TensorRT built the plan; cannot check it against "
+            self.add(Severity.warning, "the manifest does not say which TensorRT built the plan; cannot check it against "
                                 f"release {release.release}", "rebuild the plan with `tritonize convert trt`")
         elif not release.tensorrt:
-            self.add("warning", f"the compatibility table has no confirmed TensorRT version for release {release.release}",
+            self.add(Severity.warning, f"the compatibility table has no confirmed TensorRT version for release {release.release}",
                      "check NVIDIA's Frameworks Support Matrix for that release")
         elif not tensorrt_loads(built, release.tensorrt, plan.options.version_compatible):
             matching = [r.release for r in releases_for_tensorrt(built, plan.options.version_compatible)]
             where = f"serve it with release {', '.join(matching)}" if matching else "no release in the table runs it"
-            self.add("error", f"plan built with TensorRT {built}; Triton {release.release} runs TensorRT "
+            self.add(Severity.error, f"plan built with TensorRT {built}; Triton {release.release} runs TensorRT "
                               f"{release.tensorrt} and will refuse to deserialize it",
                      f"{where}, or rebuild the plan with `tritonize convert trt --triton-release {release.release}`")
-
-
-def _onnx_graph(path: Path):
-    """The graph of an ONNX file, or the exception that says why it cannot be read (truncated, not ONNX)."""
-    import onnx
-
-    try:
-        return onnx.load(str(path), load_external_data=False).graph
-    except Exception as e:
-        return e
-
-
-def _torchscript_module(path: Path):
-    """The TorchScript module, or the exception that says why torch.jit.load refuses the file."""
-    import torch
-
-    try:
-        with warnings.catch_warnings():  # torch.jit.* is deprecated, and still what Triton's libtorch loads
-            warnings.simplefilter("ignore")
-            return torch.jit.load(str(path), map_location="cpu")
-    except Exception as e:
-        return e
-
-
-def _forward(module, shapes: list[list[int]]):
-    """The module's outputs on zeros of these shapes, or the exception it raised."""
-    import torch
-
-    try:
-        with torch.inference_mode():
-            return module(*[torch.zeros(s) for s in shapes])
-    except Exception as e:
-        return e
 
 
 def _parsed_or_none(path: Path):

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Endpoint, OldOut, Region, Repository,
-    RepositoryArgument, TritonRelease, renamed,
+    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Force, GpuCC, Instances, Kind, MaxBatch, Models,
+    RepositoryArgument, TritonRelease, int_items, items,
 )
 
 app = typer.Typer(no_args_is_help=True, help="Build and check the Triton model repository.")
@@ -19,34 +19,45 @@ app = typer.Typer(no_args_is_help=True, help="Build and check the Triton model r
 @app.command("build")
 def build_command(
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
-    repository: Repository = DEFAULT_REPOSITORY,
-    out: OldOut = None,
-    max_batch: Annotated[Optional[int], typer.Option(help="max_batch_size; default: the largest batch each model's artifact was verified at (a TensorRT plan: its profile max). A larger one is refused.", show_default=False)] = None,
+    repository: RepositoryArgument = DEFAULT_REPOSITORY,
+    max_batch: MaxBatch = None,
     preferred: Annotated[str, typer.Option(help="Preferred dynamic batch sizes, comma-separated (capped at max batch).")] = "4,8,16,32",
     queue_delay_us: Annotated[int, typer.Option(help="Dynamic batcher max queue delay in microseconds.")] = 100,
-    instances: Annotated[int, typer.Option(help="Instances per model (instance_group count).")] = 1,
-    kind: Annotated[str, typer.Option(help="Instance kind in config.pbtxt: auto (Triton picks GPU if present), gpu or cpu.")] = "auto",
+    instances: Instances = 1,
+    kind: Kind = "auto",
     warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="Warm up each model at batch 1 and at max batch.")] = True,
-    models: Annotated[Optional[str], typer.Option(help="Subset to build, comma-separated (onnx_model,torch_model,trt_model).")] = None,
+    models: Models = None,
     ensembles: Annotated[bool, typer.Option("--ensembles/--no-ensembles", help="Also build the preprocessing models and, per classifier, the ensembles that take encoded images (<backend>_classifier) or UINT8 pixels (<backend>_classifier_uint8).")] = True,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing repository, even an up-to-date one.")] = False,
+    force: Force = False,
+    cuda_graphs: Annotated[bool, typer.Option(
+        "--cuda-graphs/--no-cuda-graphs", help="trt_model: capture CUDA graphs (optimization.cuda.graphs) for batch 1, "
+                                               "the preferred sizes and max_batch_size, within the plan's profile.")] = False,
+    context_memory: Annotated[Optional[str], typer.Option(
+        "--context-memory", help="trt_model's execution_context_allocation_strategy (Triton 25.05+): static (memory "
+                                 "for the largest profile, Triton's default) or on-profile-change.", show_default=False)] = None,
+    plans: Annotated[Optional[str], typer.Option(
+        "--plans", help="Artifacts directories, comma-separated, whose TensorRT plans were built on other GPU kinds (copies "
+                        "of these artifacts, converted there). trt_model then carries one plan per compute capability "
+                        "(cc_model_filenames), each checked against its manifest.", show_default=False)] = None,
 ) -> None:
     """Build onnx_model, torch_model and (when a plan exists) trt_model from the artifacts, and the ensembles
-    that preprocess on the server."""
+    that preprocess on the server (--models: a subset of these; --force replaces an existing repository).
+    --max-batch is each config's max_batch_size; default: the largest batch each model's artifact was verified at
+    (a TensorRT plan: its profile max). A larger one is refused."""
     from tritonize.repository_builder import RepoOptions, build_repository
-    from tritonize.repository_builder.options import parse_int_list
-
-    repository = renamed(repository, out, "--out", "--repository")
     options = RepoOptions(
         max_batch=max_batch,
-        preferred=parse_int_list(preferred, "--preferred"),
+        preferred=int_items(preferred, "--preferred"),
         queue_delay_us=queue_delay_us,
         instances=instances,
         kind=kind,
         warmup=warmup,
-        models=tuple(m.strip() for m in models.split(",") if m.strip()) if models is not None else None,
+        models=items(models, "--models") if models is not None else None,
         ensembles=ensembles,
         force=force,
+        plans=items(plans, "--plans", Path),
+        cuda_graphs=cuda_graphs,
+        context_memory=context_memory,
     )
     result = build_repository(artifacts, repository, options)
     typer.echo(f"repository: {repository} ({result.status.value})")
@@ -55,20 +66,21 @@ def build_command(
 @app.command("check")
 def check_command(
     repository: RepositoryArgument = DEFAULT_REPOSITORY,
-    artifacts: Annotated[
-        Optional[Path],
-        typer.Option("--artifacts", help="Artifacts directory to check hashes and the plan profile against "
-                                         "(default: build/ when it has a manifest)."),
-    ] = None,
+    artifacts: Artifacts = None,
     triton_release: TritonRelease = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print findings as JSON.")] = False,
+    as_json: AsJson = False,
+    gpu_cc: GpuCC = None,
+    in_image: Annotated[bool, typer.Option(
+        "--in-image", help="Also run trt_model's plan with the trtexec of its serving release's image (Docker with the "
+                           "NVIDIA runtime) on one batch and compare it with onnxruntime on the export (needs --artifacts).")] = False,
 ) -> None:
-    """Lint the repository: what would make Triton refuse or misbehave. Exits 1 on any error."""
+    """Lint the repository: what would make Triton refuse or misbehave. Exits 1 on any error. --artifacts: the
+    manifest to check hashes and the plan profile against (default: build/ when it has a manifest)."""
     from tritonize.repository_builder import check_repository
 
     if artifacts is None and (DEFAULT_ARTIFACTS / "manifest.json").is_file():
         artifacts = DEFAULT_ARTIFACTS
-    findings = check_repository(repository, artifacts, triton_release)
+    findings = check_repository(repository, artifacts, triton_release, gpu_cc=gpu_cc)
     errors = [f for f in findings if f.severity == "error"]
     if as_json:
         typer.echo(json.dumps({"repository": str(repository), "artifacts": str(artifacts) if artifacts else None,
@@ -78,44 +90,14 @@ def check_command(
             typer.echo(f"{f.severity}: {f.model}: {f.message} -> fix: {f.fix}")
         against = f" against {artifacts}/manifest.json" if artifacts else " (no manifest: hashes and plan profile not checked)"
         typer.echo(f"{repository}: {len(errors)} error(s), {len(findings) - len(errors)} warning(s){against}")
+    if in_image:
+        from tritonize.repository_builder.in_image import check_in_image
+
+        release, plan, report = check_in_image(repository, artifacts, triton_release)
+        mark = "✓" if report.passed else "✗"
+        typer.echo(f"{mark} trt_model: {plan} ran in {release.image} (its trtexec, TensorRT {release.tensorrt or '?'}) "
+                   f"on a batch of {', '.join(report.batches)}: {report.summary()}")
+        if not report.passed:
+            raise typer.Exit(1)
     if errors:
         raise typer.Exit(1)
-
-
-@app.command("push")
-def push_command(
-    dest: Annotated[str, typer.Argument(help="s3://BUCKET/PREFIX: releases go to PREFIX/releases/<id>/, the pointer "
-                                             "to the current one is PREFIX/CURRENT.")],
-    repository: Repository = DEFAULT_REPOSITORY,
-    endpoint: Endpoint = None,
-    region: Region = None,
-    as_json: AsJson = False,
-) -> None:
-    """Copy a checked repository to object storage: a new release prefix, every object verified, then
-    the CURRENT pointer. Resumable: run it again after an interruption. Credentials: AWS_ACCESS_KEY_ID
-    and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)."""
-    from tritonize.deploy.push import push
-    from tritonize.deploy.s3 import Store
-
-    store = Store.parse(dest, endpoint, region)
-    summary = push(repository, store).summary()
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-        return
-    was = {None: "first release", summary["release"]: "already current"}.get(summary["previous"],
-                                                                             f"was {summary['previous']}")
-    options = f" --endpoint {endpoint}" if endpoint else ""
-    typer.echo("\n".join([
-        f"release  {summary['uri']} ({summary['files']} files, {summary['bytes'] / 1e6:.1f} MB: "
-        f"{summary['uploaded']} uploaded, {summary['kept']} already there)",
-        f"pointer  {summary['pointer']} -> {summary['release']} ({was})",
-        "",
-        "Triton reads this release with",
-        f"  --model-repository={summary['model_repository']}",
-        f"and AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION={store.region} in its environment, or",
-        "TRITON_CLOUD_CREDENTIAL_PATH=<file> with this file (fill in the two placeholders):",
-        json.dumps(summary["credential_file"], indent=2),
-        "",
-        "Triton follows no pointer: it serves the prefix it was started with. On Kubernetes:",
-        f"  tritonize deploy k8s {repository} --storage {store.uri()}{options}",
-    ]))

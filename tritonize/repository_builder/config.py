@@ -11,6 +11,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Entry, Plan, PrecisionVariant
 from tritonize.preprocessing import Preprocessing
+from tritonize.repository_builder.gpus import CC_PARAMETER, HARDWARE_PARAMETER, plan_cc
 from tritonize.repository_builder.options import LOGITS, PREPROCESSED, Backend, Preprocessor, RepoOptions
 from tritonize.spec import ModelSpec
 
@@ -54,7 +55,7 @@ def batch_bound(entry: Entry) -> BatchBound:
     never above its profile max (the engine refuses larger batches)."""
     verified = max((int(b) for b in entry.verification.batches), default=1) if entry.verification else None
     if isinstance(entry, Plan):
-        fix = "rebuild the plan with `tritonize convert trt --max {n} --force` on a GPU box"
+        fix = "rebuild the plan with `tritonize convert trt --max-batch {n} --force` on a GPU box"
         if verified is None or verified >= entry.profile.max:
             return BatchBound(entry.profile.max, "the plan's profile max", fix)
         return BatchBound(verified, f"the batch {entry.file} was verified at", fix)
@@ -66,7 +67,7 @@ def batch_bound(entry: Entry) -> BatchBound:
     return BatchBound(verified or 1, f"the batch {entry.file} was verified at", fix)
 
 
-def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: str) -> dict[str, str]:
+def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: str, fleet: bool = False) -> dict[str, str]:
     """The preprocessing contract and provenance, as the string parameters a client can fetch."""
     params = {
         **spec.preprocessing.to_parameters(),
@@ -80,6 +81,11 @@ def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: s
             "source.triton_release": entry.target.triton_release,
             "source.version_compatible": str(entry.options.version_compatible).lower(),
         })
+        cc = plan_cc(entry)
+        if cc and not fleet:  # a fleet's GPU kinds are the keys of cc_model_filenames
+            params[CC_PARAMETER] = cc
+        if entry.options.hardware_compatibility != "none":
+            params[HARDWARE_PARAMETER] = entry.options.hardware_compatibility
     if isinstance(entry, PrecisionVariant) and entry.cpu_serving is not None:
         gates = entry.cpu_serving
         params.update({
@@ -92,8 +98,9 @@ def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: s
 
 
 def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoOptions, kind: str,
-                 manifest_sha256: str) -> pb.ModelConfig:
-    """The ModelConfig for one backend. kind: "auto" | "gpu" | "cpu" (instance placement)."""
+                 manifest_sha256: str, plans: dict[str, str] | None = None) -> pb.ModelConfig:
+    """The ModelConfig for one backend. kind: "auto" | "gpu" | "cpu" (instance placement). `plans`: a fleet's
+    plan file per compute capability (gpus.py), as `cc_model_filenames`."""
     bound = batch_bound(entry)
     max_batch = bound.max_batch if options.max_batch is None else options.max_batch
     if max_batch > bound.max_batch:
@@ -110,6 +117,16 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
     cfg.dynamic_batching.preferred_batch_size.extend(options.preferred_for(max_batch))
     cfg.dynamic_batching.max_queue_delay_microseconds = options.queue_delay_us
 
+    if options.cuda_graphs and isinstance(entry, Plan):
+        add_cuda_graphs(cfg, cuda_graph_batches(entry, cfg), spec.input_shape)
+    if options.context_memory and isinstance(entry, Plan):
+        release = entry.target.triton_release
+        if not release_has_allocation_strategy(release):
+            raise TritonizeError(f"--context-memory: the plan is for Triton {release}, whose tensorrt backend does not read "
+                                 f"{ALLOCATION_PARAMETER} (from {ALLOCATION_FROM_RELEASE}); leave it out, or build the plan "
+                                 f"for {ALLOCATION_FROM_RELEASE} or later")
+        cfg.parameters[ALLOCATION_PARAMETER].string_value = ALLOCATION_STRATEGIES[options.context_memory]
+
     kinds = {"auto": pb.ModelInstanceGroup.KIND_AUTO, "gpu": pb.ModelInstanceGroup.KIND_GPU,
              "cpu": pb.ModelInstanceGroup.KIND_CPU}
     cfg.instance_group.add(count=options.instances, kind=kinds[kind])
@@ -121,11 +138,42 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
             w.inputs[input_name].dims.extend(spec.input_shape)
             w.inputs[input_name].zero_data = True
 
-    for key, value in contract_parameters(spec, entry, manifest_sha256).items():
+    for cc, filename in (plans or {}).items():
+        cfg.cc_model_filenames[cc] = filename
+    for key, value in contract_parameters(spec, entry, manifest_sha256, fleet=bool(plans)).items():
         cfg.parameters[key].string_value = value
     if backend.cpu_variant:
         cfg.parameters["source.artifact"].string_value = backend.artifact
     return cfg
+
+
+# tensorrt_backend src/model_state.cc ParseParameters (from release 25.05: r25.05 is the first release branch with
+# tensorrt_backend#108): how each execution context holds its activation memory. Any other value fails the load.
+ALLOCATION_PARAMETER = "execution_context_allocation_strategy"
+ALLOCATION_STRATEGIES = {"static": "STATIC", "on-profile-change": "ON_PROFILE_CHANGE"}
+ALLOCATION_FROM_RELEASE = "25.05"
+
+
+def release_has_allocation_strategy(release: str) -> bool:
+    return tuple(int(p) for p in release.split(".")) >= tuple(int(p) for p in ALLOCATION_FROM_RELEASE.split("."))
+
+
+def cuda_graph_batches(plan: Plan, cfg: pb.ModelConfig) -> list[int]:
+    """The batch sizes to capture CUDA graphs for: those Triton's tensorrt backend would pick by default (1, the
+    preferred batch sizes, max_batch_size; src/instance_state.cc InitializeGraphSpecs), kept within the plan's
+    profile, which the engine cannot run outside."""
+    wanted = {1, *cfg.dynamic_batching.preferred_batch_size, cfg.max_batch_size}
+    return sorted(b for b in wanted if plan.profile.min <= b <= min(plan.profile.max, cfg.max_batch_size))
+
+
+def add_cuda_graphs(cfg: pb.ModelConfig, batches: list[int], input_shape) -> None:
+    """`optimization { cuda { graphs: true, graph_spec {...} } }`: one graph per batch size, each with the input's
+    non-batch shape (model_config.proto ModelOptimizationPolicy.Cuda.GraphSpec)."""
+    cfg.optimization.cuda.graphs = True
+    for batch in batches:
+        graph = cfg.optimization.cuda.graph_spec.add(batch_size=batch)
+        for tensor in cfg.input:
+            graph.input[tensor.name].dim.extend(input_shape)
 
 
 def preprocessor_config(pre: Preprocessor, spec: ModelSpec, max_batch: int, options: RepoOptions,

@@ -4,6 +4,7 @@ the gated CPU precision variant) and the preprocessing models and ensembles buil
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from tritonize.errors import TritonizeError
 
@@ -97,6 +98,9 @@ class RepoOptions:
     ensembles: bool = True  # the preprocessing models and one ensemble per classifier and preprocessor
     force: bool = False  # rebuild even when the repository is up to date (implies overwrite)
     overwrite: bool = False  # replace an existing repository that differs from what this build writes
+    cuda_graphs: bool = False  # trt_model: optimization.cuda.graphs with a graph_spec per batch size (config.py)
+    context_memory: str | None = None  # trt_model: execution_context_allocation_strategy (config.py); None: Triton's
+    plans: tuple[Path, ...] = ()  # other artifacts directories whose plans join trt_model's (one per GPU kind: gpus.py)
 
     def __post_init__(self):
         if self.max_batch is not None and self.max_batch < 1:
@@ -113,6 +117,9 @@ class RepoOptions:
             raise TritonizeError(f"--kind must be one of {', '.join(KINDS)} (got {self.kind!r})")
         if self.force:
             object.__setattr__(self, "overwrite", True)
+        object.__setattr__(self, "plans", tuple(Path(p) for p in self.plans))
+        if self.context_memory not in (None, "static", "on-profile-change"):
+            raise TritonizeError(f"--context-memory must be static or on-profile-change (got {self.context_memory!r})")
         if self.models is not None:
             models = tuple(self.models)
             unknown = [m for m in models if m not in BACKENDS]
@@ -125,11 +132,3 @@ class RepoOptions:
     def preferred_for(self, max_batch: int) -> list[int]:
         """Preferred batch sizes that fit `max_batch`, sorted, without duplicates."""
         return sorted({p for p in self.preferred if p <= max_batch})
-
-
-def parse_int_list(text: str, option: str) -> tuple[int, ...]:
-    """"4,8,16" -> (4, 8, 16), with a clear error naming the option."""
-    try:
-        return tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise TritonizeError(f"{option} takes comma-separated integers, e.g. 4,8,16,32 (got {text!r})") from None

@@ -9,7 +9,7 @@ is not installed (there it needs Pillow: `tritonize serve --engine docker` pip-i
 - `preprocess`: input IMAGE, encoded images (BYTES, one element per image), decoded with
   `images.decode_rgb` (EXIF orientation, every Pillow mode) and preprocessed with the contract.
   An element may also be the image's base64 text: JSON carries no raw bytes, so that is what a
-  plain HTTP client (the README's curl line) sends. No format Pillow reads is valid base64 text
+  plain HTTP client (the curl line of docs/preprocessing.md) sends. No format Pillow reads is valid base64 text
   (every one has bytes outside that alphabet in its header), so the two cannot be confused.
 - `preprocess_uint8`: input PIXELS, UINT8 (crop, crop, 3) RGB that the client resized and cropped
   (`Preprocessing.crop_pixels`); only `Preprocessing.normalize` runs here.

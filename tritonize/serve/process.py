@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -18,10 +18,11 @@ from pathlib import Path
 
 from tritonize.access import ControlKey
 from tritonize.errors import TritonizeError
+from tritonize.processes import die_with_parent, start_time, stop_process_group
 from tritonize.progress import say
+from tritonize.repository_index import index_state
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-STOP_GRACE_S = 20.0  # Triton finishes in-flight requests and unloads models on SIGTERM
 WORKDIR_PREFIX = "tritonize-serve-"
 OWNER_FILE = "owner"  # in each workdir: "<pid> <start time>" of the process that made it
 
@@ -104,18 +105,6 @@ def endpoints(host: str, ports: Ports) -> tuple[str, str, str]:
     return f"{h}:{ports.grpc}", f"http://{h}:{ports.http}", f"http://{h}:{ports.metrics}/metrics"
 
 
-def die_with_parent() -> None:
-    """Runs in the child before exec: if the Python process that started the server dies without
-    stopping it (SIGKILL, a SIGTERM it does not handle), the kernel sends the server SIGTERM, so no
-    orphaned server keeps the ports. (Linux; tied to the starting thread, here the main one.)"""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 class RunningServer:
     """A tritonserver process (bundled binary or `docker run`) in its own process group: `start()`
     launches it and returns its ServerInfo once ready; `stop()` ends the whole group."""
@@ -157,11 +146,17 @@ class RunningServer:
             self.process = None
 
 
-def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path) -> None:
-    """Poll the server's readiness until `timeout`; a server that exits or never gets ready is an
+def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path,
+                     every: float = 2.0) -> None:
+    """Poll the server's readiness until `timeout`, saying every `every` seconds which models have loaded (from
+    its log: the repository index may need the control key); a server that exits or never gets ready is an
     error carrying the log's relevant tail."""
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline, next_note = start + timeout, start + every
     while True:
+        if time.monotonic() >= next_note:
+            next_note += every
+            say(f"  loading: {loading_progress(log_path)} ({time.monotonic() - start:.0f} s)")
         code = process.poll()
         if code is not None:
             raise TritonizeError(f"tritonserver exited with code {code} before it was ready\n{log_tail(log_path)}")
@@ -169,10 +164,27 @@ def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, ti
             return
         if time.monotonic() > deadline:
             raise TritonizeError(
-                f"tritonserver was not ready within {timeout:.0f} s (raise --timeout if loading is slow)\n"
+                f"tritonserver was not ready within {timeout:.0f} s (raise --ready-timeout if loading is slow)\n"
                 f"{log_tail(log_path)}"
             )
         time.sleep(0.1)
+
+
+_LOADED = re.compile(r"successfully loaded '([^']+)'")
+_FAILED = re.compile(r"failed to load '([^']+)'")
+
+
+def loading_progress(log_path: Path) -> str:
+    """What the server's log says so far: the models loaded (the last few named) and those that failed."""
+    try:
+        text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        return "starting"
+    loaded, failed = list(dict.fromkeys(_LOADED.findall(text))), list(dict.fromkeys(_FAILED.findall(text)))
+    if not loaded and not failed:
+        return "starting, no model loaded yet"
+    line = f"{len(loaded)} model(s) loaded" + (f", latest {', '.join(loaded[-3:])}" if loaded else "")
+    return line + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
 def model_states(http_url: str, key: ControlKey | None = None) -> dict[str, tuple[str, str]]:
@@ -182,20 +194,6 @@ def model_states(http_url: str, key: ControlKey | None = None) -> dict[str, tupl
     with urllib.request.urlopen(request, timeout=10) as response:
         index = json.loads(response.read())
     return {m["name"]: index_state(m) for m in sorted(index, key=lambda m: m["name"])}
-
-
-def index_state(entry: dict) -> tuple[str, str]:
-    """(state, reason) of a repository index entry (HTTP or gRPC JSON). With explicit model control a
-    model that was never loaded comes without either."""
-    if not entry.get("state"):
-        return "UNAVAILABLE", "not loaded"
-    return entry["state"], clean_reason(entry.get("reason", ""))
-
-
-def clean_reason(reason: str) -> str:
-    """One line: Triton appends the Python traceback of a failed initialize() (the message comes
-    first) and ends load errors with `;`."""
-    return " ".join(reason.split("\n\nAt:")[0].split()).rstrip(";")
 
 
 def _http_ok(url: str) -> bool:
@@ -227,35 +225,6 @@ def log_tail(log_path: Path, lines: int = 15, errors: int = 10) -> str:
     return f"server log {log_path} (errors and last lines):\n{body}"
 
 
-def stop_process_group(process: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
-    """SIGTERM the process group (server and its backend stubs), SIGKILL what is left after
-    `grace` seconds, and return only once no member of the group remains."""
-    pgid = process.pid  # started with start_new_session: the leader's pid is the group id
-    if process.poll() is None:
-        _signal_group(pgid, signal.SIGTERM)
-        try:
-            process.wait(grace)
-        except subprocess.TimeoutExpired:
-            _signal_group(pgid, signal.SIGKILL)
-            process.wait()
-    # Stubs outlive a server that crashed or was killed: end them too.
-    _signal_group(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while _signal_group(pgid, 0) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _signal_group(pgid: int, sig: int) -> bool:
-    """Send `sig` to the group; False when no process is left in it."""
-    try:
-        os.killpg(pgid, sig)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # only zombies left, owned by init until reaped
-        return False
-
-
 def make_workdir() -> Path:
     """A new temporary directory for one server, owned by this process.
 
@@ -275,16 +244,6 @@ def make_workdir() -> Path:
     workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
     (workdir / OWNER_FILE).write_text(f"{os.getpid()} {start_time(os.getpid())}\n")
     return workdir
-
-
-def start_time(pid: int) -> str | None:
-    """When the process started (clock ticks after boot), None once it is dead (a zombie too): with
-    the pid, it tells the process from a later one that got the same pid."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except OSError:
-        return None
-    return None if fields[0] == "Z" else fields[19]
 
 
 class ServerHandle:

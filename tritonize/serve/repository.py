@@ -102,3 +102,18 @@ def models_without_python_requirements(repository: Path) -> list[str]:
 def has_config_variant(repository: Path, name: str) -> bool:
     """True when some model has `configs/<name>.pbtxt` (Triton's --model-config-name)."""
     return any(Path(repository).glob(f"*/configs/{name}.pbtxt"))
+
+
+def plans_missing_for_gpu(repository: Path, gpu_cc: str | None) -> list[str]:
+    """One line per TensorRT model of `repository` that has no plan for the serving GPU's compute capability
+    (`gpu_cc`, else this machine's GPU; nothing when neither is known)."""
+    from tritonize.repository_builder.gpus import missing_plan, serving_cc
+
+    configs = [parse_config(f) for f in sorted(Path(repository).glob(f"*/{CONFIG_NAME}"))]
+    configs = [c for c in configs if c.platform == "tensorrt_plan" or c.backend == "tensorrt"]
+    if not configs:
+        return []
+    cc, source = serving_cc(gpu_cc)
+    if cc is None:
+        return []
+    return [f"{problem} (compute capability from {source})" for c in configs if (problem := missing_plan(c, cc))]

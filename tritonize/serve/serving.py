@@ -12,13 +12,14 @@ from pathlib import Path
 from tritonize.access import KEY_ENV, RESTRICTED_APIS, ControlKey, ServerTLS, is_loopback, server_key, server_tls
 from tritonize.errors import TritonizeError
 from tritonize.progress import say
+from tritonize.repository_builder.gpus import check_cc
 from tritonize.machine import docker_gpu_problem
 from tritonize.serve.docker import DockerServer, choose_release, docker_command
 from tritonize.serve.embedded import EmbeddedServer
 from tritonize.serve.process import RunningServer, ServerInfo, log_tail
-from tritonize.serve.repository import DEFAULT_CONFIG_NAME, validate_repository
+from tritonize.serve.repository import DEFAULT_CONFIG_NAME, plans_missing_for_gpu, validate_repository
 
-ENGINES = ("auto", "embedded", "docker")
+SERVER_ENGINES = ("auto", "embedded", "docker")
 READY_TIMEOUT_S = {"embedded": 120.0, "docker": 900.0}  # docker: the first run pulls a ~15 GB image
 
 
@@ -38,20 +39,24 @@ class ServeOptions:
     open_control_apis: bool = False  # no key, whatever the host
     tls_cert: Path | None = None  # gRPC over TLS with this certificate (PEM) ...
     tls_key: Path | None = None  # ... and its private key
+    gpu_cc: str | None = None  # the serving GPU's compute capability for the plan check; None: this machine's GPU
 
     def __post_init__(self):
-        if self.engine not in ENGINES:
-            raise TritonizeError(f"--engine must be one of {', '.join(ENGINES)} (got {self.engine!r})")
+        if self.engine not in SERVER_ENGINES:
+            raise TritonizeError(f"--engine must be one of {', '.join(SERVER_ENGINES)} (got {self.engine!r})")
         for option, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
                              ("--metrics-port", self.metrics_port)):
             if not 1 <= port <= 65535:
                 raise TritonizeError(f"{option} must be a port between 1 and 65535 (got {port})")
         if self.timeout is not None and self.timeout <= 0:
             raise TritonizeError(f"--timeout must be positive seconds (got {self.timeout})")
+        if self.gpu_cc is not None:
+            check_cc(self.gpu_cc)
 
 
 def docker_command_line(repository: Path, options: ServeOptions) -> str:
     """The `docker run` command line serving `repository` with the matching NGC container."""
+    _warn_missing_plans(Path(repository), options)
     choice = choose_release(options.triton_release, repository)
     say(f"Triton {choice.release}: {choice.why}")
     key = _restricted(options)
@@ -64,6 +69,12 @@ def docker_command_line(repository: Path, options: ServeOptions) -> str:
         metrics_port=options.metrics_port, model_config_name=_docker_config_name(options.config_name),
         models=options.models, restricted=key is not None, tls=_tls(options),
     ))
+
+
+def _warn_missing_plans(repository: Path, options: ServeOptions) -> None:
+    """One line per TensorRT model without a plan for the serving GPU: Triton would leave it UNAVAILABLE."""
+    for line in plans_missing_for_gpu(repository, options.gpu_cc):
+        say(f"warning: {line}")
 
 
 def _restricted(options: ServeOptions) -> ControlKey | None:
@@ -82,6 +93,7 @@ def _tls(options: ServeOptions) -> ServerTLS | None:
 def serve(repository: Path, options: ServeOptions) -> None:
     """Serve until Ctrl-C / SIGTERM. Raises TritonizeError when no model is READY or the server dies."""
     validate_repository(Path(repository), options.models)  # before probing for docker: a typo should fail fast
+    _warn_missing_plans(Path(repository), options)
     server = _server(Path(repository), options)
     with server as info:
         print(models_table(info), flush=True)

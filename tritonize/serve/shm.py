@@ -22,7 +22,7 @@ import secrets
 from pathlib import Path
 
 from tritonize.progress import say
-from tritonize.serve.process import start_time
+from tritonize.processes import start_time
 
 SHM = Path("/dev/shm")
 OWNED = "tritonize_"  # our prefix: tritonize_<pid>_<start time>_<server>_

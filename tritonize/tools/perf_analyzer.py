@@ -72,7 +72,7 @@ def require() -> PerfAnalyzer:
     found = find()
     if found is None:
         raise TritonizeError(f"perf_analyzer is not on PATH nor in {fetched_path().parent.parent}; "
-                             f"get it with `{GET_COMMAND}`, or use --engine builtin")
+                             f"get it with `{GET_COMMAND}`, or use --load-generator builtin")
     return found
 
 

@@ -38,7 +38,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.client.connection import Connection
-from tritonize.client.perf import ENGINES, UNJUDGED, PerfOptions, run_perf
+from tritonize.client.perf import LOAD_GENERATORS, UNJUDGED, PerfOptions, run_perf
 from tritonize.control.models import ModelControl
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
@@ -114,11 +114,11 @@ class Space:
         for name in ("instances", "threads", "concurrency"):
             values = getattr(self, name)
             if not values or min(values) < 1:
-                raise TritonizeError(f"--{name.replace('_', '-')} needs values >= 1, got {list(values)}")
+                raise TritonizeError(f"--try-{name.replace('_', '-')} needs values >= 1, got {list(values)}")
         if not self.queue_delay_us or min(self.queue_delay_us) < 0:
-            raise TritonizeError(f"--queue-delay-us needs values >= 0, got {list(self.queue_delay_us)}")
+            raise TritonizeError(f"--try-queue-delay-us needs values >= 0, got {list(self.queue_delay_us)}")
         if any(p and min(p) < 1 for p in self.preferred):
-            raise TritonizeError("--preferred sizes must be >= 1 (or `none`)")
+            raise TritonizeError("--try-preferred sizes must be >= 1 (or `none`)")
 
     def dimensions(self, start: Candidate, max_batch: int) -> list[tuple[str, list[dict]]]:
         """Per dimension, the changes to try (the fields of Candidate they set)."""
@@ -203,8 +203,8 @@ class TuneOptions:
             raise TritonizeError(f"--duration must be between 0 and 600 seconds, got {self.duration}")
         if self.batch < 1:
             raise TritonizeError(f"--batch must be >= 1, got {self.batch}")
-        if self.engine not in ENGINES:
-            raise TritonizeError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine not in LOAD_GENERATORS:
+            raise TritonizeError(f"--load-generator must be one of {', '.join(LOAD_GENERATORS)}, got {self.engine!r}")
         if self.config_name in ("", "config") or "/" in self.config_name:
             raise TritonizeError(f"--config-name {self.config_name!r}: tune writes configs/<name>.pbtxt and never "
                                  "config.pbtxt; choose another name, e.g. tuned")

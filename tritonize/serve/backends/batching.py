@@ -49,6 +49,10 @@ class BatchingModel:
     def require(self) -> None:
         """Raise with a clear reason when this machine cannot run the backend at all."""
 
+    def model_path(self, version_dir: Path, config: dict, placement: Placement) -> Path:
+        """The file this instance loads from its version directory."""
+        return version_dir / (config.get("default_model_filename") or self.default_model_filename)
+
     def load(self, path: Path, placement: Placement) -> None:
         raise NotImplementedError
 
@@ -60,6 +64,7 @@ class BatchingModel:
     def initialize(self, args: dict) -> None:
         self.require()
         config = json.loads(args["model_config"])
+        self.config = config
         self.model_name = args["model_name"]
         self.max_batch_size = int(config.get("max_batch_size", 0))
         self.inputs = [_tensor_spec(t) for t in config.get("input", [])]
@@ -69,8 +74,7 @@ class BatchingModel:
             device_id=int(args["model_instance_device_id"]),
             threads=threads_per_instance(config),
         )
-        filename = config.get("default_model_filename") or self.default_model_filename
-        path = Path(args["model_repository"]) / args["model_version"] / filename
+        path = self.model_path(Path(args["model_repository"]) / args["model_version"], config, self.placement)
         if not path.is_file():
             raise RuntimeError(f"model file {path} not found")
         self.load(path, self.placement)

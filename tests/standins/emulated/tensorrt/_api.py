@@ -107,6 +107,7 @@ def _make_enum(name: str, members: dict) -> type:
 ENUMS = {name: _make_enum(name, members) for name, members in INVENTORY["enums"].items()}
 DataType = ENUMS["DataType"]
 TensorIOMode = ENUMS["TensorIOMode"]
+LayerInformationFormat = ENUMS["LayerInformationFormat"]
 TensorFormat = ENUMS["TensorFormat"]
 LayerType = ENUMS["LayerType"]
 BuilderFlag = ENUMS["BuilderFlag"]
@@ -668,6 +669,37 @@ class IBuilderConfig(_Object):
 # ----------------------------------------------------------------------------------- builder
 
 
+def _member_name(enum, value) -> str:
+    """The canonical name of an enum value (8.6's ProfilingVerbosity has aliases: DEFAULT = LAYER_NAMES_ONLY)."""
+    names = [n for n, m in enum.__members__.items() if int(m) == int(value)]
+    return next((n for n in ("LAYER_NAMES_ONLY", "DETAILED", "NONE") if n in names), names[0])
+
+
+def _built_layers(network, flags: set[str]) -> list[dict]:
+    """Each layer of the built engine and the precision it runs in (rules.layer_precision), with its
+    input and output tensors as the engine inspector names them."""
+    import onnx
+
+    model = onnx.load_from_string(network._onnx)
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    types = {v.name: v.type.tensor_type.elem_type for v in [*inferred.value_info, *inferred.input, *inferred.output]}
+    weights = {i.name for i in model.graph.initializer}
+    producers = {o: n.op_type for n in model.graph.node for o in n.output}
+    fp32 = {n.strip() for n in os.environ.get("STANDIN_TRT_FP32_KERNELS", "").split(",") if n.strip()}
+    layers, precision_of = [], {t.name: t.dtype.name for t in network._inputs}
+    for layer, node in zip(network._layers, model.graph.node):
+        inputs = [i for i in node.input if i and i not in weights]
+        precision = rules.layer_precision(
+            node.op_type, ONNX_DTYPES.get(types.get(node.output[0], 1), "FLOAT"), network._strongly_typed, flags,
+            layer._precision.name if layer._precision is not None else None,
+            any(producers.get(i) == "DequantizeLinear" for i in node.input), "*" in fp32 or layer._name in fp32)
+        for name in node.output:
+            precision_of[name] = precision
+        layers.append({"name": layer._name, "type": layer._type.name, "precision": precision,
+                       "inputs": [[i, precision_of.get(i, "FLOAT")] for i in inputs], "outputs": list(node.output)})
+    return layers
+
+
 def _flag_names(flags: int) -> set[str]:
     return {name for name, member in BuilderFlag.__members__.items() if flags & (1 << int(member))}
 
@@ -740,8 +772,10 @@ class Builder(_Object):
             inputs=[_plan.Tensor(t.name, t.dtype.name, list(t.shape)) for t in network._inputs],
             outputs=[_plan.Tensor(t.name, t.dtype.name, list(t.shape)) for t in network._outputs],
             precision={"flags": sorted(flags), "strongly_typed": network._strongly_typed,
-                       "layer_precisions": {l._name: l._precision.name for l in network._layers if l._precision}},
+                       "layer_precisions": {l._name: l._precision.name for l in network._layers if l._precision},
+                       "layers": _built_layers(network, flags)},
             builder={"optimization_level": config._opt_level,
+                     "profiling_verbosity": _member_name(ENUMS["ProfilingVerbosity"], config._profiling),
                      "workspace_bytes": config._pools.get(int(ENUMS["MemoryPoolType"].WORKSPACE)),
                      "timing_cache_reused": reused},
         )
@@ -874,11 +908,67 @@ class ICudaEngine(_Object):
     def get_tensor_profile_shape(self, name, profile_index):
         return [Dims(s) for s in self._header.profiles[profile_index][name]]
 
+    num_layers = property(lambda self: len(self._header.precision.get("layers", [])))
+    profiling_verbosity = property(lambda self: getattr(ENUMS["ProfilingVerbosity"],
+                                                        self._header.builder.get("profiling_verbosity", "LAYER_NAMES_ONLY")))
+
     def create_execution_context(self, strategy=None):
         return IExecutionContext(self)
 
+    def create_engine_inspector(self):
+        return EngineInspector(self)
+
     def serialize(self):
         return IHostMemory(_plan.write(self._header, self._onnx))
+
+
+class EngineInspector(_Object):
+    """IEngineInspector: the built engine's layers as its profiling verbosity allows (rules 'layer_precision').
+    DETAILED: per layer Name, LayerType, Inputs/Outputs (Name, Location, Dimensions, Format/Datatype),
+    TacticValue, StreamId, Metadata; LAYER_NAMES_ONLY: the name; NONE: nothing. The emulation has no
+    intermediate shapes: Dimensions is []. One profile's layers (TensorRT 10+; 8.6 repeats them per profile)."""
+
+    _trt_name = "EngineInspector"
+
+    def __init__(self, engine: ICudaEngine):
+        self._engine, self._context = engine, None
+
+    @property
+    def execution_context(self):
+        return self._context
+
+    @execution_context.setter
+    def execution_context(self, value):
+        self._context = value
+
+    def _layer(self, record: dict):
+        verbosity = self._engine._header.builder.get("profiling_verbosity", "LAYER_NAMES_ONLY")
+        if verbosity == "NONE":
+            return None
+        if verbosity != "DETAILED":
+            return record["name"]
+        tensor = lambda name, precision: {"Name": name, "Location": "Device", "Dimensions": [],  # noqa: E731
+                                          "Format/Datatype": rules.format_datatype(precision)}
+        return {"Name": record["name"], "LayerType": record["type"].title().replace("_", ""),
+                "Inputs": [tensor(n, p) for n, p in record["inputs"]],
+                "Outputs": [tensor(n, record["precision"]) for n in record["outputs"]],
+                "TacticValue": "0x0000000000000000", "StreamId": 0, "Metadata": ""}
+
+    def get_layer_information(self, layer_index, format):
+        layers = self._engine._header.precision.get("layers", [])
+        if not 0 <= layer_index < len(layers):
+            return None
+        info = self._layer(layers[layer_index])
+        if format == LayerInformationFormat.JSON:
+            return json.dumps(info) if info is not None else ""
+        return info if isinstance(info, str) else json.dumps(info) if info else ""
+
+    def get_engine_information(self, format):
+        layers = [l for l in (self._layer(r) for r in self._engine._header.precision.get("layers", [])) if l is not None]
+        bindings = list(self._engine._names)
+        if format == LayerInformationFormat.JSON:
+            return json.dumps({"Layers": layers, "Bindings": bindings})
+        return "\n".join(l if isinstance(l, str) else json.dumps(l) for l in layers) + "\n"
 
 
 class IExecutionContext(_Object):

@@ -23,7 +23,25 @@ class TritonPythonModel(BatchingModel):
     def require(self) -> None:
         _require_tensorrt_and_gpu()
 
+    def model_path(self, version_dir: Path, config: dict, placement: Placement) -> Path:
+        """As Triton's tensorrt backend picks it (src/model_state.cc): the file `cc_model_filenames` maps the
+        instance GPU's compute capability ("major.minor") to, else default_model_filename, else model.plan."""
+        plans = config.get("cc_model_filenames") or {}
+        cc = _compute_capability(placement.device_id)
+        if cc in plans:
+            return version_dir / plans[cc]
+        default = super().model_path(version_dir, config, placement)
+        if plans and not default.is_file():
+            raise RuntimeError(f"no plan for this GPU's compute capability {cc} (cc_model_filenames has "
+                               f"{', '.join(sorted(plans))}) and no {default.name}: build a plan on this GPU kind "
+                               "and gather it with `tritonize repo build --plans DIR`")
+        return default
+
     def load(self, path: Path, placement: Placement) -> None:
+        strategy = ((self.config.get("parameters") or {}).get("execution_context_allocation_strategy") or {}).get("string_value")
+        if strategy is not None and strategy not in ("STATIC", "ON_PROFILE_CHANGE"):  # as tensorrt_backend refuses it
+            raise RuntimeError(f"Invalid value for 'execution_context_allocation_strategy': '{strategy}' for model "
+                               f"instance '{self.model_name}'. Supported values are 'STATIC' and 'ON_PROFILE_CHANGE'.")
         from polygraphy import cuda
         from polygraphy.datatype import DataType
 
@@ -77,6 +95,18 @@ class TritonPythonModel(BatchingModel):
         if getattr(self, "stream", None) is not None:
             self.stream.free()
             self.stream = None
+
+
+def _compute_capability(device_id: int) -> str:
+    """The compute capability "major.minor" of CUDA device `device_id`, from the CUDA runtime."""
+    from polygraphy import cuda
+
+    lib, value, parts = cuda.wrapper().handle, ctypes.c_int(0), []
+    for attribute in (75, 76):  # cudaDevAttrComputeCapabilityMajor, ...Minor (driver_types.h)
+        if lib.cudaDeviceGetAttribute(ctypes.byref(value), attribute, ctypes.c_int(device_id)) != 0:
+            raise RuntimeError(f"cannot read the compute capability of CUDA device {device_id}")
+        parts.append(value.value)
+    return f"{parts[0]}.{parts[1]}"
 
 
 def _require_tensorrt_and_gpu():

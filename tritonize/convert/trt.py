@@ -15,18 +15,21 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from tritonize.convert.builders import candidate_builders, container_argv, pick_builders
+from tritonize.convert.builders import candidate_builders, container_argv, find_trtexec, pick_builders
 from tritonize.convert.engine import PLAN_NAME, build_engine, plan_check
 from tritonize.convert.network import Network, network_from_onnx
-from tritonize.convert.options import ConvertOptions
+from tritonize.convert.options import AUTO_RELEASE, ConvertOptions
 from tritonize.convert.prepare import opset_for_tensorrt, prepare_opset, prepare_precision
 from tritonize.convert.reproducer import argv_by_major, write_reproducer
-from tritonize.convert.trtexec import BuildJob, trtexec_argv
+from tritonize.convert.trtexec import BuildJob, probe_trtexec, trtexec_argv
 from tritonize.errors import TritonizeError
 from tritonize.files import ensure_writable_dir, sha256_file
-from tritonize.manifest import FileRef, Manifest, Plan, PlanOptions, Status, Target, manifest_path, now_iso
+from tritonize.facts import now_iso
+from tritonize.manifest import FileRef, Manifest, Plan, PlanOptions, Status, Target, manifest_path
 from tritonize.progress import say
-from tritonize.releases import Release, latest_release, release_info
+from tritonize.releases import (
+    Release, host_tensorrt, latest_release, load_releases, pins_line, release_info, tensorrt_matches,
+)
 from tritonize.stage import StageResult, StageStatus
 
 TIMING_CACHE_NAME = "timing.cache"
@@ -46,9 +49,10 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
     manifest = Manifest.load_or_empty(out)
     fp32_onnx = _source_onnx(manifest, options)
     network = Network.from_spec(manifest.model) if manifest.model else network_from_onnx(fp32_onnx)
-    release = release_info(options.triton_release) if options.triton_release else latest_release()
+    release = target_release(options.triton_release)
     say(f"Converting {network.described} for Triton {release.release} ({release.image}): {options.precision.value}, "
         f"batch profile {options.profile.min}/{options.profile.opt}/{options.profile.max}")
+    say(f"  pins: {pins_line(release)}")
 
     source = fp32_onnx
     opset = opset_for_tensorrt(release.tensorrt)
@@ -122,7 +126,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
             say(f"  = {PLAN_NAME} is up to date (same ONNX, profile, precision and target); --force rebuilds it")
             return StageResult("convert", StageStatus.up_to_date, _built_detail(recorded))
         if recorded.status is Status.waiting_for_gpu and not can_build:
-            say(f"  = still waiting for a GPU box (same ONNX, profile, precision and target); {waiting}")
+            say("  = still waiting for a GPU box (same ONNX, profile, precision and target)")
             return StageResult("convert", StageStatus.waiting_for_gpu, waiting)
 
     if not can_build:
@@ -130,8 +134,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         say(f"  ✓ wrote {script} and {job.onnx_file}; manifest entry 'tensorrt' is waiting_for_gpu")
         if not options.dry_run:
             say(f"  ! no TensorRT builder can run here ({why})")
-        say(waiting)
-        return StageResult("convert", StageStatus.waiting_for_gpu, waiting)
+        return StageResult("convert", StageStatus.waiting_for_gpu, waiting)  # the caller says it, once
     check = plan_check(network, fp32_onnx, options)
     built = build_engine(manifest, job, builders, release, options, entry, check)
     return StageResult("convert", StageStatus.done, _built_detail(built))
@@ -159,6 +162,30 @@ def _plan_file_intact(manifest: Manifest, plan: Plan) -> bool:
 
 def _built_detail(plan: Plan) -> str:
     return f"{plan.precision} plan, TensorRT {plan.tensorrt_version or '?'}"
+
+
+def target_release(choice: str | None) -> Release:
+    """The release a plan is built for: --triton-release YY.MM, the newest release tritonize knows (None), or with
+    `auto` the newest release whose TensorRT is this machine's (this Python's `tensorrt`, else trtexec's)."""
+    if choice is None:
+        return latest_release()
+    if choice != AUTO_RELEASE:
+        return release_info(choice)
+    version, where = host_tensorrt(), "this Python's TensorRT"
+    if version is None:
+        executable = find_trtexec()
+        version, where = (probe_trtexec(executable) if executable else None), f"the trtexec at {executable}"
+    if version is None:
+        raise TritonizeError("--triton-release auto: this machine has no TensorRT (no `tensorrt` Python package, no "
+                             "trtexec on PATH); give --triton-release YY.MM (`tritonize convert releases` lists the pins)")
+    matching = [r for r in load_releases() if r.tensorrt and tensorrt_matches(version, r.tensorrt)]
+    if not matching:
+        raise TritonizeError(f"--triton-release auto: no release in tritonize's table runs TensorRT {version} ({where}); "
+                             "install the pins of your target release (`tritonize convert releases`) or give "
+                             "--triton-release YY.MM")
+    release = matching[-1]
+    say(f"--triton-release auto: Triton {release.release}, whose TensorRT {release.tensorrt} is {where}")
+    return release
 
 
 def _source_onnx(manifest: Manifest, options: ConvertOptions) -> Path:

@@ -2,8 +2,8 @@
 
 The options map onto its flags: `-b` batch, `--concurrency-range C`, `--shared-memory system` (with
 `--output-shared-memory-size`), `--duration S` -> three time windows of S/3 (`-p`), `--requests N` ->
-`--measurement-mode count_windows` with N/3 requests per window, `--stability` -> `-s`. Every request
-carries the same image as the built-in engine sends, in perf_analyzer's `--input-data` JSON (base64 of
+`--request-count N` (exactly N requests, one window), `--stability` -> `-s`. Every request
+carries the same image as the built-in load generator sends, in perf_analyzer's `--input-data` JSON (base64 of
 the tensor's bytes; a BYTES element with its 4-byte length first, as its docs require). The CSV row
 (`-f` with `--verbose-csv`) is kept as perf_analyzer wrote it; what the CSV lacks (request count, the
 batch the server executed) comes from its stdout.
@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import csv
 import json
-import math
 import re
 import subprocess
 import tempfile
@@ -74,11 +73,6 @@ def time_window_ms(seconds: float | None) -> int:
     return max(100, int(round((seconds or 5.0) * 1000 / 3)))
 
 
-def count_window(requests: int) -> int:
-    """A level of `requests` is three of perf_analyzer's count windows (`--measurement-request-count`)."""
-    return max(1, math.ceil(requests / 3))
-
-
 def argv(tool: PerfAnalyzer, model: str, url: str, data_file: Path, csv_file: Path, *, concurrency: int, batch: int,
          batching: bool, seconds: float | None, requests: int | None, stability: float, shared_memory: str,
          output_bytes: int, headers: dict[str, str] | None = None, root_certificates: str | None = None) -> list[str]:
@@ -91,7 +85,7 @@ def argv(tool: PerfAnalyzer, model: str, url: str, data_file: Path, csv_file: Pa
     if batching:
         args += ["-b", str(batch)]
     if requests is not None:
-        args += ["--measurement-mode", "count_windows", "--measurement-request-count", str(count_window(requests))]
+        args += ["--request-count", str(requests)]  # exactly that many (count windows sent more: 6 became 26 to 74)
     else:
         args += ["-p", str(time_window_ms(seconds))]
     for name, value in (headers or {}).items():
@@ -163,7 +157,7 @@ def level_figures(row: dict, figures: dict, batch: int) -> dict:
 
 def passes_figures(passes: list[tuple[float, float]], batch: int, window_s: float | None, per_window: int | None) -> dict:
     """LevelResult fields from the windows perf_analyzer completed before requests failed: requests counted per
-    window (time windows: inferences/s x the window / batch; count windows: their request count), throughput
+    window (time windows: inferences/s x the window / batch; a request count: that count), throughput
     and average latency over them. Its percentiles come only with a finished run: not known here."""
     counts = [per_window if per_window else round(throughput * (window_s or 0) / batch) for throughput, _ in passes]
     requests = sum(counts)

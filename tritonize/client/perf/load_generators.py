@@ -1,0 +1,179 @@
+"""The two load generators a level is measured with: the built-in one and the real perf_analyzer."""
+
+from __future__ import annotations
+
+import time
+
+from tritonize.client.connection import Connection, short_reason
+from tritonize.client.load import EXITED, LoadError, LoadProcess
+from tritonize.client.perf import perf_analyzer_runs as pa
+from tritonize.client.perf.results import SERVER_PARTS, LevelResult, PerfOptions
+from tritonize.client.perf.workload import SharedMemoryRegions, Workload
+from tritonize.client.stats import latency_summary
+from tritonize.errors import TritonizeError
+from tritonize.progress import say
+from tritonize.tools.perf_analyzer import PerfAnalyzer
+
+def server_delta(before: dict, after: dict) -> tuple[dict, float, int]:
+    """Per-request server times (us) between two statistics snapshots, the mean executed batch, and the request count."""
+    delta = {k: (after.get(k, (0, 0))[0] - before.get(k, (0, 0))[0], after.get(k, (0, 0))[1] - before.get(k, (0, 0))[1]) for k in after}
+    per_request = {part: (delta[part][1] / delta[part][0] / 1e3 if delta.get(part, (0, 0))[0] else 0.0) for part in SERVER_PARTS}
+    executions, inferences = delta.get("executions", (0, 0))
+    return per_request, (inferences / executions if executions else 0.0), delta.get("success", (0, 0))[0]
+
+
+RECORD_WAIT_S = 2.0  # how long the built-in load generator waits for the server to record the requests it answered
+
+
+class BuiltinGenerator:
+    """The built-in load generator (tritonize.client.load): requests serialized once here, the load loop in
+    a process of its own; the server-side split from the statistics API, read around the window."""
+
+    name = "builtin"
+
+    def __init__(self, connection: Connection, workload: Workload, slots: int, timeout: float):
+        self.connection, self.workload, self.load = connection, workload, None
+        # It reads the statistics API around each window: a server that restricts it says so now, in one line.
+        connection.statistics(workload.info.name)
+        self.regions = SharedMemoryRegions(connection, workload, slots) if workload.shared_memory else None
+        try:
+            requests = [workload.serialized(self.regions, slot) for slot in range(slots)]
+            self.load = LoadProcess(connection.url, requests, timeout, connection.channel.get("root_certificates"))
+        except BaseException:
+            self.close()
+            raise
+
+    def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
+        info, stats = self.workload.info, {}
+        start = self._statistics()
+        try:
+            window = self.load.run(concurrency, options.warmup, options.duration if options.requests is None else None,
+                                   options.requests, options.level_time_limit,
+                                   between=lambda: stats.update(before=self._recorded(start, concurrency * options.warmup)))
+        except LoadError as e:
+            if e.code == EXITED:
+                raise TritonizeError(f"{info.name} at concurrency {concurrency}: the load process stopped ({e.details})") from None
+            return LevelResult.failed(self.workload, concurrency, self.name, 1, f"{e.code}: {e.details}")  # in the warm-up
+        before = stats["before"]
+        after = self._recorded(before, window.answered)
+        if before is None or after is None or after.get("success", (0, 0))[0] < before.get("success", (0, 0))[0]:
+            before = after = {}  # not both read, or the model was reloaded between them: its statistics started again
+        per_request, server_batches, _ = server_delta(before, after)
+        latencies = [done - sent for sent, done in window.requests]
+        wait = sum(latencies) / len(latencies) * 1e6 if latencies else 0.0
+        batch = len(self.workload.batch)
+        return LevelResult(
+            model=self.workload.model, preprocess=info.path, served=info.name, concurrency=concurrency, batch=batch, transport=self.workload.transport,
+            requests=len(latencies), seconds=round(window.seconds, 4),
+            throughput=len(latencies) * batch / window.seconds if window.seconds > 0 else 0.0,
+            latency=latency_summary(latencies), client_send_us=0.0, client_recv_us=0.0, response_wait_us=wait,
+            server_us=per_request, server_batches=server_batches, tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire,
+            engine=self.name, failures=window.failures, error=window.error,
+        )
+
+    def _recorded(self, since: dict | None, answered: int) -> dict | None:
+        """The statistics once they count the `answered` successes since `since`. Triton records a request when
+        it releases it, just after the client has its response (here 11 reads in 100 right after a response
+        missed it), so a plain read would move a window's last requests, and the warm-up's, into the next window."""
+        deadline = time.monotonic() + RECORD_WAIT_S
+        while True:
+            stats = self._statistics()
+            if stats is None or since is None or time.monotonic() >= deadline:
+                return stats
+            done, base = stats.get("success", (0, 0))[0], since.get("success", (0, 0))[0]
+            if done >= base + answered or done < base:  # all recorded, or the model reloaded (counts restarted)
+                return stats
+            time.sleep(0.005)
+
+    def _statistics(self) -> dict | None:
+        """The model's statistics, or None while the server cannot give them (the model reloading after a crash, the
+        server gone): a level's requests say what happened, the split of its time is then unknown."""
+        try:
+            return self.connection.statistics(self.workload.info.name)
+        except TritonizeError:
+            return None
+
+    def close(self) -> None:
+        if self.load is not None:
+            self.load.close()
+        if self.regions is not None:
+            self.regions.close()
+
+
+class PerfAnalyzerGenerator:
+    """Each level one run of the real perf_analyzer (tritonize.client.perf.perf_analyzer_runs), read from its own CSV."""
+
+    def __init__(self, connection: Connection, workload: Workload, tool: PerfAnalyzer):
+        self.connection, self.workload, self.tool = connection, workload, tool
+        self.name = f"perf_analyzer {tool.version}"
+        # perf_analyzer reads the statistics API: a server that restricts it says so now, in one line.
+        connection.statistics(workload.info.name)
+        if connection.key is not None:
+            say("perf_analyzer takes the control key on its command line (-H): other users of this machine can see "
+                "it in the process list; --load-generator builtin keeps it off")
+        self.runs = pa.PerfAnalyzerRuns(tool, workload.info.input_name, workload.batch[0])
+
+    def measure(self, concurrency: int, options: PerfOptions) -> LevelResult:
+        info, batch = self.workload.info, len(self.workload.batch)
+        during = f"during {info.name} at concurrency {concurrency}"
+        failed = self._warm_up(options.warmup)
+        if failed:
+            return LevelResult.failed(self.workload, concurrency, self.name, 1, failed)
+        csv_file = self.runs.next_csv()
+        command = pa.argv(self.tool, info.name, self.connection.url, self.runs.data_file, csv_file,
+                          concurrency=concurrency, batch=batch, batching=info.max_batch_size > 0,
+                          seconds=options.duration, requests=options.requests, stability=options.stability,
+                          shared_memory=options.shared_memory if self.workload.shared_memory else "none",
+                          output_bytes=self.workload.out_bytes, headers=self.connection.control_headers,
+                          root_certificates=self.connection.channel.get("root_certificates"))
+        limit = options.level_time_limit + pa.MAX_TRIALS * (options.duration or 5.0) / 3 + 30
+        try:
+            row, figures = pa.run_level(command, csv_file, during, limit)
+        except pa.RequestsFailed as e:
+            window_s = None if options.requests else pa.time_window_ms(options.duration) / 1e3
+            per_window = options.requests  # --request-count: one window of that many
+            return LevelResult.failed(self.workload, concurrency, self.name, e.failures, e.first_error,
+                                      pa.passes_figures(e.passes, batch, window_s, per_window))
+        except pa.PerfAnalyzerFailed as e:
+            if e.gone:
+                raise TritonizeError(f"lost the Triton server at {self.connection.url} {during} ({e}); "
+                                     "is it still running? (`tritonize serve`)") from None
+            raise
+        return LevelResult(model=self.workload.model, preprocess=info.path, served=info.name, concurrency=concurrency,
+                           batch=batch, transport=self.workload.transport,
+                           tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire, engine=self.name, csv=row,
+                           **pa.level_figures(row, figures, batch))
+
+    def _warm_up(self, requests: int) -> str | None:
+        """perf_analyzer 2.51 has no warm-up of its own: send a few requests first. The error of one that failed."""
+        from tritonclient.utils import InferenceServerException
+
+        inputs, outputs = self.connection.request(self.workload.info, self.workload.batch)
+        try:
+            for _ in range(requests):
+                self.connection.client.infer(self.workload.info.name, inputs, outputs=outputs, client_timeout=self.connection.timeout)
+        except InferenceServerException as e:
+            return f"{str(e.status()).removeprefix('StatusCode.')}: {short_reason(e)}"
+        return None
+
+    def close(self) -> None:
+        self.runs.close()
+
+
+def choose_tool(load_generator: str) -> PerfAnalyzer | None:
+    """The perf_analyzer that measures (`auto` finds one when it can), or None for the built-in load generator."""
+    from tritonize.tools import perf_analyzer as tool
+
+    if load_generator == "builtin":
+        return None
+    if load_generator == "perf_analyzer":
+        return tool.require()
+    found = tool.find()
+    if found is None:
+        say(f"perf_analyzer not found (on PATH or in {tool.fetched_path().parent.parent}; `{tool.GET_COMMAND}` "
+            "gets it): measuring with the built-in load generator")
+    return found
+
+
+def open_generator(connection: Connection, workload: Workload, slots: int, tool: PerfAnalyzer | None, timeout: float):
+    return PerfAnalyzerGenerator(connection, workload, tool) if tool else BuiltinGenerator(connection, workload, slots, timeout)

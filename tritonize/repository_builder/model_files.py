@@ -1,0 +1,143 @@
+"""`repo check`'s rules about the real model files: the ONNX graph and the TorchScript module against the config."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as pb
+
+from tritonize.repository_builder.findings import REBUILD, Severity
+
+ONNX_TYPES = {1: "TYPE_FP32", 2: "TYPE_UINT8", 3: "TYPE_INT8", 6: "TYPE_INT32", 7: "TYPE_INT64", 9: "TYPE_BOOL",
+              10: "TYPE_FP16", 11: "TYPE_FP64", 16: "TYPE_BF16"}
+
+
+class ModelFileChecks:
+    """Mixed into the checker of one model: `add` a finding, `_read` a file once for all of its configs."""
+
+    def _check_onnx(self, cfg, path: Path) -> None:
+        graph = self._read(path, "onnx", _onnx_graph)
+        if isinstance(graph, Exception):
+            self.add(Severity.error, f"cannot read {path.name}: {str(graph).splitlines()[0]}", REBUILD)
+            return
+        initializers = {t.name for t in graph.initializer}
+        real = {
+            "input": {v.name: v for v in graph.input if v.name not in initializers},
+            "output": {v.name: v for v in graph.output},
+        }
+        for role, tensors in (("input", cfg.input), ("output", cfg.output)):
+            declared = {t.name for t in tensors}
+            for t in tensors:
+                value = real[role].get(t.name)
+                if value is None:
+                    self.add(Severity.error, f"config {role} {t.name!r} is not an {role} of {path.name} "
+                                      f"(graph {role}s: {', '.join(real[role]) or 'none'})",
+                             f"name the config {role} after the graph ({REBUILD})")
+                    continue
+                self._compare_onnx_tensor(cfg, role, t, value)
+            for name in real[role]:
+                if name not in declared:
+                    self.add(Severity.error, f"{path.name} {role} {name!r} is missing from the config",
+                             f"declare it in config.pbtxt or {REBUILD}")
+
+    def _compare_onnx_tensor(self, cfg, role: str, t, value) -> None:
+        tensor_type = value.type.tensor_type
+        onnx_type = ONNX_TYPES.get(tensor_type.elem_type, f"onnx elem_type {tensor_type.elem_type}")
+        if onnx_type != pb.DataType.Name(t.data_type):
+            self.add(Severity.error, f"{role} {t.name!r}: config says {pb.DataType.Name(t.data_type)}, the graph has {onnx_type}",
+                     f"set data_type: {onnx_type}")
+        dims = [(d.dim_value if d.HasField("dim_value") else None) for d in tensor_type.shape.dim]
+        if cfg.max_batch_size > 0:
+            if not dims:
+                self.add(Severity.error, f"{role} {t.name!r}: the graph's tensor is a scalar (no batch axis), but "
+                                         f"max_batch_size is {cfg.max_batch_size}", "set max_batch_size: 0")
+                return
+            batch, dims = dims[0], dims[1:]
+            if batch is not None:
+                self.add(Severity.error, f"{role} {t.name!r}: the graph's batch axis is fixed at {batch}, but max_batch_size "
+                                  f"is {cfg.max_batch_size}",
+                         "re-export with a symbolic batch axis (`tritonize export --force`) or set max_batch_size: 0")
+        expected = list(t.dims)
+        # Triton's onnxruntime backend: a variable graph dim takes any config dim; a fixed one only itself (not -1).
+        same = len(dims) == len(expected) and all(g is None or g == e for g, e in zip(dims, expected))
+        if not same:
+            shown = ["?" if d is None else d for d in dims]
+            self.add(Severity.error, f"{role} {t.name!r}: config dims {expected} do not match the graph's {shown} "
+                              "(batch axis excluded)",
+                     f"set dims to {shown} or {REBUILD}")
+
+    def _check_torchscript(self, cfg, path: Path) -> None:
+        module = self._read(path, "torchscript", _torchscript_module)
+        if isinstance(module, Exception):
+            self.add(Severity.error, f"cannot load {path.name} with torch.jit.load: {str(module).splitlines()[0]}", REBUILD)
+            return
+        args = [a.name for a in module.forward.schema.arguments if a.name != "self"]
+        if len(cfg.input) != len(args):
+            self.add(Severity.error, f"config declares {len(cfg.input)} input(s); {path.name} forward({', '.join(args)}) "
+                              f"takes {len(args)}",
+                     f"declare {len(args)} input(s) named input__0 ... or {REBUILD}")
+            return
+        for role, tensors, count in (("input", cfg.input, len(args)), ("output", cfg.output, len(cfg.output))):
+            for t in tensors:
+                m = re.fullmatch(r".+__(\d+)", t.name)
+                if not ((m and int(m.group(1)) < count) or (role == "input" and t.name in args)):
+                    self.add(Severity.error, f"{role} {t.name!r} does not follow the libtorch naming rule "
+                                      f"`<name>__<index>` (index < {count})" + (f" nor name a forward() argument ({', '.join(args)})" if role == "input" else ""),
+                             f"rename it {role}__0 (and so on) or {REBUILD}")
+        dims = [list(t.dims) for t in cfg.input]
+        if any(d < 1 for shape in dims for d in shape):
+            return  # variable dims: no single probe shape
+        shapes = [[1] + shape if cfg.max_batch_size > 0 else shape for shape in dims]
+        result = self._read(path, f"forward {shapes}", lambda _: _forward(module, shapes))
+        if isinstance(result, Exception):  # the module rejects the configured input shape
+            first = str(result).strip().splitlines()[-1] if str(result).strip() else type(result).__name__
+            self.add(Severity.error, f"{path.name} fails on an input of the configured shape {shapes}: {first}",
+                     f"set the input dims the model takes or {REBUILD}")
+            return
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        if len(results) != len(cfg.output):
+            self.add(Severity.error, f"{path.name} returns {len(results)} output(s); the config declares {len(cfg.output)}",
+                     f"declare {len(results)} output(s) or {REBUILD}")
+            return
+        for t, r in zip(sorted(cfg.output, key=lambda t: t.name), results):
+            got = list(r.shape[1:] if cfg.max_batch_size > 0 else r.shape)
+            expected = list(t.dims)
+            if len(got) != len(expected) or any(e not in (-1, g) for e, g in zip(expected, got)):
+                self.add(Severity.error, f"output {t.name!r}: config dims {list(t.dims)}, {path.name} returns {got} "
+                                  "(batch axis excluded)",
+                         f"set dims to {got} or {REBUILD}")
+
+
+def _onnx_graph(path: Path):
+    """The graph of an ONNX file, or the exception that says why it cannot be read (truncated, not ONNX)."""
+    import onnx
+
+    try:
+        return onnx.load(str(path), load_external_data=False).graph
+    except Exception as e:
+        return e
+
+
+def _torchscript_module(path: Path):
+    """The TorchScript module, or the exception that says why torch.jit.load refuses the file."""
+    import torch
+
+    try:
+        with warnings.catch_warnings():  # torch.jit.* is deprecated, and still what Triton's libtorch loads
+            warnings.simplefilter("ignore")
+            return torch.jit.load(str(path), map_location="cpu")
+    except Exception as e:
+        return e
+
+
+def _forward(module, shapes: list[list[int]]):
+    """The module's outputs on zeros of these shapes, or the exception it raised."""
+    import torch
+
+    try:
+        with torch.inference_mode():
+            return module(*[torch.zeros(s) for s in shapes])
+    except Exception as e:
+        return e
