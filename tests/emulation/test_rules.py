@@ -122,3 +122,34 @@ def test_inventory_choice(version, chosen):
 
 def test_version_parts():
     assert rules.parts("10.5.0.18") == (10, 5, 0, 18) and rules.parts("9.3.0.post12.dev1") == (9, 3, 0)
+
+
+F16, I8, OBEY = {"FP16"}, {"FP16", "INT8"}, {"FP16", "OBEY_PRECISION_CONSTRAINTS"}
+
+
+@pytest.mark.parametrize("op,out,strong,flags,pinned,dq,fp32,runs", [
+    # integer and boolean tensors keep their type, whatever the flags; other types read as FLOAT
+    ("Relu", "INT8", False, F16, None, False, False, "INT8"), ("Cast", "INT32", False, F16, None, False, False, "INT32"),
+    ("Shape", "INT64", True, set(), None, False, False, "INT64"), ("Equal", "BOOL", False, I8, "HALF", True, True, "BOOL"),
+    ("Cast", "UINT8", False, F16, None, False, False, "FLOAT"),
+    # strongly typed: the ONNX type, INT8 after a QuantizeLinear; pins and flags are not consulted
+    ("QuantizeLinear", "FLOAT", True, set(), None, False, False, "INT8"),
+    ("Conv", "FLOAT", True, OBEY, "HALF", True, False, "FLOAT"), ("Conv", "HALF", True, set(), "FLOAT", False, True, "HALF"),
+    # weakly typed: a pin binds only with OBEY_PRECISION_CONSTRAINTS, and before an FP32 kernel
+    ("Conv", "FLOAT", False, OBEY, "FLOAT", False, False, "FLOAT"), ("Conv", "FLOAT", False, F16, "FLOAT", False, False, "HALF"),
+    ("Softmax", "FLOAT", False, OBEY, "HALF", False, True, "HALF"), ("Softmax", "FLOAT", False, F16, None, False, True, "FLOAT"),
+    # INT8: only convolutions and matrix multiplies fed by a DequantizeLinear
+    ("Conv", "FLOAT", False, I8, None, True, False, "INT8"), ("Gemm", "FLOAT", False, I8, None, True, False, "INT8"),
+    ("MatMul", "FLOAT", False, {"INT8"}, None, True, False, "INT8"), ("Relu", "FLOAT", False, I8, None, True, False, "HALF"),
+    ("Conv", "FLOAT", False, I8, None, False, False, "HALF"), ("Conv", "FLOAT", False, {"INT8"}, None, False, False, "FLOAT"),
+    ("Conv", "FLOAT", False, I8, None, True, True, "FLOAT"),
+    # no precision flag: the output's own type
+    ("Relu", "FLOAT", False, set(), None, False, False, "FLOAT"), ("Relu", "HALF", False, set(), None, False, False, "HALF"),
+])
+def test_layer_precision_rule(op, out, strong, flags, pinned, dq, fp32, runs):
+    assert rules.layer_precision(op, out, strong, flags, pinned, dq, fp32) == runs
+
+
+def test_format_datatype_names_the_inspectors_formats():
+    assert [rules.format_datatype(p) for p in ("FLOAT", "HALF", "INT8")] == [
+        "Row major linear FP32 format", "Row major linear FP16 format", "Row major linear Int8 format"]

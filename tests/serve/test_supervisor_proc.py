@@ -1,0 +1,92 @@
+"""The supervisor's readers of /proc, on real processes: children of this test process that look like
+Triton's Python backend stubs (argv[0] ends with the stub's name; the instance name is one of the arguments).
+The fake-clock tests replace these readers; here they run on the kernel's own process table."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tritonize.processes import start_time
+from tritonize.serve import supervisor
+from tritonize.serve.supervisor import Stub, live_stubs, process_state, stub_processes, zombie_status
+
+SLEEP = "import time; time.sleep(60)"
+
+
+@pytest.fixture
+def spawn(tmp_path):
+    """Start a fake stub: `python -c SLEEP <args>` with argv[0] set to a path ending in `name`."""
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str, name: str = "triton_python_backend_stub") -> subprocess.Popen:
+        proc = subprocess.Popen([str(tmp_path / name), "-c", SLEEP, *args], executable=sys.executable)
+        started.append(proc)
+        for _ in range(200):  # until the kernel shows the new argv (after exec)
+            if process_state(proc.pid) and (b"-c" in open(f"/proc/{proc.pid}/cmdline", "rb").read()):
+                break
+            time.sleep(0.01)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def _stub(proc: subprocess.Popen) -> Stub:
+    return Stub(proc.pid, start_time(proc.pid), SLEEP)  # argv[2]: the region in a real stub's argv
+
+
+def test_live_stubs_are_the_servers_children_named_like_the_stub_whatever_the_model_name(spawn):
+    a = spawn("/m/1/model.py", "region-a", "my-model.v2_0_1")
+    b = spawn("1048576", "resnet_1_0", "--more")
+    spawn("plain_0_0", name="python3-not-a-stub")  # not the stub's name
+    spawn(name="triton_python_backend_stub")  # no instance name among its arguments
+    found = live_stubs(os.getpid())
+    assert found == {"my-model.v2_0_1": _stub(a), "resnet_1_0": _stub(b)}
+    assert stub_processes(os.getpid()) == {"my-model.v2_0_1": a.pid, "resnet_1_0": b.pid}
+    assert live_stubs(os.getppid()) == {}  # another parent's children are not the server's
+
+
+def test_a_killed_unreaped_stub_is_a_zombie_with_its_wait_status_then_gone(spawn):
+    proc = spawn("region", "resnet_0_0")
+    assert process_state(proc.pid) in ("S", "R")
+    assert zombie_status(proc.pid, os.getpid()) is None  # alive
+    os.kill(proc.pid, signal.SIGSTOP)
+    for _ in range(200):
+        if process_state(proc.pid) == "T":
+            break
+        time.sleep(0.01)
+    assert process_state(proc.pid) == "T"
+    os.kill(proc.pid, signal.SIGKILL)
+    for _ in range(200):
+        if process_state(proc.pid) == "Z":
+            break
+        time.sleep(0.01)
+    assert process_state(proc.pid) == "Z"
+    assert live_stubs(os.getpid()) == {}  # a zombie is no live stub
+    assert zombie_status(proc.pid, os.getpid()) == signal.SIGKILL  # the wait status: killed by signal 9
+    assert zombie_status(proc.pid, os.getppid()) is None  # not that server's child
+    proc.wait()
+    assert zombie_status(proc.pid, os.getpid()) is None and process_state(proc.pid) is None
+
+
+def test_an_exit_code_is_read_from_the_wait_status(spawn):
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
+    for _ in range(300):
+        if process_state(proc.pid) == "Z":
+            break
+        time.sleep(0.01)
+    status = zombie_status(proc.pid, os.getpid())
+    proc.wait()
+    assert status == 3 << 8
+    assert supervisor._how(status) == "exit code 3"
+    assert supervisor._how(signal.SIGKILL) == "killed by SIGKILL"
+    assert supervisor._how(0x7F & 100) == "killed by signal 100"
