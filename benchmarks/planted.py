@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     for patch in patches:
         result = verdict(patch, failing)
         results.append(result)
-        print(f"{patch.name:<34} {result[0]:<18} {result[2]:5.0f} s  {result[1]}", flush=True)
+        print(f"{patch.name:<38} {result[0]:<18} {result[2]:5.0f} s  {result[1]}", flush=True)
     caught = sum(r[0] == "caught" for r in results)
     print(f"{caught} of {len(patches)} planted bugs caught; {time.monotonic() - start:.0f} s wall clock")
     return 0 if caught == len(patches) else 1
