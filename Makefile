@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv clean prometheus shellcheck perf-analyzer mutation
+.PHONY: demo test venv clean prometheus shellcheck perf-analyzer mutation planted
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -69,6 +69,11 @@ mutation: $(STAMP)
 	$(VENV)/bin/tritonize export --arch squeezenet1_1 --weights none --artifacts $(MUTATION_ARTIFACTS) > /dev/null
 	OMP_NUM_THREADS=1 TRITONIZE_HYPOTHESIS=mutation TRITONIZE_TEST_ARTIFACTS=$(abspath $(MUTATION_ARTIFACTS)) $(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results
+
+# The bugs planted by hand (benchmarks/planted/*.patch, docs/mutation.md): each applied to a scratch copy of
+# this checkout, in turn, and only the tests named for it run; it says which test caught each, or SURVIVED.
+planted: $(STAMP)
+	$(PY) benchmarks/planted.py
 
 clean:
 	rm -rf build models/*_model .pytest_cache mutants

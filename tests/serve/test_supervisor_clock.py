@@ -110,7 +110,7 @@ class FakeTriton:
 
     # --- Triton's side
     def _spawn(self, name: str) -> None:
-        for pid in [p for p, proc in self.procs.items() if supervisor._model_of(proc.instance) == name]:
+        for pid in [p for p, proc in self.procs.items() if _model(proc.instance) == name]:
             del self.procs[pid]  # reaped: zombies too
         for i in range(self.count[name]):
             pid, self.next_pid = self.next_pid, self.next_pid + 1
@@ -136,7 +136,7 @@ class FakeTriton:
             if action == "unload":
                 self.unloads.append(name)
                 self.state[name] = ("UNAVAILABLE", "unloaded")
-                for pid in [p for p, proc in self.procs.items() if supervisor._model_of(proc.instance) == name]:
+                for pid in [p for p, proc in self.procs.items() if _model(proc.instance) == name]:
                     del self.procs[pid]
                 return 200, {}
             request = json.loads(body or b"{}")
@@ -189,7 +189,7 @@ class FakeTriton:
         return None
 
     def _infer(self, name: str) -> tuple[int, object]:
-        instances = sorted(i for i in (p.instance for p in self.procs.values()) if supervisor._model_of(i) == name)
+        instances = sorted(i for i in (p.instance for p in self.procs.values()) if _model(i) == name)
         if self.free_first:  # as Triton does: a request goes to a free instance, and a hung one is never free
             instances = [i for i in instances if not self.procs[self.pid(i)].hung] or instances
         turn = self.turn.get(name, 0)
@@ -207,11 +207,16 @@ class FakeTriton:
         self.failures[name] += n
 
 
+def _model(instance: str) -> str:
+    """The model of a Triton instance name, <model>_<group>_<index> (the fake's own reading, not the supervisor's)."""
+    return instance.rsplit("_", 2)[0]
+
+
 @pytest.fixture
-def world(monkeypatch):
+def world(monkeypatch, request):
     """(FakeTriton, Supervisor on it, Clock, the supervisor's log lines); "solo" has 1 instance, "pair" 2, and
-    "image" takes encoded images."""
-    triton = FakeTriton({"solo": 1, "pair": 2, "image": 1})
+    "image" takes encoded images. Other models: parametrize `world` indirectly with {name: instances}."""
+    triton = FakeTriton(getattr(request, "param", {"solo": 1, "pair": 2, "image": 1}))
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, method):
@@ -492,3 +497,15 @@ def test_the_probe_interval_bounds_the_probes_of_clients_bad_requests(world):
         probes.append(sum(1 for model, _ in triton.infers if model == "solo") // 2)
     assert probes == [1, 1, 2, 2, 3]
     assert not lines and sup.models["solo"].failures == triton.failures["solo"]
+
+
+@pytest.mark.parametrize("world", [{"solo": 1, "res-net.v2": 2}], indirect=True, ids=["res-net.v2"])
+def test_a_model_name_with_hyphens_and_dots_is_watched_like_any_other(world):
+    """Triton takes any directory name for a model (`resnet-50`, `model.v2`); its instances are named
+    <model>_<group>_<index> all the same, and a crash of either is healed as for any other model."""
+    triton, sup, clock, lines = world
+    assert set(sup.models["res-net.v2"].stubs) == {"res-net.v2_0_0", "res-net.v2_0_1"}
+    pid = triton.kill("res-net.v2_0_1")
+    sup.check()
+    assert lines[-1].startswith(f"res-net.v2: stub res-net.v2_0_1 (pid {pid}) died (killed by SIGKILL); reloaded in "), lines
+    assert set(sup.models["res-net.v2"].stubs) == {"res-net.v2_0_0", "res-net.v2_0_1"}
