@@ -70,7 +70,7 @@ class TritonPythonModel(BatchingModel):
         for name, dtype in self.output_dtypes.items():
             self.buffers[name] = cuda.DeviceArray(dtype=DataType.from_dtype(dtype))
 
-    def _contexts(self, indices: list[int]) -> list[tuple[int, object, list[tuple[int, int, int]]]]:
+    def _contexts(self, indices: list[int]) -> list[tuple[int, object, tuple[int, int, int]]]:
         """As Triton's tensorrt backend (src/instance_state.cc InitOptimizationProfiles): one execution context per
         profile of the instance's group, selected with set_optimization_profile_async on the instance's stream
         for every index but 0; with each profile's batch (min, opt, max) of the first input."""
