@@ -8,6 +8,7 @@ the plan's recorded profiles."""
 
 from __future__ import annotations
 
+import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
@@ -127,3 +128,14 @@ def test_instance_group_profiles_are_linted_against_the_plan(emulated_tensorrt, 
                                            "of the plan's 2 optimization profile(s) (0..1)")
     assert lint(["latency"], ["1", "0"])[0].startswith("error: trt_model: instance_group trt_model_throughput: "
                                                         "profile ['latency'] names a profile that is not an index")
+    # A manifest whose plan has no check of the latency profile: nothing is served beyond what was verified.
+    data = json.loads((artifacts_copy / "manifest.json").read_text())
+    del data["artifacts"]["tensorrt"]["latency_verification"]
+    (artifacts_copy / "manifest.json").write_text(json.dumps(data))
+    assert ("error: trt_model: instance_group trt_model_latency runs in profile 1, which the plan check did not verify "
+            "-> fix: rebuild the plan with `tritonize convert trt --force`") in lint(["0"], ["1", "0"])
+    onnx_config = parse_config(repo / "onnx_model" / "config.pbtxt")
+    onnx_config.instance_group[0].profile.append("0")
+    (repo / "onnx_model" / "config.pbtxt").write_text(text_format.MessageToString(onnx_config))
+    assert any(l.startswith("warning: onnx_model: instance_group #1 lists profile in a model of the onnxruntime "
+                            "backend") for l in lint(["0"], ["1", "0"]))
