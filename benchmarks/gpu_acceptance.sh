@@ -16,7 +16,7 @@
 # the NGC container next to the ONNX and TorchScript models, compares the three backends on the
 # images, sweeps perf over concurrency with system shared memory, and writes one report:
 # <out>/report.md. Exit code 1 when any step failed that was not an expected refusal
-# (torch-tensorrt refuses INT8, and FP16 on TensorRT 11).
+# (torch-tensorrt refuses INT8, FP16 on TensorRT 11 and a latency profile; trtexec 8.x a latency profile).
 set -uo pipefail
 
 ARCH=resnet50 WEIGHTS=DEFAULT RELEASE="" IMAGES="" OUT=gpu_acceptance
@@ -177,6 +177,35 @@ sys.exit(1 if missing or not found else 0)' "$OUT"
     --concurrency 1,4,16 --batch 8 --duration 5 --shared-memory system --url "127.0.0.1:$GRPC" --output-dir "$OUT/perf"
   kill -TERM "$SERVER" 2>/dev/null
   wait "$SERVER" 2>/dev/null
+  # A second, latency optimization profile: built and checked in both profiles by every builder that can (trtexec
+  # 8.x and torch-tensorrt refuse it, expected), served with a latency instance group (instance_group.profile),
+  # linted against the plan's recorded profiles, and small batches served through it.
+  LATENCY=""
+  for builder in container trtexec tensorrt torch-tensorrt; do
+    art="$OUT/art-latency-$builder"
+    rm -rf "$art" && cp -r "$OUT/base" "$art"
+    if step "convert $builder --latency-profile 1,2,4" "makes one optimization profile\|builds one optimization profile" \
+        "${TRITONIZE[@]}" convert trt --artifacts "$art" --builder "$builder" --precision fp16 --triton-release "$RELEASE" \
+        --max-batch 32 --latency-profile 1,2,4; then
+      [ -z "$LATENCY" ] && LATENCY=$art
+    fi
+  done
+  if [ -n "$LATENCY" ]; then
+    step "repo build --latency-instances 1" - "${TRITONIZE[@]}" repo build "$OUT/models-latency" --artifacts "$LATENCY" \
+      --force --latency-instances 1
+    step "repo check (instance_group.profile)" - "${TRITONIZE[@]}" repo check "$OUT/models-latency" --artifacts "$LATENCY" \
+      --triton-release "$RELEASE"
+    "${TRITONIZE[@]}" serve "$OUT/models-latency" --engine docker --triton-release "$RELEASE" --http-port "$HTTP" \
+      --grpc-port "$GRPC" --metrics-port "$METRICS" --ready-timeout 900 >"$OUT/logs/serve-latency.log" 2>&1 &
+    SERVER=$!
+    step "serve (latency profile)" - bash -c "for i in \$(seq 900); do grep -q 'trt_model *READY' '$OUT/logs/serve-latency.log' && exit 0; kill -0 $SERVER 2>/dev/null || exit 1; sleep 1; done; exit 1"
+    step "client compare (latency profile)" - "${TRITONIZE[@]}" client compare "$IMAGES"/* --models onnx_model,trt_model \
+      --min-top1-agreement 0.9 --url "127.0.0.1:$GRPC"
+    step "client perf (batch 2, latency instances)" - "${TRITONIZE[@]}" client perf --models trt_model --concurrency 1,4 \
+      --batch 2 --duration 5 --url "127.0.0.1:$GRPC" --output-dir "$OUT/perf-latency"
+    kill -TERM "$SERVER" 2>/dev/null
+    wait "$SERVER" 2>/dev/null
+  fi
 else
   ROWS+=("| serve / compare / perf | FAIL | - | no builder produced a plan |")
   UNEXPECTED=1

@@ -64,9 +64,7 @@ class Profile:
         if self.min < 1:
             raise TritonizeError(f"--min-batch must be >= 1, got {self.min}")
         if not self.min <= self.opt <= self.max:
-            raise TritonizeError(
-                f"batch profile must satisfy min <= opt <= max, got --min-batch {self.min} --opt-batch {self.opt} --max-batch {self.max}"
-            )
+            raise TritonizeError(f"a batch profile must satisfy min <= opt <= max, got {self.min}/{self.opt}/{self.max}")
 
     def to_dict(self) -> dict:
         return {"min": self.min, "opt": self.opt, "max": self.max}
@@ -262,11 +260,17 @@ class Plan(Entry):
     verification: VerificationReport | None = None
     error: str | None = None  # why a build failed
     layers: LayerPrecisions | None = None  # what the built engine's layers run in (convert/layers.py)
+    latency: Profile | None = None  # a second optimization profile (index 1) for small batches: --latency-profile
+    latency_verification: VerificationReport | None = None  # the plan checked in that profile, at batches inside it
 
     _nested: ClassVar[dict[str, Any]] = {
         "profile": Profile, "onnx": FileRef, "target": Target, "options": PlanOptions, "verification": VerificationReport,
-        "layers": LayerPrecisions,
-    }
+        "layers": LayerPrecisions, "latency": Profile, "latency_verification": VerificationReport}
+
+    @property
+    def profiles(self) -> list[Profile]:
+        """The plan's optimization profiles in index order: the throughput profile 0, then the latency profile."""
+        return [self.profile, *([self.latency] if self.latency else [])]
 
 
 ENTRY_TYPES: dict[str, type[Entry]] = {

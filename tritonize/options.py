@@ -3,7 +3,8 @@
 tests/test_vocabulary.py walks the whole app and holds every command to these declarations. The words:
 - `--artifacts DIR` is the artifacts directory (exports, plans, manifest.json; default build/); the Triton
   model repository is always the positional REPOSITORY (default models/).
-- `--max-batch` is the one batch bound (`--min-batch`/`--opt-batch` complete a TensorRT profile).
+- `--max-batch` is the one batch bound (`--min-batch`/`--opt-batch` complete a TensorRT profile; `--latency-profile`
+  adds a second one).
 - `--engine` is the server engine (`serve`); `--load-generator` is what sends and measures requests.
 - `--models` takes a list of model names, `--model`/`-m` one name.
 - `--output-dir` is where a command writes its report or bundle.
@@ -83,6 +84,10 @@ OptBatch = Annotated[int, typer.Option("--opt-batch", min=1, help="TensorRT prof
 MaxBatch = Annotated[Optional[int], typer.Option(
     "--max-batch", min=1, help="The largest batch: artifacts are verified at it (a TensorRT plan: its profile max) and "
                                "the repository serves at most it.")]
+LatencyProfile = Annotated[Optional[str], typer.Option(
+    "--latency-profile", help="A second TensorRT profile MIN,OPT,MAX for small batches (e.g. 1,2,4), beside the "
+                              "--min-batch/--opt-batch/--max-batch one: the plan is checked in each, and `repo build` "
+                              "gives it instances of their own.", show_default=False)]
 PrecisionOption = Annotated[Precision, typer.Option(
     "--precision", help="TensorRT precision: fp32; fp16 = mixed (FP32 kept where FP16 overflows); int8 = Q/DQ "
                         "calibrated on --calib-images.")]
@@ -100,6 +105,10 @@ Force = Annotated[bool, typer.Option("--force", help="Redo the work and replace 
 Kind = Annotated[str, typer.Option("--kind", help="Instance kind in config.pbtxt: auto (Triton picks the GPU if "
                                                   "present), gpu or cpu.")]
 Instances = Annotated[int, typer.Option("--instances", min=1, help="Instances per model (instance_group count).")]
+LatencyInstances = Annotated[Optional[int], typer.Option(
+    "--latency-instances", min=0, help="trt_model's instances that run small batches in the plan's latency profile "
+                                       "(`convert trt --latency-profile`; default 1 when the plan has one, 0 = none).",
+    show_default=False)]
 Models = Annotated[Optional[str], typer.Option(
     "--models", help="Model names, comma-separated (default: see the command's description).", show_default=False)]
 Model = Annotated[str, typer.Option("--model", "-m", help="One served model name (onnx_model, torch_model, "

@@ -93,6 +93,13 @@ def input_shape_problem(shape: tuple[int, ...], network: tuple[int, ...], minimu
     return None
 
 
+def profile_index_problem(index: int, count: int) -> str | None:
+    """Why selecting optimization profile `index` of an engine with `count` profiles fails, or None."""
+    if not 0 <= index < count:
+        return f"profile index {index} is out of range: the engine has {count} profile(s), 0..{count - 1}"
+    return None
+
+
 def output_allocator_calls(version: str) -> list[str]:
     """The IOutputAllocator callbacks an execution makes per output, in order."""
     calls = data()["output_allocator"]["calls"]

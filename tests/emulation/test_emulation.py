@@ -133,6 +133,37 @@ def test_set_input_shape_outside_the_profile_fails(emulated_tensorrt, tmp_path):
     assert tuple(context.get_tensor_shape("images")) == (4, 3, 16, 16)  # the last good shape stays
 
 
+def test_each_context_runs_in_the_profile_selected_for_it(emulated_tensorrt, tmp_path):
+    """Rule 'optimization_profile': a two-profile plan, each profile selected as Polygraphy's TrtRunner does
+    (optimization_profile=, set_optimization_profile_async on its stream), shapes checked against the selected
+    profile only; an index the engine lacks is refused."""
+    from polygraphy.backend.trt import CreateConfig, EngineBytesFromNetwork, EngineFromBytes, NetworkFromOnnxPath, Profile, TrtRunner
+    import onnxruntime as ort
+    import tensorrt as trt
+
+    onnx = tiny_classifier(tmp_path / "tiny.onnx")
+    network = NetworkFromOnnxPath(str(onnx), strongly_typed=int(trt.__version__.split(".")[0]) >= 10)
+    shapes = lambda *batches: [(b, 3, 16, 16) for b in batches]  # noqa: E731
+    profiles = [Profile().add("images", *shapes(1, 4, 8)), Profile().add("images", *shapes(1, 1, 2))]
+    plan = bytes(EngineBytesFromNetwork(network, CreateConfig(profiles=profiles))())
+    engine = EngineFromBytes(plan)()
+    assert engine.num_optimization_profiles == 2
+    assert [tuple(d) for d in engine.get_tensor_profile_shape("images", 1)] == shapes(1, 1, 2)
+    x = np.random.default_rng(0).standard_normal((8, 3, 16, 16)).astype(np.float32)
+    reference = ort.InferenceSession(str(onnx), providers=["CPUExecutionProvider"]).run(None, {"images": x})[0]
+    with TrtRunner(engine, optimization_profile=1) as runner:
+        assert runner.context.active_optimization_profile == 1
+        assert np.array_equal(runner.infer({"images": x[:2]})["logits"].copy(), reference[:2])
+        assert not runner.context.set_input_shape("images", (3, 3, 16, 16))  # profile 1's max is 2
+        runner.set_profile(0)
+        assert runner.context.set_input_shape("images", (8, 3, 16, 16))
+        assert not runner.context.set_optimization_profile_async(2, runner.stream.ptr)
+        assert runner.context.active_optimization_profile == 0
+        leaked = list(runner.output_allocator.buffers.values())
+    for buffer in leaked:
+        buffer.free()
+
+
 def test_output_allocator_callbacks_come_in_each_versions_order(emulated_tensorrt, tmp_path):
     """8.x calls reallocate_output; 10 and 11 reallocate_output_async, whose default calls reallocate_output;
     then notify_shape (NvInferRuntime.h of each version)."""

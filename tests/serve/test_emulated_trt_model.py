@@ -43,7 +43,7 @@ def write_emulated_config(repo: Path) -> None:
     from tritonize.repository_builder.config import parse_config
 
     config = parse_config(repo / "trt_model" / "config.pbtxt")
-    assert [g.kind for g in config.instance_group] == [pb.ModelInstanceGroup.KIND_GPU]
+    assert {g.kind for g in config.instance_group} == {pb.ModelInstanceGroup.KIND_GPU}
     for group in config.instance_group:
         group.kind = pb.ModelInstanceGroup.KIND_CPU
     (repo / "trt_model" / "configs").mkdir(exist_ok=True)

@@ -110,6 +110,36 @@ def shapes(value):
     return name, tuple(int(d) for d in dims.split("x"))
 
 
+SHAPE_OPTIONS = ("--minShapes", "--optShapes", "--maxShapes")
+
+
+def build_profiles(args):
+    """The build's optimization profiles, as sampleOptions.cpp reads them (10.0+ getOptimizationProfiles): each
+    `--profile=N` takes the shape options right behind it; shapes without --profile make profile 0, once."""
+    profiles, loose, current = {}, [], None
+    for arg in args:
+        name, _, value = arg.partition("=")
+        if name == "--profile":
+            current = int(value)
+            if current in profiles:
+                fail("[E] Optimization profile index cannot be the same.")
+            profiles[current] = {}
+        elif name in SHAPE_OPTIONS and current is not None and name not in profiles[current]:
+            profiles[current][name] = shapes(value)
+        else:
+            current = None
+            if name in SHAPE_OPTIONS:
+                loose.append((name, shapes(value)))
+    if profiles and loose or len(loose) != len({n for n, _ in loose}):
+        fail("[E] Multiple --minShapes/--optShapes/--maxShapes without --profile are not allowed.")
+    if not profiles:
+        return [dict(loose)] if loose else []
+    for index in range(max(profiles) + 1):
+        if set(profiles.get(index, {})) != set(SHAPE_OPTIONS):  # (the real one fills missing opt/max from min)
+            fail(f"[E] Found invalid or missing shape spec at profile index {index}. ")
+    return [profiles[i] for i in range(len(profiles))]
+
+
 def build_plan(trt, options, onnx, cache):
     """What trtexec does to build (sampleEngines.cpp), through the emulated TensorRT."""
     logger = Logger(trt).trt_logger
@@ -145,9 +175,8 @@ def build_plan(trt, options, onnx, cache):
                 layer.precision = {"fp32": trt.float32, "fp16": trt.float16}[wanted.pop(layer.name)]
         for name in wanted:
             print(f"[W] Layer {name} in --layerPrecisions was not found in the network", file=sys.stderr)
-    profile = builder.create_optimization_profile()
-    found = {k: shapes(options[k]) for k in ("--minShapes", "--optShapes", "--maxShapes") if k in options}
-    if found:
+    for found in options["profiles"]:
+        profile = builder.create_optimization_profile()
         name = found["--minShapes"][0]
         profile.set_shape(name, found["--minShapes"][1], found["--optShapes"][1], found["--maxShapes"][1])
         config.add_optimization_profile(profile)
@@ -210,6 +239,8 @@ def run_plan(trt, options):
     if engine is None:
         fail("[E] Engine deserialization failed")
     context = engine.create_execution_context()
+    if "--useProfile" in options and not context.set_optimization_profile_async(int(options["--useProfile"]), 0):
+        fail(f"[E] Failed to set optimization profile {options['--useProfile']}")  # sampleInference.cpp
     name, shape = shapes(options["--shapes"])
     if not context.set_input_shape(name, shape):
         fail(f"[E] Could not set the input shape of {name} to {shape}")
@@ -262,6 +293,7 @@ def main():
         if name not in accepted:
             fail(f"Unknown option: {arg} ")
         options[name] = value
+    options["profiles"] = build_profiles(args)
     if "--help" in options or "-h" in options:
         sys.exit(0)
     if "--loadEngine" in options:

@@ -1,6 +1,7 @@
 """The four ways to build the same engine, each a thin, exact call; `pick_builders` chooses.
 
-All build one optimization profile (min/opt/max on the batch axis) from the precision-prepared ONNX
+All build one optimization profile (min/opt/max on the batch axis; two with --latency-profile, except
+torch-tensorrt, which refuses it, and trtexec 8.x) from the precision-prepared ONNX
 (torch-tensorrt from the TorchScript export), strongly typed where TensorRT supports it, with one TF32
 rule (BuildJob.tf32). None of them can run on a machine without TensorRT and a GPU; `why_not()` then
 says why, and the stage writes the reproducer instead. Nothing here ever writes a plan that TensorRT
@@ -24,7 +25,7 @@ from pathlib import Path
 from tritonize.convert.layers import read_engine
 from tritonize.convert.plan_check import PlanCheck, verify_plan, verify_with_trtexec
 from tritonize.convert.trtexec import (
-    BuildJob, log_tail, parse_banner_version, probe_trtexec, run_trtexec, trtexec_argv, version_tuple,
+    BuildJob, log_tail, parse_banner_version, probe_trtexec, profiles_problem, run_trtexec, trtexec_argv, version_tuple,
 )
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path
@@ -56,6 +57,7 @@ class Built:
 class Builder:
     name = ""
     checked_where = "with this Python's TensorRT (Polygraphy)"
+    one_profile = ""  # why this builder makes one optimization profile only ("": it makes several)
 
     def why_not(self) -> str | None:
         """None when this builder can run here, else the reason it cannot."""
@@ -72,10 +74,11 @@ class Builder:
         raise NotImplementedError
 
     def verify(self, plan: Path, engine_io: tuple[str, str], check: PlanCheck, job: BuildJob, version: str,
-               timeout_s: float) -> VerificationReport:
-        """Run the plan where its TensorRT is and compare it with onnxruntime FP32."""
+               timeout_s: float, profile: int = 0) -> VerificationReport:
+        """Run the plan where its TensorRT is, in optimization profile `profile`, and compare it with onnxruntime FP32."""
         return verify_plan(plan, engine_io, check.inputs, check.reference, check.tolerance, check.batches,
-                           check.described, built_with=version, version_compatible=job.version_compatible)
+                           check.described, built_with=version, version_compatible=job.version_compatible,
+                           profile=profile)
 
 
 def find_trtexec() -> str | None:
@@ -103,6 +106,9 @@ class TrtexecBuilder(Builder):
             return f"{self.executable} did not report a TensorRT version"
         return None
 
+    def refuses(self, job):
+        return profiles_problem(job, version_tuple(self._version)[0])
+
     def tensorrt_version(self):
         return self._version
 
@@ -110,9 +116,9 @@ class TrtexecBuilder(Builder):
         argv = trtexec_argv(job, self._version, executable=self.executable)
         return _run(argv, job, out, timeout_s, self._version)
 
-    def verify(self, plan, engine_io, check, job, version, timeout_s):
+    def verify(self, plan, engine_io, check, job, version, timeout_s, profile=0):
         return verify_with_trtexec([self.executable], plan.parent, plan.name, engine_io, check, job.version_compatible,
-                                   timeout_s)
+                                   timeout_s, profile=profile)
 
 
 class ContainerBuilder(Builder):
@@ -168,6 +174,9 @@ class ContainerBuilder(Builder):
             raise TritonizeError(f"cannot build in the container: {problem}")
         return self._version
 
+    def refuses(self, job):
+        return profiles_problem(job, version_tuple(self.tensorrt_version())[0])
+
     def _mounts(self, job: BuildJob) -> list[Path]:
         if Path(job.timing_cache).is_absolute():  # a cache outside the artifacts: mount its directory too
             Path(job.timing_cache).parent.mkdir(parents=True, exist_ok=True)
@@ -180,11 +189,11 @@ class ContainerBuilder(Builder):
         argv = container_argv(self.release.image, out, trtexec_argv(job, version)[1:], name=name, mounts=self._mounts(job))
         return _run(argv, job, out, timeout_s, version, kill=["docker", "kill", name])
 
-    def verify(self, plan, engine_io, check, job, version, timeout_s):
+    def verify(self, plan, engine_io, check, job, version, timeout_s, profile=0):
         name = container_name()
         command = container_argv(self.release.image, plan.parent, [], name=name)
         return verify_with_trtexec(command, plan.parent, plan.name, engine_io, check, job.version_compatible, timeout_s,
-                                   kill=["docker", "kill", name])
+                                   kill=["docker", "kill", name], profile=profile)
 
 
 def container_name() -> str:
@@ -283,7 +292,8 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
     pin = weakly_typed and job.precision == "fp16" and bool(job.fp32_layers)
     if pin:  # the FP32 islands of the mixed-precision graph
         network = SetLayerPrecisions(network, {name: trt.float32 for name in job.fp32_layers})
-    shapes = [(job.profile[k], *job.input_shape) for k in ("min", "opt", "max")]
+    profiles = [Profile().add(job.input_name, *[(p[k], *job.input_shape) for k in ("min", "opt", "max")])
+                for p in job.profiles]  # in index order: 0 (throughput), 1 (latency)
     cache = str(out / job.timing_cache)
     modern = (major, minor) >= (8, 6)
     config = CreateConfig(
@@ -291,7 +301,7 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
         fp16=weakly_typed and job.precision == "fp16",
         int8=weakly_typed and job.precision == "int8",
         precision_constraints="obey" if pin else None,
-        profiles=[Profile().add(job.input_name, *shapes)],
+        profiles=profiles,
         memory_pool_limits={trt.MemoryPoolType.WORKSPACE: job.workspace_mib << 20},
         builder_optimization_level=job.opt_level if modern else None,
         version_compatible=job.version_compatible or None,
@@ -319,6 +329,7 @@ class TorchTensorRTBuilder(Builder):
 
     name = "torch-tensorrt"
     ENGINE_IO = ("input_0", "output_0")
+    one_profile = "its Input(min_shape, opt_shape, max_shape) makes one optimization profile"
 
     def __init__(self, torchscript: Path | None):
         self.torchscript = torchscript
@@ -397,7 +408,8 @@ def pick_builders(choice: str, builders: dict[str, Builder], job: BuildJob) -> t
     for name in names:
         reason = builders[name].why_not()
         if reason is None:
-            reason = builders[name].refuses(job)
+            one = builders[name].one_profile
+            reason = f"{one}: it cannot build --latency-profile" if one and job.latency else builders[name].refuses(job)
             if reason and choice != "auto":
                 raise TritonizeError(f"--builder {name}: {reason}")
         if reason:

@@ -7,13 +7,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from tritonize.convert.options import BuilderName, ConvertOptions
+from tritonize.convert.options import BuilderName, ConvertOptions, latency_profile
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
 from tritonize.stage import StageStatus
 from tritonize.options import (
     DEFAULT_ARTIFACTS, EXIT_WAITING_FOR_GPU, Artifacts, Batch, CalibCount, CalibImages, Duration, Force, LoadGenerator,
-    LoadGeneratorOption, MaxBatch, MinBatch, OptBatch, PrecisionOption, Threads, TritonRelease,
+    LatencyProfile, LoadGeneratorOption, MaxBatch, MinBatch, OptBatch, PrecisionOption, Threads, TritonRelease,
 )
 
 app = typer.Typer(no_args_is_help=True)
@@ -26,6 +26,7 @@ def trt_command(
     min_batch: MinBatch = Profile.min,
     opt_batch: OptBatch = Profile.opt,
     max_batch: MaxBatch = Profile.max,
+    latency: LatencyProfile = None,
     precision: PrecisionOption = DEFAULTS.precision,
     builder: Annotated[BuilderName, typer.Option(help="Who builds the engine; auto = the first of container, trtexec, "
                                                       "tensorrt, torch-tensorrt that can run here (the next one when "
@@ -50,7 +51,8 @@ def trt_command(
                                                             "manifest entry, but build nothing.")] = False,
     force: Force = False,
 ) -> None:
-    """Build a TensorRT plan with one batch profile, precision prepared and verified on the CPU first.
+    """Build a TensorRT plan with one batch profile (two with --latency-profile), precision prepared and verified on
+    the CPU first.
 
     Where no TensorRT builder can run, everything the GPU box needs is written (convert.sh, the
     prepared ONNX, the manifest entry) and the command exits with code 3 naming the command to run
@@ -60,6 +62,7 @@ def trt_command(
 
     options = ConvertOptions(
         profile=Profile(min_batch, opt_batch, max_batch),
+        latency=latency_profile(latency),
         precision=precision,
         builder=builder,
         workspace_gib=workspace,

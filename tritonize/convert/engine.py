@@ -26,7 +26,7 @@ from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
 from tritonize.machine import gpu_facts
 from tritonize.facts import file_facts, now_iso
-from tritonize.manifest import Manifest, Plan, Status
+from tritonize.manifest import Manifest, Plan, Profile, Status
 from tritonize.progress import say, step
 from tritonize.releases import CROSS_MAJOR, Release, pins_line, releases_for_tensorrt, tensorrt_loads, version_parts
 from tritonize.verify import Tolerance
@@ -35,13 +35,20 @@ PLAN_NAME = "model.plan"
 
 
 def plan_check(network: Network, fp32_onnx: Path, options: ConvertOptions) -> PlanCheck:
-    """What a built plan is checked on (INT8: the held-out real images, up to the profile's max batch) and
-    against (onnxruntime on the FP32 ONNX), with which batches and tolerance."""
+    """What a built plan is checked on (INT8: the held-out real images, up to the largest profile max) and
+    against (onnxruntime on the FP32 ONNX), with which batches (profile 0's: `profile_check` for another) and tolerance."""
     held_out = cpu_data(network, options).held_out if options.precision is Precision.int8 else np.zeros(0)
-    inputs, described = check_inputs(network, held_out, options)
+    top = max(p.max for p in (options.profile, options.latency) if p is not None)
+    widest = replace(options, profile=Profile(options.profile.min, options.profile.opt, top))
+    inputs, described = check_inputs(network, held_out, widest)
     reference = prec.run_onnx(prec.ort_session(fp32_onnx), inputs, network.input_name, network.output_name)
     return PlanCheck(inputs, reference, plan_tolerance(options.precision.value, network),
                      plan_batches(options.profile, len(inputs)), described)
+
+
+def profile_check(check: PlanCheck, profile: Profile) -> PlanCheck:
+    """The same check at batch sizes inside `profile` (an engine refuses shapes outside its selected profile)."""
+    return replace(check, batches=plan_batches(profile, len(check.inputs)))
 
 
 def plan_batches(profile, available: int) -> list[int]:
@@ -97,9 +104,16 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
             f"  ! layer precisions unknown: {builder.name} did not give the engine's detailed layer information")
         if layers and layers.fp32_layers and options.precision is not Precision.fp32:
             say(f"    FP32 layers: {', '.join(layers.fp32_layers)}{' ...' if layers.counts['FP32'] > len(layers.fp32_layers) else ''}")
-        with step(f"verify the plan against onnxruntime FP32 on {check.described} (batches {check.batches}), "
-                  f"{builder.checked_where}") as s_verify:
-            report = builder.verify(out / PLAN_NAME, built.engine_io, check, job, version, options.build_timeout_s)
+        reports, s_verify = [], []
+        for index, profile in enumerate(entry.profiles):  # each profile, at batch sizes inside it
+            checked = profile_check(check, profile) if index else check
+            in_profile = f" in profile {index} ({profile.min}/{profile.opt}/{profile.max})" if options.latency else ""
+            with step(f"verify the plan{in_profile} against onnxruntime FP32 on {checked.described} (batches "
+                      f"{checked.batches}), {builder.checked_where}") as timing:
+                s_verify.append(timing)
+                reports.append(builder.verify(out / PLAN_NAME, built.engine_io, checked, job, version,
+                                              options.build_timeout_s, profile=index))
+        report, latency_report = reports[0], (reports[1] if len(reports) > 1 else None)
     except Exception as e:  # noqa: BLE001 - whatever failed (tritonize, Polygraphy, torch-tensorrt, the OS) is recorded
         (out / PLAN_NAME).unlink(missing_ok=True)
         error = str(e) if isinstance(e, TritonizeError) else f"{builder.name} failed: {type(e).__name__}: {last_line(e)}"
@@ -108,22 +122,27 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
     entry = replace(
         entry,
         **file_facts(out / PLAN_NAME),
-        status=Status.built if report.passed else Status.failed,
+        status=Status.built if all(r.passed for r in reports) else Status.failed,
         verification=report,
+        latency_verification=latency_report,
         created=now_iso(),
     ).with_details(
         log=built.log,
         gpu=gpu,
         tf32=job.tf32,
         timing_cache_file=job.timing_cache,
-        timings={"build": asdict(s_build), "builder_seconds": built.seconds, "verify": asdict(s_verify)},
+        timings={"build": asdict(s_build), "builder_seconds": built.seconds, "verify": asdict(s_verify[0]),
+                 **({"verify_latency": asdict(s_verify[1])} if len(s_verify) > 1 else {})},
         **({"argv_used": built.argv} if built.argv else {}),
     )
     manifest.record("tensorrt", entry)
-    if not report.passed:
-        (out / PLAN_NAME).unlink(missing_ok=True)
-        raise TritonizeError(f"the TensorRT plan failed verification ({report.summary()}); it was removed")
-    say(f"  ✓ built {out / PLAN_NAME} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}")
+    for index, r in enumerate(reports):
+        if not r.passed:
+            (out / PLAN_NAME).unlink(missing_ok=True)
+            where = f" in profile {index}" if len(reports) > 1 else ""
+            raise TritonizeError(f"the TensorRT plan failed verification{where} ({r.summary()}); it was removed")
+    say(f"  ✓ built {out / PLAN_NAME} ({entry.size_bytes / 1e6:.0f} MB) — {report.summary()}"
+        + (f"; latency profile: {latency_report.summary()}" if latency_report else ""))
     return entry
 
 

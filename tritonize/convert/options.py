@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
-from tritonize.options import Precision  # fp16: mixed; int8: explicit Q/DQ calibrated on images
+from tritonize.options import Precision, int_items  # fp16: mixed; int8: explicit Q/DQ calibrated on images
 
 
 class BuilderName(str, Enum):
@@ -30,6 +30,7 @@ _RELEASE = re.compile(r"^\d{2}\.\d{2}$")
 @dataclass(frozen=True)
 class ConvertOptions:
     profile: Profile = Profile()
+    latency: Profile | None = None  # a second optimization profile (index 1) for small batches
     precision: Precision = Precision.fp16
     builder: BuilderName = BuilderName.auto
     workspace_gib: float = 4.0
@@ -68,6 +69,9 @@ class ConvertOptions:
             )
         if self.calib_images is not None and not self.synthetic_calibration and not Path(self.calib_images).is_dir():
             raise TritonizeError(f"--calib-images {self.calib_images} is not a directory of images")
+        if self.latency is not None and self.latency == self.profile:
+            raise TritonizeError(f"--latency-profile {latency_text(self.latency)} is the plan's first profile: give a "
+                                 "different one for small batches (e.g. 1,2,4), or leave it out")
         if self.build_timeout_s < 1:
             raise TritonizeError(f"build timeout must be >= 1 s, got {self.build_timeout_s}")
 
@@ -86,6 +90,8 @@ class ConvertOptions:
         caller's business."""
         p, default = self.profile, ConvertOptions()
         argv = ["--min-batch", str(p.min), "--opt-batch", str(p.opt), "--max-batch", str(p.max), "--precision", self.precision.value]
+        if self.latency is not None:
+            argv += ["--latency-profile", latency_text(self.latency)]
         if self.triton_release is not None:
             argv += ["--triton-release", self.triton_release]
         if self.calib_images is not None:
@@ -106,6 +112,23 @@ class ConvertOptions:
         if self.version_compatible:
             argv.append("--version-compatible")
         return argv
+
+
+def latency_profile(text: str | None) -> Profile | None:
+    """`--latency-profile MIN,OPT,MAX` -> Profile (None when not given)."""
+    if text is None:
+        return None
+    values = int_items(text, "--latency-profile")
+    if len(values) != 3:
+        raise TritonizeError(f"--latency-profile takes MIN,OPT,MAX (e.g. 1,2,4), got {text!r}")
+    try:
+        return Profile(*values)
+    except TritonizeError:
+        raise TritonizeError(f"--latency-profile must satisfy 1 <= MIN <= OPT <= MAX, got {text!r}") from None
+
+
+def latency_text(profile: Profile) -> str:
+    return f"{profile.min},{profile.opt},{profile.max}"
 
 
 def _enum(kind, value, option: str):

@@ -43,8 +43,9 @@ class PlanCheck:
 
 def verify_plan(plan: Path, engine_io: tuple[str, str], inputs: np.ndarray, reference: np.ndarray, tol: Tolerance,
                 batches: list[int], described: str, built_with: str | None = None,
-                version_compatible: bool = False) -> VerificationReport:
-    """Run the engine on inputs[:b] for each batch b and compare with `reference` (onnxruntime FP32).
+                version_compatible: bool = False, profile: int = 0) -> VerificationReport:
+    """Run the engine in optimization profile `profile` (selected as TrtRunner does: set_optimization_profile_async
+    on its stream) on inputs[:b] for each batch b and compare with `reference` (onnxruntime FP32).
 
     The engine must have exactly the input and output `engine_io`: the names the repository serves.
     `built_with`: the TensorRT that built the plan; refused at once when this Python's cannot load it.
@@ -67,7 +68,7 @@ def verify_plan(plan: Path, engine_io: tuple[str, str], inputs: np.ndarray, refe
         cuda_runtime()  # Polygraphy's CUDA wrapper, from the CUDA runtime the Python packages brought
     except RuntimeError as e:
         raise TritonizeError(f"cannot verify the plan: {e}") from None
-    runner = TrtRunner(EngineFromBytes(Path(plan).read_bytes()))
+    runner = TrtRunner(EngineFromBytes(Path(plan).read_bytes()), optimization_profile=profile)
     try:
         runner.activate()
         check_engine_io(*engine_tensors(runner.engine, trt), engine_io)
@@ -118,7 +119,8 @@ def tensorrt_pin(version: str) -> str:
 
 
 def verify_with_trtexec(command: list[str], workdir: Path, plan_file: str, engine_io: tuple[str, str], check: PlanCheck,
-                        version_compatible: bool, timeout_s: float, kill: list[str] | None = None) -> VerificationReport:
+                        version_compatible: bool, timeout_s: float, kill: list[str] | None = None,
+                        profile: int = 0) -> VerificationReport:
     """The check through trtexec: `command` (the trtexec executable, or a `docker run` of the image's, working
     in `workdir`) loads the plan and runs each batch of the check inputs once (raw input file, JSON output
     file, both in `workdir` and removed after); the comparison is tritonize's, as with Polygraphy."""
@@ -130,7 +132,7 @@ def verify_with_trtexec(command: list[str], workdir: Path, plan_file: str, engin
         try:
             np.ascontiguousarray(batch, dtype=np.float32).tofile(inputs)
             argv = [*command, *trtexec_run_argv(plan_file, name_in, batch.shape, inputs.name, outputs.name,
-                                                version_compatible)]
+                                                version_compatible, profile)]
             try:
                 done = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=timeout_s)
             except subprocess.TimeoutExpired:

@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from tritonize.convert.builders import IMAGE_TRTEXEC, LOG_NAME, TRTEXEC_FALLBACK
-from tritonize.convert.trtexec import SUPPORTED_MAJORS, BuildJob, trtexec_argv
+from tritonize.convert.trtexec import SUPPORTED_MAJORS, BuildJob, profiles_problem, trtexec_argv
 from tritonize.files import atomic_path
 
 SCRIPT_NAME = "convert.sh"
@@ -15,7 +15,8 @@ MAJOR_VERSIONS = {8: "8.6", 10: "10.0", 11: "11.0"}
 
 
 def argv_by_major(job: BuildJob) -> dict[str, list[str]]:
-    return {str(m): trtexec_argv(job, MAJOR_VERSIONS[m]) for m in SUPPORTED_MAJORS}
+    """The trtexec argv per major whose trtexec can build `job` (8.x builds one profile: trtexec.profiles_problem)."""
+    return {str(m): trtexec_argv(job, MAJOR_VERSIONS[m]) for m in SUPPORTED_MAJORS if not profiles_problem(job, m)}
 
 
 def _cache_mount(job: BuildJob) -> str:
@@ -59,7 +60,7 @@ def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) ->
     for major, argv in argv_by_major(job).items():
         lines.append(f"  {major}) ARGS=({' '.join(shlex.quote(a) for a in argv[1:])}) ;;")
     lines += [
-        '  *) echo "TensorRT $TRT_MAJOR is not supported (8, 10, 11)" >&2; exit 2 ;;',
+        f'  *) echo "trtexec of TensorRT $TRT_MAJOR cannot build this plan (majors: {", ".join(argv_by_major(job))})" >&2; exit 2 ;;',
         "esac",
         f"rm -f {shlex.quote(job.partial_plan)}",
         f'"${{RUN[@]}}" "${{ARGS[@]}}" 2>&1 | tee {LOG_NAME}',

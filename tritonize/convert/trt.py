@@ -21,7 +21,7 @@ from tritonize.convert.network import Network, network_from_onnx
 from tritonize.convert.options import AUTO_RELEASE, ConvertOptions
 from tritonize.convert.prepare import opset_for_tensorrt, prepare_opset, prepare_precision
 from tritonize.convert.reproducer import argv_by_major, write_reproducer
-from tritonize.convert.trtexec import BuildJob, probe_trtexec, trtexec_argv
+from tritonize.convert.trtexec import BuildJob, probe_trtexec, profiles_problem, trtexec_argv, version_tuple
 from tritonize.errors import TritonizeError
 from tritonize.files import ensure_writable_dir, sha256_file
 from tritonize.facts import now_iso
@@ -51,7 +51,8 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
     network = Network.from_spec(manifest.model) if manifest.model else network_from_onnx(fp32_onnx)
     release = target_release(options.triton_release)
     say(f"Converting {network.described} for Triton {release.release} ({release.image}): {options.precision.value}, "
-        f"batch profile {options.profile.min}/{options.profile.opt}/{options.profile.max}")
+        f"batch profile {options.profile.min}/{options.profile.opt}/{options.profile.max}"
+        + (f", latency profile {options.latency.min}/{options.latency.opt}/{options.latency.max}" if options.latency else ""))
     say(f"  pins: {pins_line(release)}")
 
     source = fp32_onnx
@@ -73,13 +74,15 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         version_compatible=options.version_compatible,
         hardware_compatibility=options.hardware_compatibility,
         fp32_layers=prepared.fp32_layers,
+        latency=options.latency.to_dict() if options.latency else None,
     )
     argv_by_major(job)  # fail now, not on the GPU box, if a flag combination is impossible
     gpu_command = shlex.join(["tritonize", "convert", "trt", "--artifacts", str(out),
                               *replace(options, triton_release=release.release).to_argv()])
     header = [
         f"{network.described}; input {job.input_name} {'x'.join(map(str, job.input_shape))}, "
-        f"batch min {job.profile['min']} / opt {job.profile['opt']} / max {job.profile['max']}",
+        f"batch min {job.profile['min']} / opt {job.profile['opt']} / max {job.profile['max']}"
+        + (f"; latency profile {job.latency['min']} / {job.latency['opt']} / {job.latency['max']}" if job.latency else ""),
         f"Precision {job.precision}: prepared in {job.onnx_file} (see manifest.json)",
         f"Serving release {release.release}: TensorRT {release.tensorrt or 'unknown to tritonize (check the NGC release notes)'}",
         f"Full build with verification and manifest entry: {gpu_command}",
@@ -96,6 +99,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         status=Status.waiting_for_gpu,
         precision=job.precision,
         profile=options.profile,
+        latency=options.latency,
         input_name=job.input_name,
         output_name=job.output_name,
         onnx=FileRef(job.onnx_file, sha256_file(out / job.onnx_file)),
@@ -145,13 +149,16 @@ def _target_commands(job: BuildJob, release: Release, out: Path) -> dict:
     (else convert.sh reads the version from the image's trtexec banner at build time)."""
     if not release.tensorrt:
         return {"container_command": f"bash {out / 'convert.sh'} container  (flags from the image's trtexec banner)"}
+    problem = profiles_problem(job, version_tuple(release.tensorrt)[0])
+    if problem:
+        return {"container_command": f"none: {problem}"}
     argv = trtexec_argv(job, release.tensorrt)
     return {"trtexec_argv_target": argv, "container_argv": container_argv(release.image, out, argv[1:])}
 
 
 def _same_job(recorded: Plan, wanted: Plan) -> bool:
     """The recorded plan was (or is to be) built from the same inputs with the same settings."""
-    return (recorded.onnx == wanted.onnx and recorded.profile == wanted.profile and recorded.precision == wanted.precision
+    return (recorded.onnx == wanted.onnx and recorded.profiles == wanted.profiles and recorded.precision == wanted.precision
             and recorded.target.triton_release == wanted.target.triton_release and recorded.options == wanted.options)
 
 

@@ -53,6 +53,11 @@ class BuildJob:
     version_compatible: bool = False
     hardware_compatibility: str = "none"
     fp32_layers: tuple[str, ...] = field(default=())  # FP32 islands of a mixed-precision graph
+    latency: dict | None = None  # a second optimization profile {"min", "opt", "max"} (index 1)
+
+    @property
+    def profiles(self) -> list[dict]:
+        return [self.profile, *([self.latency] if self.latency else [])]
 
     def shape(self, batch: int) -> str:
         return "x".join(str(d) for d in (batch, *self.input_shape))
@@ -97,15 +102,14 @@ def trtexec_argv(job: BuildJob, tensorrt_version: str, executable: str = "trtexe
         raise TritonizeError(
             f"--opt-level/--version-compatible/--hardware-compatibility need TensorRT 8.6 or newer, target has {tensorrt_version}"
         )
-    name = job.input_name
-    argv = [
-        executable,
-        f"--onnx={job.onnx_file}",
-        f"--saveEngine={job.partial_plan}",
-        f"--minShapes={name}:{job.shape(job.profile['min'])}",
-        f"--optShapes={name}:{job.shape(job.profile['opt'])}",
-        f"--maxShapes={name}:{job.shape(job.profile['max'])}",
-    ]
+    problem = profiles_problem(job, major)
+    if problem:
+        raise TritonizeError(f"{problem}; target a release with TensorRT 10 or newer, or use --builder tensorrt")
+    argv = [executable, f"--onnx={job.onnx_file}", f"--saveEngine={job.partial_plan}"]
+    for index, profile in enumerate(job.profiles):
+        if job.latency:  # several profiles: `--profile=N` then its three shapes (sampleOptions.cpp getOptimizationProfiles)
+            argv.append(f"--profile={index}")
+        argv += [f"--{kind}Shapes={job.input_name}:{job.shape(profile[kind])}" for kind in ("min", "opt", "max")]
     if (major, minor) >= (8, 4):
         argv.append(f"--memPoolSize=workspace:{job.workspace_mib}")  # bare number = MiB (module doc)
     else:
@@ -122,6 +126,14 @@ def trtexec_argv(job: BuildJob, tensorrt_version: str, executable: str = "trtexe
         argv += ["--profilingVerbosity=detailed", f"--exportLayerInfo={job.layer_info}"]
     argv.append("--skipInference" if modern else "--buildOnly")
     return argv
+
+
+def profiles_problem(job: BuildJob, major: int) -> str | None:
+    """Why the trtexec of `major` cannot build `job`'s profiles: 8.x reads one --minShapes/--optShapes/--maxShapes
+    (sampleOptions.cpp v8.6.1 BuildOptions::parse); `--profile=N` came with 10.0."""
+    if job.latency and major < 10:
+        return f"trtexec of TensorRT {major}.x builds one optimization profile, not the two of --latency-profile"
+    return None
 
 
 def _precision_flags(job: BuildJob, major: int, minor: int) -> list[str]:
@@ -142,13 +154,16 @@ def _precision_flags(job: BuildJob, major: int, minor: int) -> list[str]:
 
 
 def trtexec_run_argv(plan_file: str, input_name: str, shape, inputs_file: str, outputs_file: str,
-                     version_compatible: bool) -> list[str]:
+                     version_compatible: bool, profile: int = 0) -> list[str]:
     """trtexec arguments that load a plan, run it once at `shape` on the raw input file and export the output
     as JSON (every version from 8.6 has these). `--versionCompatible` lets the runtime run a
-    version-compatible plan's lean runtime (samples/common/sampleEngines.cpp: setEngineHostCodeAllowed)."""
+    version-compatible plan's lean runtime (samples/common/sampleEngines.cpp: setEngineHostCodeAllowed);
+    `--useProfile=N` (10.0+) runs it in optimization profile N."""
     argv = [f"--loadEngine={plan_file}", f"--shapes={input_name}:{'x'.join(str(d) for d in shape)}",
             f"--loadInputs={input_name}:{inputs_file}", f"--exportOutput={outputs_file}",
             "--iterations=1", "--warmUp=0", "--duration=0"]
+    if profile:
+        argv.append(f"--useProfile={profile}")
     if version_compatible:
         argv.append("--versionCompatible")
     return argv

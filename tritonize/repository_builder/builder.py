@@ -182,6 +182,8 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
     limit = f" ({bound.limit})" if default.max_batch_size == bound.max_batch else ""
     summary = (f"{backend.platform}, max_batch_size {default.max_batch_size}{limit}, {options.instances} x "
                f"{kind_name(default.instance_group[0].kind)}")
+    if len(default.instance_group) > 1:  # the plan's latency profile (config.profile_groups)
+        summary += f" + {default.instance_group[1].count} in the latency profile"
     if plans:
         summary += f", a plan per GPU kind ({', '.join(plans)})"
         return ModelFiles(backend.name, texts, summary, {cc_filename(p.cc): p.path for p in fleet})

@@ -33,6 +33,8 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
               shapes the config's
   memory      execution_context_allocation_strategy only on tensorrt models, STATIC or ON_PROFILE_CHANGE, and
               served by a release that reads it (25.05+)
+  profiles    instance_group.profile only on tensorrt models, integer names; (manifest) indices of the plan's
+              verified profiles, whose batch ranges take every batch up to max_batch_size in each group
   precision   (manifest) an fp16/int8 plan whose engine runs most of its layers in FP32 (read from the engine)
   gpu kind    a tensorrt_plan model has a plan for the serving GPU's compute capability (--gpu-cc, else this
               machine's GPU when one is visible): its one plan's, or a key of cc_model_filenames (gpus.py);
@@ -156,6 +158,7 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
         if backend == "tensorrt":
             self._check_gpu_kind(cfg)
         self._check_cuda_graphs(cfg, backend)
+        self._check_profiles(cfg, backend)
         self._check_allocation_strategy(cfg, backend)
         if backend == "ensemble":
             self._check_ensemble(cfg)

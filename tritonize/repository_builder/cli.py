@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Force, GpuCC, Instances, Kind, MaxBatch, Models,
+    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Force, GpuCC, Instances, Kind, LatencyInstances, MaxBatch, Models,
     RepositoryArgument, TritonRelease, int_items, items,
 )
 
@@ -24,6 +24,7 @@ def build_command(
     preferred: Annotated[str, typer.Option(help="Preferred dynamic batch sizes, comma-separated (capped at max batch).")] = "4,8,16,32",
     queue_delay_us: Annotated[int, typer.Option(help="Dynamic batcher max queue delay in microseconds.")] = 100,
     instances: Instances = 1,
+    latency_instances: LatencyInstances = None,
     kind: Kind = "auto",
     warmup: Annotated[bool, typer.Option("--warmup/--no-warmup", help="Warm up each model at batch 1 and at max batch.")] = True,
     models: Models = None,
@@ -50,6 +51,7 @@ def build_command(
         preferred=int_items(preferred, "--preferred"),
         queue_delay_us=queue_delay_us,
         instances=instances,
+        latency_instances=latency_instances,
         kind=kind,
         warmup=warmup,
         models=items(models, "--models") if models is not None else None,

@@ -9,7 +9,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
-from tritonize.manifest import Entry, Plan, PrecisionVariant
+from tritonize.manifest import Entry, Plan, PrecisionVariant, Profile
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder.gpus import CC_PARAMETER, HARDWARE_PARAMETER, plan_cc
 from tritonize.repository_builder.options import LOGITS, PREPROCESSED, Backend, Preprocessor, RepoOptions
@@ -129,7 +129,12 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
 
     kinds = {"auto": pb.ModelInstanceGroup.KIND_AUTO, "gpu": pb.ModelInstanceGroup.KIND_GPU,
              "cpu": pb.ModelInstanceGroup.KIND_CPU}
-    cfg.instance_group.add(count=options.instances, kind=kinds[kind])
+    latency = latency_instances(entry, options)
+    if latency:  # the plan's two profiles: named groups, each instance with the profiles it runs (profile_groups)
+        for name, count, profiles in profile_groups(backend.name, options.instances, latency, entry.latency, max_batch):
+            cfg.instance_group.add(name=name, count=count, kind=kinds[kind], profile=profiles)
+    else:
+        cfg.instance_group.add(count=options.instances, kind=kinds[kind])
 
     if options.warmup:
         for batch in sorted({1, max_batch}):
@@ -145,6 +150,32 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
     if backend.cpu_variant:
         cfg.parameters["source.artifact"].string_value = backend.artifact
     return cfg
+
+
+def latency_instances(entry: Entry, options: RepoOptions) -> int:
+    """How many instances run in the plan's latency profile: --latency-instances, default 1 when the plan has a
+    verified one (nothing is served beyond what was verified); asking for some without one is an error."""
+    if not isinstance(entry, Plan):
+        return 0
+    verified = bool(entry.latency and entry.latency_verification and entry.latency_verification.passed)
+    if options.latency_instances and not verified:
+        raise TritonizeError(f"--latency-instances {options.latency_instances}: the plan has no verified latency profile; "
+                             "build it with `tritonize convert trt --latency-profile MIN,OPT,MAX`, or leave the flag out")
+    return (1 if options.latency_instances is None else options.latency_instances) if verified else 0
+
+
+def profile_groups(model: str, instances: int, latency: int, profile: Profile, max_batch: int) -> list[tuple]:
+    """(name, count, profiles) of trt_model's two instance groups: `--instances` in profile 0, `latency` instances in
+    profile 1, and also in profile 0 when the latency profile cannot take every batch up to max_batch_size.
+
+    Triton's dynamic batcher is the model's, not an instance's: any batch up to max_batch_size may reach any
+    instance. tensorrt_backend loads an instance whose profile max is below max_batch_size (it clamps the binding:
+    src/instance_state.cc TRTv3Interface::ConfigureInputDimensions) but then fails each larger batch sent to it
+    ("request specifies invalid shape", SetBindingDimensions). With several profiles an instance holds one context
+    per profile and runs each batch in the one whose opt is nearest among those that take it (GetMostOptimizedProfile):
+    small batches run in the latency profile, larger ones in profile 0."""
+    latency_profiles = ["1"] if profile.max >= max_batch else ["1", "0"]
+    return [(f"{model}_throughput", instances, ["0"]), (f"{model}_latency", latency, latency_profiles)]
 
 
 # tensorrt_backend src/model_state.cc ParseParameters (from release 25.05: r25.05 is the first release branch with

@@ -74,7 +74,7 @@ def gather(manifest: Manifest, plan_dirs: tuple[Path, ...]) -> list[FleetPlan]:
             raise TritonizeError(f"--plans {directory}: its plan was made from another export than {manifest.directory} "
                                  "(model.onnx differs): copy one artifacts directory to each GPU machine and build there")
         for what, mine, theirs in (("precision", own.precision, entry.precision),
-                                   ("batch profile", own.profile, entry.profile),
+                                   ("batch profile", own.profiles, entry.profiles),
                                    ("tensor names", (own.input_name, own.output_name), (entry.input_name, entry.output_name)),
                                    ("TensorRT", own.tensorrt_version, entry.tensorrt_version)):
             if mine != theirs:
@@ -104,6 +104,8 @@ def _fleet_plan(manifest: Manifest, entry: Plan) -> FleetPlan:
 
 
 def _show(value) -> str:
+    if isinstance(value, list):  # a plan's profiles
+        return " and ".join(_show(v) for v in value)
     if hasattr(value, "to_dict"):
         return "/".join(str(v) for v in value.to_dict().values())
     return "/".join(value) if isinstance(value, tuple) else str(value)

@@ -101,6 +101,7 @@ class RepoOptions:
     cuda_graphs: bool = False  # trt_model: optimization.cuda.graphs with a graph_spec per batch size (config.py)
     context_memory: str | None = None  # trt_model: execution_context_allocation_strategy (config.py); None: Triton's
     plans: tuple[Path, ...] = ()  # other artifacts directories whose plans join trt_model's (one per GPU kind: gpus.py)
+    latency_instances: int | None = None  # trt_model: instances in the plan's latency profile (config.profile_groups)
 
     def __post_init__(self):
         if self.max_batch is not None and self.max_batch < 1:
@@ -111,6 +112,8 @@ class RepoOptions:
         object.__setattr__(self, "preferred", preferred)
         if self.queue_delay_us < 0:
             raise TritonizeError(f"--queue-delay-us must be >= 0 (got {self.queue_delay_us})")
+        if self.latency_instances is not None and self.latency_instances < 0:
+            raise TritonizeError(f"--latency-instances must be >= 0 (got {self.latency_instances})")
         if self.instances < 1:
             raise TritonizeError(f"--instances must be >= 1 (got {self.instances})")
         if self.kind not in KINDS:

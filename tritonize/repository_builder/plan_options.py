@@ -1,5 +1,6 @@
 """`repo check`'s rules about trt_model's TensorRT options: the plans of each GPU kind (cc_model_filenames), CUDA
-graphs and the execution context's memory, as Triton's tensorrt backend reads them."""
+graphs, the execution context's memory and the optimization profiles of each instance group, as Triton's tensorrt
+backend reads them."""
 
 from __future__ import annotations
 
@@ -93,3 +94,59 @@ class PlanOptionChecks:
             self.add(Severity.error, f"{problem} (compute capability from {source})",
                      "build a plan on that GPU kind and gather it with `tritonize repo build --plans DIR`, or serve "
                      "trt_model on a GPU kind it has a plan for")
+
+    def _check_profiles(self, cfg, backend: str | None) -> None:
+        """instance_group.profile as tensorrt_backend reads it (e2ef6d7): each name an integer (tensorrt_utils.cc
+        GetProfileIndex), an index of the plan's profiles (instance_state.cc InitOptimizationProfiles refuses the load
+        otherwise), verified, and every batch up to max_batch_size taken by one of the group's profiles: the dynamic
+        batcher may send any of them to any instance, and a batch outside the instance's profiles fails there
+        ("request specifies invalid shape"; config.profile_groups)."""
+        manifest: Manifest | None = self.ctx.manifest
+        plan = manifest.plan if manifest is not None and manifest.plan is not None else None
+        profiles = plan.profiles if plan is not None and plan.status is Status.built else None
+        for number, group in enumerate(cfg.instance_group):
+            if not group.profile:
+                continue
+            name = group.name or f"#{number + 1}"
+            if backend != "tensorrt":
+                self.add(Severity.warning, f"instance_group {name} lists profile in a model of the {backend} backend: only "
+                                           "the tensorrt backend reads it", "remove profile")
+                continue
+            indices = [int(p) if p.strip().lstrip("-").isdigit() else None for p in group.profile]
+            if None in indices:
+                self.add(Severity.error, f"instance_group {name}: profile {list(group.profile)} names a profile that is "
+                                         "not an index; Triton's tensorrt backend refuses to load the model",
+                         f"list profile indices (\"0\", \"1\") or {REBUILD}")
+                continue
+            if profiles is None:
+                continue
+            wrong = [i for i in indices if not 0 <= i < len(profiles)]
+            if wrong:
+                self.add(Severity.error, f"instance_group {name}: profile {wrong[0]} is not one of the plan's "
+                                         f"{len(profiles)} optimization profile(s) (0..{len(profiles) - 1}); Triton's "
+                                         "tensorrt backend refuses to load the model",
+                         f"list profiles 0..{len(profiles) - 1}, or rebuild the plan with `tritonize convert trt "
+                         "--latency-profile MIN,OPT,MAX` and then the repository")
+                continue
+            if 1 in indices and not (plan.latency_verification and plan.latency_verification.passed):
+                self.add(Severity.error, f"instance_group {name} runs in profile 1, which the plan check did not verify",
+                         "rebuild the plan with `tritonize convert trt --force`")
+            taken = {b for i in indices for b in range(profiles[i].min, profiles[i].max + 1)}
+            refused = [b for b in range(1, cfg.max_batch_size + 1) if b not in taken]
+            if refused:
+                shown = ", ".join(f"{p.min}..{p.max}" for p in (profiles[i] for i in indices))
+                self.add(Severity.error, f"instance_group {name} runs in profile {', '.join(group.profile)} (batch "
+                                         f"{shown}): Triton's dynamic batcher may send it any batch up to max_batch_size "
+                                         f"{cfg.max_batch_size}, and batch {_ranges(refused)} would fail there",
+                         f"add profile \"0\" to that group (as `tritonize repo build` does) or lower max_batch_size")
+
+
+def _ranges(values: list[int]) -> str:
+    """[1, 5, 6, 7] -> "1, 5..7"."""
+    runs: list[list[int]] = []
+    for value in values:
+        if runs and value == runs[-1][1] + 1:
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in runs)

@@ -66,6 +66,7 @@ class BatchingModel:
         config = json.loads(args["model_config"])
         self.config = config
         self.model_name = args["model_name"]
+        self.instance_name = args["model_instance_name"]
         self.max_batch_size = int(config.get("max_batch_size", 0))
         self.inputs = [_tensor_spec(t) for t in config.get("input", [])]
         self.outputs = [_tensor_spec(t) for t in config.get("output", [])]

@@ -980,19 +980,38 @@ class IExecutionContext(_Object):
         self._addresses: dict[str, int] = {}
         self._allocators: dict[str, object] = {}
         self._debug_listener = None
+        self._profile = 0
 
     engine = property(lambda self: self._engine)
-    active_optimization_profile = property(lambda self: 0)
+
+    def _select_profile(self, index) -> bool:
+        """Rule 'optimization_profile': an index of the engine's profiles; the inputs' shapes are set again after."""
+        engine = self._engine
+        problem = rules.profile_index_problem(int(index), engine.num_optimization_profiles)
+        if problem:
+            _error(engine._logger, f"IExecutionContext::setOptimizationProfileAsync: Error Code 3: API Usage Error ({problem})")
+            return False
+        self._profile = int(index)
+        self._shapes = {t.name: tuple(t.shape) for t in engine._header.inputs}
+        return True
+
+    def _set_active_profile(self, index) -> None:  # 8.6's writable property (synchronous)
+        self._select_profile(index)
+
+    active_optimization_profile = property(lambda self: self._profile, _set_active_profile)
 
     def set_optimization_profile_async(self, profile_index, stream) -> bool:
-        return profile_index == 0
+        if not _cuda.is_stream(int(stream)):
+            _error(self._engine._logger, f"IExecutionContext::setOptimizationProfileAsync: {int(stream):#x} is not a live CUDA stream")
+            return False
+        return self._select_profile(profile_index)
 
     def set_input_shape(self, name, shape) -> bool:
         engine = self._engine
         if engine.get_tensor_mode(name) != TensorIOMode.INPUT:
             _error(engine._logger, f"IExecutionContext::setInputShape: Error Code 3: {name} is not an input tensor")
             return False
-        lo, _, hi = engine._header.profiles[0][name] if engine._header.profiles else (shape, shape, shape)
+        lo, _, hi = engine._header.profiles[self._profile][name] if engine._header.profiles else (shape, shape, shape)
         problem = rules.input_shape_problem(tuple(int(d) for d in shape), tuple(engine._tensors[name][0].shape),
                                             tuple(lo), tuple(hi))
         if problem:

@@ -57,18 +57,48 @@ class TritonPythonModel(BatchingModel):
         if self.engine is None:
             raise RuntimeError(f"TensorRT {trt.__version__} could not load {path}: a plan runs only with the "
                                "TensorRT version and GPU it was built for; rebuild it on this machine")
-        self.context = self.engine.create_execution_context()
         engine_tensors = {self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)}
         missing = sorted({t.name for t in self.inputs + self.outputs} - engine_tensors)
         if missing:
             raise RuntimeError(f"config tensors {missing} are not in the plan, which has {sorted(engine_tensors)}")
         self.stream = cuda.Stream()
+        self.contexts = self._contexts(instance_profiles(self.config, self.instance_name))
+        self.context = self.contexts[0][1]
+        self.ran: set[tuple[int, int]] = set()
         self.buffers = {t.name: cuda.DeviceArray(dtype=DataType.from_dtype(t.dtype)) for t in self.inputs}
         self.output_dtypes = {t.name: np.dtype(trt.nptype(self.engine.get_tensor_dtype(t.name))) for t in self.outputs}
         for name, dtype in self.output_dtypes.items():
             self.buffers[name] = cuda.DeviceArray(dtype=DataType.from_dtype(dtype))
 
+    def _contexts(self, indices: list[int]) -> list[tuple[int, object, tuple[int, int, int]]]:
+        """As Triton's tensorrt backend (src/instance_state.cc InitOptimizationProfiles): one execution context per
+        profile of the instance's group, selected with set_optimization_profile_async on the instance's stream
+        for every index but 0; with each profile's batch (min, opt, max) of the first input."""
+        count, contexts = self.engine.num_optimization_profiles, []
+        for index in indices:
+            context = self.engine.create_execution_context()
+            if index != 0 and not context.set_optimization_profile_async(index, self.stream.ptr):
+                raise RuntimeError(f"Can not set the specified optimization profile {index} for {self.instance_name}. "
+                                   f"Expected optimization profile index range 0-{count - 1}")
+            shapes = self.engine.get_tensor_profile_shape(self.inputs[0].name, index)
+            contexts.append((index, context, tuple(int(s[0]) for s in shapes)))
+        self.stream.synchronize()
+        return contexts
+
+    def _select(self, batch: int):
+        """The context whose profile takes `batch` with the opt nearest to it, the lowest index on a tie
+        (GetMostOptimizedProfile); the first when none takes it (its set_input_shape then refuses the batch)."""
+        taking = [(abs(opt - batch), index, context) for index, context, (lo, opt, hi) in self.contexts if lo <= batch <= hi]
+        index, context = min(taking, key=lambda t: t[:2])[1:] if taking else self.contexts[0][:2]
+        if (index, batch) not in self.ran:  # said once per profile and batch size: which profile served what
+            self.ran.add((index, batch))
+            import triton_python_backend_utils as pb_utils
+
+            pb_utils.Logger.log_info(f"{self.instance_name}: batch {batch} runs in optimization profile {index}")
+        return context
+
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
+        self.context = self._select(int(inputs[0].shape[0])) if self.max_batch_size > 0 else self.context
         for spec, array in zip(self.inputs, inputs):
             array = np.ascontiguousarray(array)
             buffer = self.buffers[spec.name].resize(array.shape)
@@ -95,6 +125,15 @@ class TritonPythonModel(BatchingModel):
         if getattr(self, "stream", None) is not None:
             self.stream.free()
             self.stream = None
+
+
+def instance_profiles(config: dict, instance_name: str) -> list[int]:
+    """The profile indices of the instance's group (instance_group.profile; Triton names an instance after its group,
+    `<group>_<n>`), else profile 0; a name that is not an integer fails the load, as in tensorrt_backend (GetProfileIndex)."""
+    for group in config.get("instance_group") or []:
+        if group.get("profile") and instance_name.startswith(f"{group.get('name')}_"):
+            return [int(p) for p in group["profile"]]
+    return [0]
 
 
 def _compute_capability(device_id: int) -> str:

@@ -1,0 +1,76 @@
+"""A second, latency optimization profile (issue 27): `convert trt --latency-profile MIN,OPT,MAX` builds a plan of two
+profiles with every builder that can (the Polygraphy builder on every version; trtexec and the container from
+TensorRT 10, whose trtexec takes `--profile=N` before each profile's shapes: sampleOptions.cpp
+getOptimizationProfiles), checks the plan in each profile at batch sizes inside it, and records the profiles in
+order with the numbers of each. The builders that cannot refuse in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import error_line, run_cli
+from tests.convert.test_emulated_builds import manifest, plan_header, target
+
+SHAPES = lambda *batches: [[b, 3, 224, 224] for b in batches]  # noqa: E731
+
+
+def convert(artifacts, builder: str, *extra: str):
+    return run_cli("convert", "trt", "--artifacts", artifacts, "--precision", "fp32", "--min-batch", "1", "--opt-batch",
+                   "2", "--max-batch", "4", "--latency-profile", "1,1,2", "--builder", builder, *extra)
+
+
+@pytest.mark.parametrize("builder", ["trtexec", "container", "tensorrt"])
+def test_every_builder_that_can_builds_and_checks_both_profiles(emulated_tensorrt, standins, artifacts_copy,
+                                                               monkeypatch, builder):
+    monkeypatch.setenv("STANDIN_TRT_VERSION", emulated_tensorrt.version)  # the host trtexec's TensorRT
+    result = convert(artifacts_copy, builder, *target(emulated_tensorrt, standins, monkeypatch))
+    if builder != "tensorrt" and emulated_tensorrt.version.startswith("8."):
+        assert result.exit_code == 1
+        assert error_line(result) == (f"error: --builder {builder}: trtexec of TensorRT 8.x builds one optimization "
+                                      "profile, not the two of --latency-profile")
+        return
+    assert result.exit_code == 0, result.output
+    entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    assert entry["status"] == "built" and entry["builder"] == builder
+    assert entry["profile"] == {"min": 1, "opt": 2, "max": 4} and entry["latency"] == {"min": 1, "opt": 1, "max": 2}
+    assert entry["verification"]["passed"] and set(entry["verification"]["batches"]) == {"1", "3", "4"}
+    assert entry["latency_verification"]["passed"] and set(entry["latency_verification"]["batches"]) == {"1", "2"}
+    header = plan_header(artifacts_copy / "model.plan")
+    assert header.profiles == [{"input": SHAPES(1, 2, 4)}, {"input": SHAPES(1, 1, 2)}]
+    assert "verify the plan in profile 1 (1/1/2) against onnxruntime FP32" in result.output
+    if builder != "tensorrt":
+        argv = entry["argv_used"]
+        assert argv[argv.index("--profile=0"):argv.index("--profile=1") + 4][-4:] == [
+            "--profile=1", "--minShapes=input:1x3x224x224", "--optShapes=input:1x3x224x224",
+            "--maxShapes=input:2x3x224x224"]
+    # The same job again is up to date; another latency profile is another plan.
+    assert "is up to date" in convert(artifacts_copy, builder, *target(emulated_tensorrt, standins, monkeypatch)).output
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_refusals_of_a_latency_profile(emulated_tensorrt, artifacts_copy):
+    refused = convert(artifacts_copy, "torch-tensorrt")
+    assert refused.exit_code == 1
+    assert error_line(refused) == ("error: --builder torch-tensorrt: its Input(min_shape, opt_shape, max_shape) makes one "
+                                   "optimization profile: it cannot build --latency-profile")
+    same = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--latency-profile", "1,16,32")
+    assert error_line(same).startswith("error: --latency-profile 1,16,32 is the plan's first profile")
+    for text in ("1,2", "4,2,1", "0,1,2", "a,b,c"):
+        bad = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--latency-profile", text)
+        assert bad.exit_code in (1, 2) and "--latency-profile" in error_line(bad), (text, bad.output)
+
+
+def test_trtexec_argv_of_two_profiles():
+    from tritonize.convert.reproducer import argv_by_major
+    from tritonize.convert.trtexec import BuildJob, trtexec_argv
+    from tritonize.errors import TritonizeError
+
+    job = BuildJob("model.onnx", "model.plan", "input", "output", (3, 8, 8), {"min": 1, "opt": 16, "max": 32}, "fp32",
+                   1024, "timing.cache", latency={"min": 1, "opt": 2, "max": 4})
+    argv = trtexec_argv(job, "10.5.0")
+    assert argv[3:11] == ["--profile=0", "--minShapes=input:1x3x8x8", "--optShapes=input:16x3x8x8",
+                          "--maxShapes=input:32x3x8x8", "--profile=1", "--minShapes=input:1x3x8x8",
+                          "--optShapes=input:2x3x8x8", "--maxShapes=input:4x3x8x8"]
+    with pytest.raises(TritonizeError, match="trtexec of TensorRT 8.x builds one optimization profile"):
+        trtexec_argv(job, "8.6.1")
+    assert set(argv_by_major(job)) == {"10", "11"}  # convert.sh builds it with trtexec 10 and 11 only
