@@ -57,6 +57,8 @@ class FakeTriton:
         self.infers: list[tuple[str, str]] = []  # (model, instance reached)
         self.turn: dict[str, int] = {}
         self.free_first = False  # requests round robin over the instances; True: only to the ones not hung
+        self.metrics_style = "one"  # "one" line a model; "by_reason": split over reasons and versions; "sparse": none at 0
+        self.key_headers: dict[str, str] = {}  # set: the repository API refuses a request without them (403)
         for name in models:
             self._spawn(name)
 
@@ -109,6 +111,21 @@ class FakeTriton:
         return None if proc is None else "Z" if proc.status is not None else "T" if proc.stopped else "S"
 
     # --- Triton's side
+    def metrics_text(self) -> str:
+        """Triton's /metrics: the failure counter a line per model, or per reason and version (24.x+), or only
+        for the models that failed; other families and comments beside it."""
+        lines = ["# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes",
+                 "# TYPE nv_inference_request_failure counter"]
+        for m, n in self.failures.items():
+            if self.metrics_style == "by_reason":
+                lines += [f'nv_inference_request_failure{{model="{m}",reason="BACKEND",version="1"}} {n - n // 2}',
+                          f'nv_inference_request_failure{{model="{m}",reason="OTHER",version="1"}} {n // 2}',
+                          f'nv_inference_request_failure{{model="{m}",reason="REJECTED",version="2"}} 0']
+            elif n or self.metrics_style == "one":
+                lines.append(f'nv_inference_request_failure{{model="{m}",version="1"}} {n}')
+            lines.append(f'nv_inference_request_success{{model="{m}",version="1"}} 1000')
+        return "\n".join(lines) + "\n"
+
     def _spawn(self, name: str) -> None:
         for pid in [p for p, proc in self.procs.items() if _model(proc.instance) == name]:
             del self.procs[pid]  # reaped: zombies too
@@ -116,12 +133,13 @@ class FakeTriton:
             pid, self.next_pid = self.next_pid, self.next_pid + 1
             self.procs[pid] = Proc(f"{name}_0_{i}", f"t{pid}", f"triton_python_backend_shm_region_fake_{pid}")
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, object]:
-        parts = path.strip("/").split("/")
+    def handle(self, method: str, path: str, body: bytes, headers: dict | None = None) -> tuple[int, object]:
+        parts, headers = path.strip("/").split("/"), headers or {}
         with self.lock:
             if path == "/metrics":
-                return 200, "".join(f'nv_inference_request_failure{{model="{m}",version="1"}} {n}\n'
-                                    for m, n in self.failures.items())
+                return 200, self.metrics_text()
+            if parts[:2] == ["v2", "repository"] and any(headers.get(k.lower()) != v for k, v in self.key_headers.items()):
+                return 403, {"error": "This API is restricted, expecting header 'triton-control-key'"}
             if path == "/v2/repository/index":
                 return 200, [{"name": m, "version": "1", "state": s, "reason": r} for m, (s, r) in self.state.items()]
             if parts[:2] == ["v2", "models"] and parts[3] == "config":
@@ -216,12 +234,15 @@ def _model(instance: str) -> str:
 def world(monkeypatch, request):
     """(FakeTriton, Supervisor on it, Clock, the supervisor's log lines); "solo" has 1 instance, "pair" 2, and
     "image" takes encoded images. Other models: parametrize `world` indirectly with {name: instances}."""
-    triton = FakeTriton(getattr(request, "param", {"solo": 1, "pair": 2, "image": 1}))
+    param = getattr(request, "param", {"solo": 1, "pair": 2, "image": 1})
+    models, style = param if isinstance(param, tuple) else (param, "one")  # (models, metrics_style)
+    triton = FakeTriton(models)
+    triton.metrics_style = style
 
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, method):
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            code, payload = triton.handle(method, self.path, body)
+            code, payload = triton.handle(method, self.path, body, {k.lower(): v for k, v in self.headers.items()})
             data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
             self.send_response(code)
             self.send_header("Content-Length", str(len(data)))
