@@ -16,10 +16,12 @@ from tritonize.tools.perf_analyzer import PerfAnalyzer
 
 def server_delta(before: dict, after: dict) -> tuple[dict, float, int]:
     """Per-request server times (us) between two statistics snapshots, the mean executed batch, and the request count."""
-    delta = {k: (after.get(k, (0, 0))[0] - before.get(k, (0, 0))[0], after.get(k, (0, 0))[1] - before.get(k, (0, 0))[1]) for k in after}
-    per_request = {part: (delta[part][1] / delta[part][0] / 1e3 if delta.get(part, (0, 0))[0] else 0.0) for part in SERVER_PARTS}
-    executions, inferences = delta.get("executions", (0, 0))
-    return per_request, (inferences / executions if executions else 0.0), delta.get("success", (0, 0))[0]
+    zero = (0, 0)  # (count, summed ns) of a part the statistics do not list yet
+    delta = {k: (count - before.get(k, zero)[0], ns - before.get(k, zero)[1]) for k, (count, ns) in after.items()}
+    part = lambda k: delta.get(k, zero)  # noqa: E731
+    per_request = {p: (part(p)[1] / part(p)[0] / 1e3 if part(p)[0] else 0.0) for p in SERVER_PARTS}
+    executions, inferences = part("executions")
+    return per_request, (inferences / executions if executions else 0.0), part("success")[0]
 
 
 RECORD_WAIT_S = 2.0  # how long the built-in load generator waits for the server to record the requests it answered

@@ -1,0 +1,108 @@
+"""Edges of the measurement code that `make mutation` found untested: every option's bounds and message, a
+level's CSV row digit by digit, perf_analyzer's figures at their rounding edges, and the built-in load
+generator's windows when requests fail or the time limit ends a count."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.client.test_perf_units import _level, _Slow
+from tritonize.client import load
+from tritonize.client.perf import perf_analyzer_runs as pa
+from tritonize.client.perf.results import LOAD_GENERATORS, UNJUDGED, PerfOptions
+from tritonize.client.stats import latency_summary
+from tritonize.errors import TritonizeError
+
+
+@pytest.mark.parametrize("fields", [
+    dict(concurrency=(1, 1024)), dict(requests=1, duration=None), dict(duration=600), dict(duration=0.5),
+    dict(shared_memory="none"), dict(shared_memory="system"), *[dict(engine=e) for e in LOAD_GENERATORS],
+    dict(stability=UNJUDGED), dict(stability=0.5), dict(batch=1),
+])
+def test_options_at_their_bounds_are_taken(fields):
+    PerfOptions(**fields)
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(concurrency=()), "--concurrency levels must be between 1 and 1024, got []"),
+    (dict(concurrency=(0, 4)), "--concurrency levels must be between 1 and 1024, got [0, 4]"),
+    (dict(concurrency=(1, 1025)), "--concurrency levels must be between 1 and 1024, got [1, 1025]"),
+    (dict(batch=0), "--batch must be at least 1, got 0"),
+    (dict(requests=None, duration=None), "give --requests or --duration for each concurrency level"),
+    (dict(requests=0), "--requests must be at least 1, got 0"),
+    (dict(duration=0), "--duration must be between 0 and 600 seconds, got 0"),
+    (dict(duration=600.5), "--duration must be between 0 and 600 seconds, got 600.5"),
+    (dict(shared_memory="cuda"), "--shared-memory must be none or system, got 'cuda'"),
+    (dict(shared_memory="NONE"), "--shared-memory must be none or system, got 'NONE'"),
+    (dict(engine="locust"), "--load-generator must be one of auto, perf_analyzer, builtin, got 'locust'"),
+    (dict(stability=0), "--stability must be a percentage between 0 and 1000, got 0"),
+    (dict(stability=UNJUDGED + 1), "--stability must be a percentage between 0 and 1000, got 1001.0"),
+])
+def test_options_out_of_bounds_are_refused_with_what_to_give(fields, message):
+    with pytest.raises(TritonizeError) as refused:
+        PerfOptions(**fields)
+    assert str(refused.value) == message
+
+
+def test_a_csv_row_keeps_three_decimals_of_throughput_and_each_percentile_in_whole_microseconds():
+    seconds = [0.001 * k for k in range(1, 101)]  # p50 50 ms, p90 90 ms, p95 95 ms, p99 99 ms
+    row = _level(throughput=1000 / 3, latency=latency_summary(seconds)).csv_row()
+    assert row["Inferences/Second"] == 333.333
+    assert [row[f"p{p} latency"] for p in (50, 90, 95, 99)] == [50_000, 90_000, 95_000, 99_000]
+    assert row["Avg latency"] == 50_500
+    kept = {"Concurrency": "2", "Inferences/Second": "12.5"}
+    assert _level(csv=kept).csv_row() == kept  # perf_analyzer's own row, as it wrote it
+
+
+def test_perf_analyzer_figures_at_their_rounding_edges():
+    row = {"Inferences/Second": "3", "Avg latency": "1", "p50 latency": "1", "p90 latency": "1", "p95 latency": "1",
+           "p99 latency": "1", "Client Send": "0", "Client Recv": "0", "response wait": "1", "Server Queue": "0",
+           "Server Compute Input": "0", "Server Compute Infer": "0", "Server Compute Output": "0"}
+    assert pa.level_figures(row, {"requests": 1}, batch=1)["seconds"] == 0.3333  # 1 request at 3/s, 4 digits
+    assert pa.passes_figures([(3.0, 10.0)], batch=1, window_s=None, per_window=1)["seconds"] == 0.3333
+    # neither a window length nor a request count: nothing to count the window by
+    assert pa.passes_figures([(400.0, 10.0)], batch=4, window_s=None, per_window=None)["requests"] == 0
+    text = "".join(f"Request count: {n}\n    Inference count: {4 * n}\n    Execution count: {n}\n" for n in (5, 9, 13))
+    assert pa.stdout_figures(text) == {"requests": 13, "inferences": 52, "executions": 13}  # the last level's
+
+
+def _uneven(payload, timeout):
+    """Each worker its own speed: request b"slow" takes 25 ms, b"fast" 2 ms."""
+    time.sleep(0.025 if payload == b"slow" else 0.002)
+
+
+def test_a_windows_requests_are_in_completion_order_and_every_answer_is_counted():
+    level = load._Level(_uneven, [b"slow", b"fast"], timeout=5, concurrency=2, warmup=1)
+    level.warmed.wait()
+    window = level.measure(seconds=None, count=30, limit=30)
+    done = [d for _, d in window.requests]
+    assert done == sorted(done) and [s for s, _ in window.requests] != sorted(s for s, _ in window.requests)
+    assert window.answered == len(window.requests) == 30
+
+
+def test_a_count_cut_short_by_the_time_limit_ends_at_the_limit_not_at_the_last_answer():
+    """The answer in flight at the limit completes after it: counted as answered, not in the window."""
+    level = load._Level(_Slow(0.02), [b"x"], timeout=5, concurrency=1, warmup=0)
+    level.warmed.wait()
+    window = level.measure(seconds=None, count=10_000, limit=0.3)
+    assert window.seconds == pytest.approx(0.3, abs=1e-6)
+    assert window.answered == len(window.requests) + 1
+
+
+def test_a_warm_up_failure_without_details_keeps_the_errors_own_text():
+    import grpc
+
+    def call(payload, timeout):
+        error = grpc.RpcError("connection reset")
+        error.code = lambda: grpc.StatusCode.UNAVAILABLE
+        error.details = lambda: ""
+        raise error
+
+    level = load._Level(call, [b"x"], timeout=5, concurrency=1, warmup=1)
+    with pytest.raises(threading.BrokenBarrierError):
+        level.warmed.wait()
+    level.finish()
+    assert level.error == ("UNAVAILABLE", "connection reset")
