@@ -31,8 +31,8 @@ import tritonize
 from tritonize.access import ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
 from tritonize.machine import gpu_visible
+from tritonize.model_repository import not_built_notes
 from tritonize.progress import say
-from tritonize.repository_builder.config import not_built_notes
 from tritonize.serve import shm, unavailable
 from tritonize.serve.backends import BACKEND_NAMES
 from tritonize.serve.repository import (

@@ -3,7 +3,6 @@ the log's relevant tail, and stopping the whole process group."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,7 +19,9 @@ from tritonize.access import ControlKey
 from tritonize.errors import TritonizeError
 from tritonize.processes import die_with_parent, start_time, stop_process_group
 from tritonize.progress import say
-from tritonize.repository_index import index_state
+from tritonize.repository_index import model_states
+from tritonize.serve import shm
+from tritonize.serve.supervisor import Supervisor
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 WORKDIR_PREFIX = "tritonize-serve-"
@@ -187,15 +188,6 @@ def loading_progress(log_path: Path) -> str:
     return line + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
-def model_states(http_url: str, key: ControlKey | None = None) -> dict[str, tuple[str, str]]:
-    """name -> (state, reason) from the repository index (Triton's model repository extension)."""
-    request = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST",
-                                     headers=key.http_headers if key else {})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        index = json.loads(response.read())
-    return {m["name"]: index_state(m) for m in sorted(index, key=lambda m: m["name"])}
-
-
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as response:
@@ -255,13 +247,11 @@ class ServerHandle:
     workdir: Path | None = None
     region_prefix: str | None = None  # names the server's shared-memory regions (serve/shm.py)
     control_key: ControlKey | None = None  # restricts the control APIs; None: open
-    supervisor = None  # the Supervisor (serve/supervisor.py) watching the server's models, if any
+    supervisor: Supervisor | None = None  # watching the server's models, if any
 
     def prepare(self) -> None:
         """Before a start: remove what servers that are gone left behind, then make this one's workdir and
         the prefix of its regions."""
-        from tritonize.serve import shm  # not at the top: shm reads process identities from this module
-
         self.workdir = make_workdir()
         shm.remove_stale()
         self.region_prefix = shm.region_prefix()
@@ -278,14 +268,10 @@ class ServerHandle:
     def start_supervisor(self, server_pid: int | None, info: ServerInfo) -> None:
         """Reload a model whose backend stub crashed while the server runs (serve/supervisor.py); `server_pid`:
         tritonserver's process on this machine, None where it cannot be seen."""
-        from tritonize.serve.supervisor import Supervisor  # not at the top: it reads the models' state from here
-
         self.supervisor = Supervisor(server_pid, info.http_url, info.metrics_url, self.control_key)
         self.supervisor.start()
 
     def stop(self) -> None:
-        from tritonize.serve import shm
-
         if self.supervisor is not None:
             self.supervisor.stop()
             self.supervisor = None
