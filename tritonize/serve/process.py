@@ -112,10 +112,11 @@ class RunningServer:
 
     def __init__(self, command: list[str], *, host: str, ports: Ports, log_path: Path, ready_timeout: float,
                  env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None,
-                 control_key: ControlKey | None = None, tls: bool = False):
+                 control_key: ControlKey | None = None, tls: bool = False, not_built: dict[str, str] | None = None):
         self.command, self.host, self.ports, self.log_path = command, host, ports, Path(log_path)
         self.ready_timeout, self.env, self.cwd, self.model_config_name = ready_timeout, env, cwd, model_config_name
         self.control_key, self.tls = control_key, tls
+        self.not_built = not_built or {}  # model -> the note `repo build` left: served UNAVAILABLE with it, by design
         self.process: subprocess.Popen | None = None
 
     def start(self) -> ServerInfo:
@@ -128,7 +129,7 @@ class RunningServer:
             )
         grpc_url, http_url, metrics_url = endpoints(self.host, self.ports)
         try:
-            wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path)
+            wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path, not_built=self.not_built)
             models = model_states(http_url, self.control_key)
         except BaseException:
             self.stop()
@@ -148,16 +149,16 @@ class RunningServer:
 
 
 def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path,
-                     every: float = 2.0) -> None:
+                     every: float = 2.0, not_built: dict[str, str] | None = None) -> None:
     """Poll the server's readiness until `timeout`, saying every `every` seconds which models have loaded (from
-    its log: the repository index may need the control key); a server that exits or never gets ready is an
-    error carrying the log's relevant tail."""
+    its log: the repository index may need the control key; `not_built` as in loading_progress); a server that
+    exits or never gets ready is an error carrying the log's relevant tail."""
     start = time.monotonic()
     deadline, next_note = start + timeout, start + every
     while True:
         if time.monotonic() >= next_note:
             next_note += every
-            say(f"  loading: {loading_progress(log_path)} ({time.monotonic() - start:.0f} s)")
+            say(f"  loading: {loading_progress(log_path, not_built)} ({time.monotonic() - start:.0f} s)")
         code = process.poll()
         if code is not None:
             raise TritonizeError(f"tritonserver exited with code {code} before it was ready\n{log_tail(log_path)}")
@@ -175,16 +176,20 @@ _LOADED = re.compile(r"successfully loaded '([^']+)'")
 _FAILED = re.compile(r"failed to load '([^']+)'")
 
 
-def loading_progress(log_path: Path) -> str:
-    """What the server's log says so far: the models loaded (the last few named) and those that failed."""
+def loading_progress(log_path: Path, not_built: dict[str, str] | None = None) -> str:
+    """What the server's log says so far: the models loaded (the last few named) and those that failed. A model of
+    `not_built` (name -> the note `repo build` left) fails to load by design: its note's first sentence says why."""
     try:
         text = Path(log_path).read_text(errors="replace")
     except OSError:
         return "starting"
+    not_built = not_built or {}
     loaded, failed = list(dict.fromkeys(_LOADED.findall(text))), list(dict.fromkeys(_FAILED.findall(text)))
     if not loaded and not failed:
         return "starting, no model loaded yet"
     line = f"{len(loaded)} model(s) loaded" + (f", latest {', '.join(loaded[-3:])}" if loaded else "")
+    line += "".join(f"; {not_built[name].split('. ')[0]}" for name in failed if name in not_built)
+    failed = [name for name in failed if name not in not_built]
     return line + (f"; failed: {', '.join(failed)}" if failed else "")
 
 
