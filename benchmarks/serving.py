@@ -28,8 +28,8 @@ from common import RESULTS, artifacts as _artifacts, markdown_table, save  # noq
 from tritonize.client.perf import PerfOptions, run_perf  # noqa: E402
 from tritonize.client.connection import Connection  # noqa: E402
 from tritonize.manifest import Manifest, Status  # noqa: E402
+from tritonize.model_repository import parse_config  # noqa: E402
 from tritonize.repository_builder import RepoOptions, build_repository  # noqa: E402
-from tritonize.repository_builder.config import parse_config  # noqa: E402
 from tritonize.serve.embedded import embedded_server  # noqa: E402
 from tritonize.verify import verification_inputs  # noqa: E402
 

@@ -1,7 +1,8 @@
-"""The house: rooms of a size one can read, and no arrow running back up."""
+"""The house: rooms of a size one can read, floors that import only downwards, and no circle of imports."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -30,3 +31,86 @@ def test_monitoring_and_process_helpers_do_not_reach_into_serve():
     """Child-process handling lives at the ground floor (tritonize/processes.py), not in serve/."""
     for path in (PACKAGE / "monitor" / "prometheus.py", PACKAGE / "control" / "models.py"):
         assert not [i for i in imports(path) if i.startswith("tritonize.serve")], path
+
+
+# The floors, from the ground up. A room (a package of tritonize/, or a module at its top) imports only rooms on
+# lower floors; the ground floor's modules import one another without circles. Where a new room stands is a choice:
+# make it here.
+FLOORS = (
+    # what every stage shares: errors, progress, files, the machine, the contracts (spec, manifest, model repository)
+    {p.stem for p in PACKAGE.glob("*.py")} - {"__init__", "__main__", "cli"},
+    {"tools"},  # external tools tritonize fetches and runs (perf_analyzer)
+    {"client", "serve"},  # talking to a Triton, running one: for any repository, neither knowing the other
+    {"export"},
+    {"convert"},  # `convert cpu`'s speed gate serves both variants and measures them with the client
+    {"repository_builder"},
+    {"control", "monitor", "pipeline"},  # operating a repository and a server; the stages in order
+    {"tune", "deploy"},  # tune loads what it finds through control; deploy bundles monitor's configs
+    {"cli"},
+    {"__main__"},
+)
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The tritonize modules `path` imports, wherever the import stands (in a function, under TYPE_CHECKING):
+    `from a.b import c` is a.b.c where c is a module, else a.b."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                      for a in node.names}
+    return {m for m in found if m in modules}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {module_of(p): p for p in PACKAGE.rglob("*.py")}
+    return {module: imported_modules(path, set(paths)) - {module} for module, path in paths.items()}
+
+
+def room(module: str) -> str:
+    return module.split(".")[1] if "." in module else module
+
+
+def test_every_import_runs_down_the_floors():
+    floor = {name: i for i, rooms in enumerate(FLOORS) for name in rooms}
+    graph = import_graph()
+    unplaced = {room(m) for m in graph} - set(floor) - {"tritonize"}
+    assert not unplaced, f"rooms on no floor: {sorted(unplaced)}; place each in FLOORS"
+    upwards = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if b != "tritonize"
+                     and floor[room(a)] <= floor[room(b)] and room(a) != room(b) and floor[room(b)] > 0)
+    assert not upwards, "imports that run up the floors:\n" + "\n".join(upwards)
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    graph, circles = import_graph(), []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> None:  # Tarjan's strongly connected components
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    assert not circles, "modules that import each other:\n" + "\n".join(" <-> ".join(c) for c in circles)

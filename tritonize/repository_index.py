@@ -2,6 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import urllib.request
+
+from tritonize.access import ControlKey
+
+
+def model_states(http_url: str, key: ControlKey | None = None) -> dict[str, tuple[str, str]]:
+    """name -> (state, reason) from the repository index over HTTP (Triton's model repository extension)."""
+    request = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST",
+                                     headers=key.http_headers if key else {})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        index = json.loads(response.read())
+    return {m["name"]: index_state(m) for m in sorted(index, key=lambda m: m["name"])}
+
 
 def index_state(entry: dict) -> tuple[str, str]:
     """(state, reason) of a repository index entry (HTTP or gRPC JSON). With explicit model control a

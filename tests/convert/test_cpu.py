@@ -7,7 +7,7 @@ import onnx
 from tests.conftest import run_cli
 from tritonize.convert.cpu import judge_agreement, judge_speed
 from tritonize.manifest import Manifest
-from tritonize.repository_builder.config import parse_config
+from tritonize.model_repository import parse_config
 
 
 def test_cpu_int8_is_served_only_behind_both_gates(artifacts_copy, photo_dir, tmp_path):

@@ -10,8 +10,9 @@ from google.protobuf import text_format
 
 from tests.conftest import plan_entry, record
 from tritonize.manifest import Manifest
-from tritonize.repository_builder.config import CONFIG_NAME, config_text, model_config, parse_config
-from tritonize.repository_builder.options import BACKENDS, RepoOptions
+from tritonize.model_repository import BACKENDS, CONFIG_NAME, parse_config
+from tritonize.repository_builder.config import config_text, model_config
+from tritonize.repository_builder.options import RepoOptions
 
 
 def copy_repo(src: Path, dest: Path) -> Path:

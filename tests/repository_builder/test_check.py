@@ -521,7 +521,8 @@ def test_a_cpu_precision_variant_is_served_only_after_convert_cpus_gates_passed(
     from tests.conftest import record
     from tritonize.manifest import FileRef, Gate, Manifest, PrecisionVariant, ServingGates, Status
     from tritonize.repository_builder.config import config_text, model_config
-    from tritonize.repository_builder.options import BACKENDS, RepoOptions
+    from tritonize.model_repository import BACKENDS
+    from tritonize.repository_builder.options import RepoOptions
 
     fp32 = Manifest.load(artifacts_copy).onnx
     variant = PrecisionVariant(status=Status.verified, precision="int8", file=fp32.file, size_bytes=fp32.size_bytes,

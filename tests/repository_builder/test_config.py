@@ -12,9 +12,9 @@ import pytest
 from tests.conftest import plan_entry
 from tests.golden import Golden
 from tritonize.manifest import ExportedArtifact, FileRef, Gate, PrecisionVariant, ServingGates, Status
-from tritonize.repository_builder.config import (config_text, ensemble_config, model_config, parse_config,
-                                                  preprocessor_config)
-from tritonize.repository_builder.options import BACKENDS, PREPROCESSORS, RepoOptions
+from tritonize.model_repository import BACKENDS, PREPROCESSORS, parse_config
+from tritonize.repository_builder.config import config_text, ensemble_config, model_config, preprocessor_config
+from tritonize.repository_builder.options import RepoOptions
 from tritonize.spec import resolve_spec
 from tritonize.verify import verify_runner
 

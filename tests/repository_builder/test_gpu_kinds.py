@@ -44,7 +44,7 @@ def build(artifacts: Path, repo: Path, *extra: str):
 
 def test_plans_of_two_gpu_kinds_are_gathered_checked_and_picked_by_the_gpu(emulated_tensorrt, artifacts_copy, tmp_path,
                                                                          monkeypatch):
-    from tritonize.repository_builder.config import parse_config
+    from tritonize.model_repository import parse_config
     from tritonize.serve.embedded import embedded_server
     from tritonize.serve.repository import plans_missing_for_gpu
 

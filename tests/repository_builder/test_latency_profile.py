@@ -44,7 +44,7 @@ def test_a_two_profile_plan_is_built_checked_served_and_answers_in_the_latency_p
 
     from tritonize.convert import precision as prec
     from tritonize.manifest import Manifest
-    from tritonize.repository_builder.config import parse_config
+    from tritonize.model_repository import parse_config
     from tritonize.serve.embedded import embedded_server
 
     convert(emulated_tensorrt, artifacts_copy, "--latency-profile", "1,2,2")
@@ -93,7 +93,7 @@ def test_a_two_profile_plan_is_built_checked_served_and_answers_in_the_latency_p
 def test_instance_group_profiles_are_linted_against_the_plan(emulated_tensorrt, artifacts_copy, tmp_path):
     from google.protobuf import text_format
 
-    from tritonize.repository_builder.config import parse_config
+    from tritonize.model_repository import parse_config
 
     convert(emulated_tensorrt, artifacts_copy)  # one profile
     repo = tmp_path / "models"

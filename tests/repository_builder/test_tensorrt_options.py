@@ -17,7 +17,7 @@ from tests.serve.test_emulated_trt_model import EMULATED_CONFIG, PHOTO, write_em
 def test_cuda_graphs_are_written_linted_and_loaded(emulated_tensorrt, artifacts_copy, tmp_path):
     from google.protobuf import text_format
 
-    from tritonize.repository_builder.config import parse_config
+    from tritonize.model_repository import parse_config
     from tritonize.serve.embedded import embedded_server
 
     convert(emulated_tensorrt, artifacts_copy)  # profile 1/2/4
@@ -62,7 +62,7 @@ def test_context_memory_only_for_releases_that_read_it(emulated_tensorrt, artifa
     does."""
     from google.protobuf import text_format
 
-    from tritonize.repository_builder.config import parse_config
+    from tritonize.model_repository import parse_config
     from tritonize.serve.embedded import embedded_server
 
     convert(emulated_tensorrt, artifacts_copy)  # for 24.10

@@ -40,7 +40,7 @@ def write_emulated_config(repo: Path) -> None:
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as pb
 
-    from tritonize.repository_builder.config import parse_config
+    from tritonize.model_repository import parse_config
 
     config = parse_config(repo / "trt_model" / "config.pbtxt")
     assert {g.kind for g in config.instance_group} == {pb.ModelInstanceGroup.KIND_GPU}

@@ -287,7 +287,7 @@ def copy_repository(source, dest):
     from google.protobuf import text_format
     from tritonclient.grpc import model_config_pb2 as pb
 
-    from tritonize.repository_builder.config import parse_config
+    from tritonize.model_repository import parse_config
 
     plans = []
     for path in sorted(source.rglob("*")):

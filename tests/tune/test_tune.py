@@ -9,7 +9,7 @@ import shutil
 from PIL import Image
 
 from tests.conftest import run_cli
-from tritonize.repository_builder.config import parse_config
+from tritonize.model_repository import parse_config
 
 
 def test_tune_writes_the_winner_beside_the_configs_and_resumes_from_its_trials(small_repo, tmp_path):

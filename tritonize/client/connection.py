@@ -21,10 +21,10 @@ import numpy as np
 
 from tritonize.access import KEY_ENV, client_key, is_restricted_error, pem_file
 from tritonize.errors import TritonizeError
-from tritonize.repository_index import index_state
 from tritonize.images import batches
+from tritonize.model_repository import model_names, why_absent
 from tritonize.preprocessing import Preprocessing
-from tritonize.repository_builder.options import model_names, why_absent
+from tritonize.repository_index import index_state
 
 DEFAULT_URL = "localhost:8001"
 # --preprocess paths, by what they send per image (images.load_images' forms).

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest, Status
-from tritonize.repository_builder.options import BACKENDS
+from tritonize.model_repository import BACKENDS
 from tritonize.serve.embedded import embedded_server
 from tritonize.spec import resolve_spec
 

@@ -38,6 +38,6 @@ whole, so a server never sees a half-written repository.
 
 from tritonize.repository_builder.builder import build_repository
 from tritonize.repository_builder.checker import Finding, check_repository
-from tritonize.repository_builder.options import BACKENDS, RepoOptions
+from tritonize.repository_builder.options import RepoOptions
 
-__all__ = ["BACKENDS", "Finding", "RepoOptions", "build_repository", "check_repository"]
+__all__ = ["Finding", "RepoOptions", "build_repository", "check_repository"]

@@ -52,12 +52,12 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
 from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
+from tritonize.model_repository import CONFIG_NAME, parse_config, serving_cc
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
 from tritonize.repository_builder.model_files import ModelFileChecks
-from tritonize.repository_builder.config import CONFIG_NAME, CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name, parse_config
-from tritonize.repository_builder.gpus import serving_cc
+from tritonize.repository_builder.config import CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name
 from tritonize.repository_builder.plan_options import PlanOptionChecks
 
 # platform -> backend, and the file each backend loads by default.

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Entry, Plan, PrecisionVariant, Profile
+from tritonize.model_repository import CC_PARAMETER, HARDWARE_PARAMETER, LABELS_NAME, LOGITS, PREPROCESSED, Backend, Preprocessor
 from tritonize.preprocessing import Preprocessing
-from tritonize.repository_builder.gpus import CC_PARAMETER, HARDWARE_PARAMETER, plan_cc
-from tritonize.repository_builder.options import LOGITS, PREPROCESSED, Backend, Preprocessor, RepoOptions
+from tritonize.repository_builder.gpus import plan_cc
+from tritonize.repository_builder.options import RepoOptions
 from tritonize.spec import ModelSpec
-
-CONFIG_NAME = "config.pbtxt"
-LABELS_NAME = "labels.txt"
-REQUIREMENTS_NAME = "requirements.txt"  # pip packages a Python model needs in the server's Python
-# `<repository>/<model>.not-built.txt`: why `repo build` left a model out that a GPU box can still build,
-# and what to run. Triton ignores files at the top of a repository; `serve` shows the note.
-NOT_BUILT_SUFFIX = ".not-built.txt"
 
 # Provenance: which model and manifest a config was built from, and for trt_model which TensorRT built
 # the plan, for which Triton release, and whether it is version-compatible (what `serve` needs to pick
@@ -28,12 +21,6 @@ NOT_BUILT_SUFFIX = ".not-built.txt"
 SOURCE_KEYS = ("source.arch", "source.weights", "source.manifest_sha256")
 PLAN_KEYS = ("source.tensorrt_version", "source.triton_release", "source.version_compatible")
 CONTRACT_KEYS = Preprocessing.parameter_keys() + SOURCE_KEYS
-
-
-def not_built_notes(repository: Path) -> dict[str, str]:
-    """model name -> the note `repo build` left about why it is not in `repository`."""
-    return {p.name.removesuffix(NOT_BUILT_SUFFIX): p.read_text().strip()
-            for p in sorted(Path(repository).glob(f"*{NOT_BUILT_SUFFIX}")) if p.is_file()}
 
 
 @dataclass(frozen=True)
@@ -250,14 +237,6 @@ def config_text(cfg, header: str = "") -> str:
     """Text format of a ModelConfig, with an optional comment header (Triton's parser skips # lines)."""
     comment = "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines())
     return comment + text_format.MessageToString(cfg)
-
-
-def parse_config(path: Path):
-    """Parse a config.pbtxt against Triton's schema; TritonizeError with the parser's message."""
-    try:
-        return text_format.Parse(Path(path).read_text(), pb.ModelConfig())
-    except text_format.ParseError as e:
-        raise TritonizeError(f"{path}: {e}") from None
 
 
 def kind_name(kind: int) -> str:

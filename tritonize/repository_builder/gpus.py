@@ -8,34 +8,23 @@ std::to_string(cuprops.minor)` looked up in `cc_model_filenames`; common's model
 `map<string, string> cc_model_filenames`).
 
 `repo build --plans DIR` gathers the plans built on several machines (each an artifacts directory of the same
-export) into that map; `repo check` and `serve` say which GPU kind has no plan.
+export) into that map; `repo check` and `serve` say which GPU kind has no plan (model_repository.missing_plan).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest, Plan, Status
-
-CC_PARAMETER = "source.compute_capability"  # a config's one plan: the GPU kind it was built for
-HARDWARE_PARAMETER = "source.hardware_compatibility"  # set when the plan runs beyond its own GPU kind
-AMPERE_PLUS_MIN = (8, 0)  # TensorRT's HardwareCompatibilityLevel.AMPERE_PLUS: Ampere (8.0) and newer
-CC_PATTERN = re.compile(r"\d+\.\d+")
+from tritonize.model_repository import CC_PATTERN
 
 
 def plan_cc(plan: Plan) -> str | None:
     """The compute capability of the GPU a plan was built on, as `convert trt` recorded it (None: unknown)."""
     cc = (plan.details.get("gpu") or {}).get("compute_capability")
     return cc if isinstance(cc, str) and CC_PATTERN.fullmatch(cc) else None
-
-
-def check_cc(cc: str, option: str = "--gpu-cc") -> str:
-    if not CC_PATTERN.fullmatch(cc or ""):
-        raise TritonizeError(f"{option} takes a compute capability MAJOR.MINOR, e.g. 8.6 (got {cc!r})")
-    return cc
 
 
 def cc_filename(cc: str) -> str:
@@ -109,43 +98,3 @@ def _show(value) -> str:
     if hasattr(value, "to_dict"):
         return "/".join(str(v) for v in value.to_dict().values())
     return "/".join(value) if isinstance(value, tuple) else str(value)
-
-
-def served_plans(cfg) -> dict[str, str]:
-    """compute capability -> plan file of a tensorrt_plan config: its `cc_model_filenames`, else its one plan's
-    GPU kind (from the provenance parameter; {} when the config does not say)."""
-    if cfg.cc_model_filenames:
-        return dict(cfg.cc_model_filenames)
-    cc = cfg.parameters[CC_PARAMETER].string_value if CC_PARAMETER in cfg.parameters else ""
-    return {cc: cfg.default_model_filename or "model.plan"} if cc else {}
-
-
-def missing_plan(cfg, cc: str) -> str | None:
-    """Why a tensorrt_plan model has no plan for a GPU of compute capability `cc`, in one line (None: it has one,
-    or the config does not say which GPU its plan was built for)."""
-    plans = served_plans(cfg)
-    if not plans or cc in plans:
-        return None
-    hardware = cfg.parameters[HARDWARE_PARAMETER].string_value if HARDWARE_PARAMETER in cfg.parameters else ""
-    if hardware == "ampere+" and _parts(cc) >= AMPERE_PLUS_MIN:
-        return None
-    have = ", ".join(sorted(plans, key=_parts))
-    return (f"no plan for this GPU's compute capability {cc} (plans for {have}): Triton will not load {cfg.name}; "
-            f"build one on a {cc} GPU with `tritonize convert trt` and add its artifacts with `repo build --plans DIR`")
-
-
-def _parts(cc: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in cc.split("."))
-
-
-def serving_cc(given: str | None) -> tuple[str | None, str]:
-    """The compute capability plans are compared with, and where it came from: --gpu-cc, else the CUDA runtime's
-    first GPU, else (None, why not)."""
-    if given:
-        return check_cc(given), "--gpu-cc"
-    from tritonize.machine import cuda_gpu
-
-    gpu = cuda_gpu()
-    if "error" in gpu:
-        return None, gpu["error"]
-    return gpu["compute_capability"], f"GPU 0 ({gpu['name']})"

@@ -22,10 +22,9 @@ from tritonize.convert.network import Network
 from tritonize.convert.plan_check import PlanCheck, verify_with_trtexec
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest, Status
+from tritonize.model_repository import BACKENDS, CONFIG_NAME, parse_config, served_plans
 from tritonize.releases import Release, release_info
-from tritonize.repository_builder.config import CONFIG_NAME, parse_config
-from tritonize.repository_builder.gpus import plan_cc, served_plans
-from tritonize.repository_builder.options import BACKENDS
+from tritonize.repository_builder.gpus import plan_cc
 from tritonize.verify import VerificationReport
 
 MODEL = next(b.name for b in BACKENDS.values() if b.needs_gpu)

@@ -1,5 +1,5 @@
-"""What the user can choose about the repository, validated once, the models it knows (three backends and
-the gated CPU precision variant) and the preprocessing models and ensembles built around them."""
+"""What the user can choose about the repository, validated once (the models it knows are in
+tritonize/model_repository.py)."""
 
 from __future__ import annotations
 
@@ -7,80 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
+from tritonize.model_repository import BACKENDS
 
 KINDS = ("auto", "gpu", "cpu")
-
-
-@dataclass(frozen=True)
-class Backend:
-    """One model of the repository: which artifact it serves and how Triton loads it."""
-
-    name: str  # model directory and config name
-    artifact: str  # its manifest entry's key
-    platform: str  # Triton platform string
-    filename: str  # file Triton's backend looks for in <model>/<version>/
-    default_input: str
-    default_output: str
-    ensemble: str  # its ensemble taking encoded images; `<ensemble>_uint8` takes UINT8 pixels
-    needs_gpu: bool = False  # TensorRT plans only run on a GPU
-    cpu_variant: bool = False  # a precision variant for the CPU: built when `convert cpu`'s gates passed, CPU only
-
-
-BACKENDS = {
-    b.name: b
-    for b in (
-        Backend("onnx_model", "onnx", "onnxruntime_onnx", "model.onnx", "input", "output", "onnx_classifier"),
-        Backend("torch_model", "torchscript", "pytorch_libtorch", "model.pt", "input__0", "output__0", "torch_classifier"),
-        Backend("trt_model", "tensorrt", "tensorrt_plan", "model.plan", "input", "output", "trt_classifier",
-                needs_gpu=True),
-        Backend("onnx_int8_model", "onnx_int8_cpu", "onnxruntime_onnx", "model.onnx", "input", "output",
-                "onnx_int8_classifier", cpu_variant=True),
-    )
-}
-
-
-@dataclass(frozen=True)
-class Preprocessor:
-    """A Python-backend model that turns what a client sends into the classifiers' FP32 input."""
-
-    name: str  # model directory
-    input_name: str
-    form: str  # what it takes per image (images.load_images' forms): "bytes" (encoded image) or "uint8" (pixels)
-    suffix: str  # of the ensembles that start with it: onnx_classifier, onnx_classifier_uint8
-
-    def ensemble(self, backend: Backend) -> str:
-        return backend.ensemble + self.suffix
-
-
-PREPROCESSORS = (Preprocessor("preprocess", "IMAGE", "bytes", ""), Preprocessor("preprocess_uint8", "PIXELS", "uint8", "_uint8"))
-
-
-PREPROCESSED = "PREPROCESSED"  # the preprocessing models' output: a classifier's input
-LOGITS = "LOGITS"  # every ensemble's output
-
-
-def model_names() -> list[str]:
-    """Every model name `repo build` gives: classifiers, preprocessing models, ensembles."""
-    return [*BACKENDS, *(p.name for p in PREPROCESSORS), *(p.ensemble(b) for b in BACKENDS.values() for p in PREPROCESSORS)]
-
-
-def why_absent(name: str) -> str | None:
-    """Why a model that `repo build` names may be missing from a repository, and what builds it (None: a name
-    `repo build` does not give)."""
-    for backend in BACKENDS.values():
-        if name in (backend.name, *(p.ensemble(backend) for p in PREPROCESSORS)):
-            if backend.needs_gpu:
-                return ("its TensorRT plan is built on a GPU box: run `tritonize convert trt` there, then "
-                        "`tritonize repo build`")
-            if backend.cpu_variant:
-                return ("it is built only once `tritonize convert cpu --calib-images DIR` made the INT8 variant and its "
-                        "gates passed, then `tritonize repo build`")
-            if name != backend.name:
-                return "`tritonize repo build` builds the ensembles unless --no-ensembles (or --models left it out)"
-            return "`tritonize repo build` builds it unless --models left it out"
-    if name in (p.name for p in PREPROCESSORS):
-        return "`tritonize repo build` builds it unless --no-ensembles"
-    return None
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from tritonize.manifest import Manifest, Status
+from tritonize.model_repository import missing_plan
 from tritonize.repository_builder.config import (
     ALLOCATION_FROM_RELEASE, ALLOCATION_PARAMETER, ALLOCATION_STRATEGIES, release_has_allocation_strategy,
 )
 from tritonize.repository_builder.findings import REBUILD, Severity
-from tritonize.repository_builder.gpus import missing_plan, plan_cc
+from tritonize.repository_builder.gpus import plan_cc
 
 
 class PlanOptionChecks:

@@ -31,8 +31,8 @@ import tritonize
 from tritonize.access import ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
 from tritonize.machine import gpu_visible
+from tritonize.model_repository import not_built_notes
 from tritonize.progress import say
-from tritonize.repository_builder.config import not_built_notes
 from tritonize.serve import shm, unavailable
 from tritonize.serve.backends import BACKEND_NAMES
 from tritonize.serve.repository import (
@@ -229,12 +229,12 @@ class EmbeddedServer(ServerHandle):
             self.control_key = self.key_with_file()
             backend_dir = assemble_backend_dir(triton, self.workdir / "backends")
             check_stub_environment(triton, backend_dir / "python" / triton.stub.name, env)
-            not_built = self._not_built_repository()
+            notes = self._not_built_notes()
             self.server = RunningServer(
-                self.command(triton.binary, backend_dir, ports, config_name, not_built),
+                self.command(triton.binary, backend_dir, ports, config_name, self._not_built_repository(notes)),
                 host=self.host, ports=ports, log_path=self.log_path or self.workdir / "tritonserver.log",
                 ready_timeout=self.ready_timeout, env=env, cwd=self.workdir, model_config_name=config_name,
-                control_key=self.control_key, tls=self.tls is not None,
+                control_key=self.control_key, tls=self.tls is not None, not_built=notes,
             )
             info = self.server.start()
             if self.supervise:
@@ -244,10 +244,13 @@ class EmbeddedServer(ServerHandle):
             self.stop()
             raise
 
-    def _not_built_repository(self) -> Path | None:
+    def _not_built_notes(self) -> dict[str, str]:
+        """The models `repo build` left out with a note (name -> note) that this server lists UNAVAILABLE."""
+        return {name: note for name, note in not_built_notes(self.repository).items()
+                if not (self.repository / name).exists() and (not self.models or name in self.models)}
+
+    def _not_built_repository(self, notes: dict[str, str]) -> Path | None:
         """A repository of the models `repo build` left out with a note, each refusing to load with it."""
-        notes = {name: note for name, note in not_built_notes(self.repository).items()
-                 if not (self.repository / name).exists() and (not self.models or name in self.models)}
         if not notes:
             return None
         repository = self.workdir / "not-built"

@@ -3,7 +3,6 @@ the log's relevant tail, and stopping the whole process group."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -20,7 +19,9 @@ from tritonize.access import ControlKey
 from tritonize.errors import TritonizeError
 from tritonize.processes import die_with_parent, start_time, stop_process_group
 from tritonize.progress import say
-from tritonize.repository_index import index_state
+from tritonize.repository_index import model_states
+from tritonize.serve import shm
+from tritonize.serve.supervisor import Supervisor
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
 WORKDIR_PREFIX = "tritonize-serve-"
@@ -111,10 +112,11 @@ class RunningServer:
 
     def __init__(self, command: list[str], *, host: str, ports: Ports, log_path: Path, ready_timeout: float,
                  env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None,
-                 control_key: ControlKey | None = None, tls: bool = False):
+                 control_key: ControlKey | None = None, tls: bool = False, not_built: dict[str, str] | None = None):
         self.command, self.host, self.ports, self.log_path = command, host, ports, Path(log_path)
         self.ready_timeout, self.env, self.cwd, self.model_config_name = ready_timeout, env, cwd, model_config_name
         self.control_key, self.tls = control_key, tls
+        self.not_built = not_built or {}  # model -> the note `repo build` left: served UNAVAILABLE with it, by design
         self.process: subprocess.Popen | None = None
 
     def start(self) -> ServerInfo:
@@ -127,7 +129,7 @@ class RunningServer:
             )
         grpc_url, http_url, metrics_url = endpoints(self.host, self.ports)
         try:
-            wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path)
+            wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path, not_built=self.not_built)
             models = model_states(http_url, self.control_key)
         except BaseException:
             self.stop()
@@ -147,16 +149,16 @@ class RunningServer:
 
 
 def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path,
-                     every: float = 2.0) -> None:
+                     every: float = 2.0, not_built: dict[str, str] | None = None) -> None:
     """Poll the server's readiness until `timeout`, saying every `every` seconds which models have loaded (from
-    its log: the repository index may need the control key); a server that exits or never gets ready is an
-    error carrying the log's relevant tail."""
+    its log: the repository index may need the control key; `not_built` as in loading_progress); a server that
+    exits or never gets ready is an error carrying the log's relevant tail."""
     start = time.monotonic()
     deadline, next_note = start + timeout, start + every
     while True:
         if time.monotonic() >= next_note:
             next_note += every
-            say(f"  loading: {loading_progress(log_path)} ({time.monotonic() - start:.0f} s)")
+            say(f"  loading: {loading_progress(log_path, not_built)} ({time.monotonic() - start:.0f} s)")
         code = process.poll()
         if code is not None:
             raise TritonizeError(f"tritonserver exited with code {code} before it was ready\n{log_tail(log_path)}")
@@ -174,26 +176,21 @@ _LOADED = re.compile(r"successfully loaded '([^']+)'")
 _FAILED = re.compile(r"failed to load '([^']+)'")
 
 
-def loading_progress(log_path: Path) -> str:
-    """What the server's log says so far: the models loaded (the last few named) and those that failed."""
+def loading_progress(log_path: Path, not_built: dict[str, str] | None = None) -> str:
+    """What the server's log says so far: the models loaded (the last few named) and those that failed. A model of
+    `not_built` (name -> the note `repo build` left) fails to load by design: its note's first sentence says why."""
     try:
         text = Path(log_path).read_text(errors="replace")
     except OSError:
         return "starting"
+    not_built = not_built or {}
     loaded, failed = list(dict.fromkeys(_LOADED.findall(text))), list(dict.fromkeys(_FAILED.findall(text)))
     if not loaded and not failed:
         return "starting, no model loaded yet"
     line = f"{len(loaded)} model(s) loaded" + (f", latest {', '.join(loaded[-3:])}" if loaded else "")
+    line += "".join(f"; {not_built[name].split('. ')[0]}" for name in failed if name in not_built)
+    failed = [name for name in failed if name not in not_built]
     return line + (f"; failed: {', '.join(failed)}" if failed else "")
-
-
-def model_states(http_url: str, key: ControlKey | None = None) -> dict[str, tuple[str, str]]:
-    """name -> (state, reason) from the repository index (Triton's model repository extension)."""
-    request = urllib.request.Request(f"{http_url}/v2/repository/index", data=b"{}", method="POST",
-                                     headers=key.http_headers if key else {})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        index = json.loads(response.read())
-    return {m["name"]: index_state(m) for m in sorted(index, key=lambda m: m["name"])}
 
 
 def _http_ok(url: str) -> bool:
@@ -255,13 +252,11 @@ class ServerHandle:
     workdir: Path | None = None
     region_prefix: str | None = None  # names the server's shared-memory regions (serve/shm.py)
     control_key: ControlKey | None = None  # restricts the control APIs; None: open
-    supervisor = None  # the Supervisor (serve/supervisor.py) watching the server's models, if any
+    supervisor: Supervisor | None = None  # watching the server's models, if any
 
     def prepare(self) -> None:
         """Before a start: remove what servers that are gone left behind, then make this one's workdir and
         the prefix of its regions."""
-        from tritonize.serve import shm  # not at the top: shm reads process identities from this module
-
         self.workdir = make_workdir()
         shm.remove_stale()
         self.region_prefix = shm.region_prefix()
@@ -278,14 +273,10 @@ class ServerHandle:
     def start_supervisor(self, server_pid: int | None, info: ServerInfo) -> None:
         """Reload a model whose backend stub crashed while the server runs (serve/supervisor.py); `server_pid`:
         tritonserver's process on this machine, None where it cannot be seen."""
-        from tritonize.serve.supervisor import Supervisor  # not at the top: it reads the models' state from here
-
         self.supervisor = Supervisor(server_pid, info.http_url, info.metrics_url, self.control_key)
         self.supervisor.start()
 
     def stop(self) -> None:
-        from tritonize.serve import shm
-
         if self.supervisor is not None:
             self.supervisor.stop()
             self.supervisor = None

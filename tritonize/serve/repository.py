@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from tritonize.errors import TritonizeError
-from tritonize.repository_builder.config import CONFIG_NAME, REQUIREMENTS_NAME, parse_config
+from tritonize.model_repository import CONFIG_NAME, REQUIREMENTS_NAME, missing_plan, parse_config, serving_cc
 
 CPU_CONFIG_NAME = "cpu"
 DEFAULT_CONFIG_NAME = "config"  # names config.pbtxt itself: no --model-config-name
@@ -107,8 +107,6 @@ def has_config_variant(repository: Path, name: str) -> bool:
 def plans_missing_for_gpu(repository: Path, gpu_cc: str | None) -> list[str]:
     """One line per TensorRT model of `repository` that has no plan for the serving GPU's compute capability
     (`gpu_cc`, else this machine's GPU; nothing when neither is known)."""
-    from tritonize.repository_builder.gpus import missing_plan, serving_cc
-
     configs = [parse_config(f) for f in sorted(Path(repository).glob(f"*/{CONFIG_NAME}"))]
     configs = [c for c in configs if c.platform == "tensorrt_plan" or c.backend == "tensorrt"]
     if not configs:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from tritonize.access import KEY_ENV, RESTRICTED_APIS, ControlKey, ServerTLS, is_loopback, server_key, server_tls
 from tritonize.errors import TritonizeError
-from tritonize.progress import say
-from tritonize.repository_builder.gpus import check_cc
 from tritonize.machine import docker_gpu_problem
+from tritonize.model_repository import check_cc
+from tritonize.progress import say
 from tritonize.serve.docker import DockerServer, choose_release, docker_command
 from tritonize.serve.embedded import EmbeddedServer
 from tritonize.serve.process import RunningServer, ServerInfo, log_tail

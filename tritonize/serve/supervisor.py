@@ -59,8 +59,7 @@ from tritonize.access import ControlKey
 from tritonize.progress import say
 from tritonize.serve import shm, unavailable
 from tritonize.processes import start_time
-from tritonize.repository_index import clean_reason
-from tritonize.serve.process import model_states
+from tritonize.repository_index import clean_reason, model_states
 
 POLL_S = 0.5
 PROBE_INTERVAL_S = 5.0  # at most one probe of a model in this time

@@ -15,8 +15,8 @@ from tritonize.client.connection import Connection
 from tritonize.control.models import ModelControl
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path
+from tritonize.model_repository import CONFIG_NAME, parse_config
 from tritonize.progress import say
-from tritonize.repository_builder.config import CONFIG_NAME, parse_config
 from tritonize.serve.embedded import EmbeddedServer, resolve_config_name
 from tritonize.serve.repository import validate_repository
 from tritonize.tools import perf_analyzer

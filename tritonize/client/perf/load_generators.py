@@ -14,6 +14,20 @@ from tritonize.errors import TritonizeError
 from tritonize.progress import say
 from tritonize.tools.perf_analyzer import PerfAnalyzer
 
+
+def failed_level(workload: Workload, concurrency: int, engine: str, failures: int, error: str,
+                 measured: dict | None = None) -> LevelResult:
+    """A level whose requests failed, with what it measured before (`measured`: LevelResult fields; none when
+    it failed before its window)."""
+    figures = measured or {"requests": 0, "seconds": 0.0, "throughput": 0.0, "latency": {"count": 0},
+                           "client_send_us": 0.0, "client_recv_us": 0.0, "response_wait_us": 0.0,
+                           "server_us": dict.fromkeys(SERVER_PARTS, 0.0), "server_batches": 0.0}
+    return LevelResult(model=workload.model, preprocess=workload.info.path, served=workload.info.name,
+                       concurrency=concurrency, batch=len(workload.batch), transport=workload.transport,
+                       tensor_bytes_on_wire=workload.tensor_bytes_on_wire, engine=engine,
+                       failures=max(1, failures), error=error, **figures)
+
+
 def server_delta(before: dict, after: dict) -> tuple[dict, float, int]:
     """Per-request server times (us) between two statistics snapshots, the mean executed batch, and the request count."""
     zero = (0, 0)  # (count, summed ns) of a part the statistics do not list yet
@@ -55,7 +69,7 @@ class BuiltinGenerator:
         except LoadError as e:
             if e.code == EXITED:
                 raise TritonizeError(f"{info.name} at concurrency {concurrency}: the load process stopped ({e.details})") from None
-            return LevelResult.failed(self.workload, concurrency, self.name, 1, f"{e.code}: {e.details}")  # in the warm-up
+            return failed_level(self.workload, concurrency, self.name, 1, f"{e.code}: {e.details}")  # in the warm-up
         before = stats["before"]
         after = self._recorded(before, window.answered)
         if before is None or after is None or after.get("success", (0, 0))[0] < before.get("success", (0, 0))[0]:
@@ -120,7 +134,7 @@ class PerfAnalyzerGenerator:
         during = f"during {info.name} at concurrency {concurrency}"
         failed = self._warm_up(options.warmup)
         if failed:
-            return LevelResult.failed(self.workload, concurrency, self.name, 1, failed)
+            return failed_level(self.workload, concurrency, self.name, 1, failed)
         csv_file = self.runs.next_csv()
         command = pa.argv(self.tool, info.name, self.connection.url, self.runs.data_file, csv_file,
                           concurrency=concurrency, batch=batch, batching=info.max_batch_size > 0,
@@ -134,8 +148,8 @@ class PerfAnalyzerGenerator:
         except pa.RequestsFailed as e:
             window_s = None if options.requests else pa.time_window_ms(options.duration) / 1e3
             per_window = options.requests  # --request-count: one window of that many
-            return LevelResult.failed(self.workload, concurrency, self.name, e.failures, e.first_error,
-                                      pa.passes_figures(e.passes, batch, window_s, per_window))
+            return failed_level(self.workload, concurrency, self.name, e.failures, e.first_error,
+                                pa.passes_figures(e.passes, batch, window_s, per_window))
         except pa.PerfAnalyzerFailed as e:
             if e.gone:
                 raise TritonizeError(f"lost the Triton server at {self.connection.url} {during} ({e}); "

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
 from tritonize.console import table
 from tritonize.errors import TritonizeError
-
-if TYPE_CHECKING:
-    from tritonize.client.perf.workload import Workload
 
 # perf_analyzer's `-f` header, then the three columns `--verbose-csv` adds. All times in microseconds.
 CSV_COLUMNS = (
@@ -89,19 +85,6 @@ class LevelResult:
     def path(self) -> str:
         """The preprocessing path and, when it is an ensemble, the model it sends to: "server (onnx_classifier)"."""
         return self.preprocess if self.served in ("", self.model) else f"{self.preprocess} ({self.served})"
-
-    @classmethod
-    def failed(cls, workload: "Workload", concurrency: int, engine: str, failures: int, error: str,
-               measured: dict | None = None) -> "LevelResult":
-        """A level whose requests failed, with what it measured before (`measured`: LevelResult fields; none when
-        it failed before its window)."""
-        figures = measured or {"requests": 0, "seconds": 0.0, "throughput": 0.0, "latency": {"count": 0},
-                               "client_send_us": 0.0, "client_recv_us": 0.0, "response_wait_us": 0.0,
-                               "server_us": dict.fromkeys(SERVER_PARTS, 0.0), "server_batches": 0.0}
-        return cls(model=workload.model, preprocess=workload.info.path, served=workload.info.name,
-                   concurrency=concurrency, batch=len(workload.batch),
-                   transport=workload.transport, tensor_bytes_on_wire=workload.tensor_bytes_on_wire, engine=engine,
-                   failures=max(1, failures), error=error, **figures)
 
     @property
     def network_us(self) -> float:
