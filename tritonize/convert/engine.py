@@ -118,6 +118,7 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
         timing_cache_file=job.timing_cache,
         timings={"build": asdict(s_build), "builder_seconds": built.seconds, "verify": asdict(s_verify)},
         **({"argv_used": built.argv} if built.argv else {}),
+        **built.details,
     )
     manifest.record("tensorrt", entry)
     if not report.passed:
