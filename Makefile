@@ -66,7 +66,7 @@ perf-analyzer: $(STAMP)
 MUTATION_ARTIFACTS := build/mutation-squeezenet1_1
 mutation: $(STAMP)
 	$(PY) -m pip install -q -e ".[mutation]"
-	$(VENV)/bin/tritonize export --arch squeezenet1_1 --weights none --artifacts $(MUTATION_ARTIFACTS) > /dev/null
+	$(VENV)/bin/tritonize export --arch squeezenet1_1 --weights none --format all --artifacts $(MUTATION_ARTIFACTS) > /dev/null
 	OMP_NUM_THREADS=1 TRITONIZE_HYPOTHESIS=mutation TRITONIZE_TEST_ARTIFACTS=$(abspath $(MUTATION_ARTIFACTS)) $(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results
 

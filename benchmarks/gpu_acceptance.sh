@@ -10,13 +10,15 @@
 #
 # --release defaults to the release whose TensorRT is this Python's (`tritonize convert releases --installed`);
 # the script stops before any work when there is none, or when pytest is missing.
-# It exports the model once, then builds a plan with every builder (container, trtexec, tensorrt,
-# torch-tensorrt) for fp32, fp16 and int8 (each build runs the plan check against onnxruntime),
+# It exports the model once (with torch.export's .pt2), then builds a plan with every builder (container, trtexec,
+# tensorrt, torch-tensorrt: its dynamo frontend from 2.5) for fp32, fp16 and int8 (each build runs the plan check
+# against onnxruntime),
 # runs the tests marked requires_tensorrt / requires_gpu / requires_docker, serves one plan with
 # the NGC container next to the ONNX and TorchScript models, compares the three backends on the
 # images, sweeps perf over concurrency with system shared memory, and writes one report:
 # <out>/report.md. Exit code 1 when any step failed that was not an expected refusal
-# (torch-tensorrt refuses INT8, FP16 on TensorRT 11 and a latency profile; trtexec 8.x a latency profile).
+# (torch-tensorrt refuses INT8, FP16 on TensorRT 11 or with the mixed-precision graph's FP32 nodes, and a latency
+# profile; trtexec 8.x a latency profile).
 set -uo pipefail
 
 ARCH=resnet50 WEIGHTS=DEFAULT RELEASE="" IMAGES="" OUT=gpu_acceptance
@@ -27,7 +29,7 @@ while [ $# -gt 0 ]; do
     --release) RELEASE=$2; shift 2 ;;
     --images) IMAGES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -109,7 +111,8 @@ CALIB=$(( COUNT > 40 ? 32 : COUNT * 2 / 3 ))
   echo "- images: $IMAGES ($COUNT; $CALIB calibrate INT8, the rest are held out for the checks)"
 } >"$REPORT"
 
-step export - "${TRITONIZE[@]}" export --arch "$ARCH" --weights "$WEIGHTS" --artifacts "$OUT/base" --max-batch 32
+step export - "${TRITONIZE[@]}" export --arch "$ARCH" --weights "$WEIGHTS" --artifacts "$OUT/base" --max-batch 32 \
+  --format all
 # On the GPU box a skipped GPU test means a missing part: count it as a failure.
 step gpu-tests - bash -c 'out=$("$0" -m pytest -p no:logging -q -rs -m "requires_tensorrt or requires_gpu or requires_docker")
   code=$?; echo "$out"; if grep -q skipped <<<"$out"; then exit 1; fi; exit $code' "$PY"
@@ -133,6 +136,21 @@ for builder in container trtexec tensorrt torch-tensorrt; do
     fi
   done
 done
+
+# torch-tensorrt's frontend: dynamo (the .pt2) where the installed version has it, its engine names read from the
+# engine; the plan is repository-built and loaded in the serving image like the others.
+if [ -f "$OUT/art-torch-tensorrt-fp32/model.plan" ]; then
+  step "torch-tensorrt frontend (fp32)" - "$PY" -c '
+import json, sys, torch_tensorrt
+plan = json.load(open(sys.argv[1]))["artifacts"]["tensorrt"]
+has = hasattr(getattr(torch_tensorrt, "dynamo", None), "convert_exported_program_to_serialized_trt_engine")
+print(plan["torch_tensorrt"], plan["input_name"], plan["output_name"])
+sys.exit(0 if plan["torch_tensorrt"]["frontend"] == ("dynamo" if has else "torchscript") else 1)' \
+    "$OUT/art-torch-tensorrt-fp32/manifest.json"
+  step "repo build + check --in-image (torch-tensorrt fp32)" - env RELEASE="$RELEASE" bash -c '"$@" repo build "$0/models-torch-tensorrt" \
+    --artifacts "$0/art-torch-tensorrt-fp32" --force && "$@" repo check "$0/models-torch-tensorrt" \
+    --artifacts "$0/art-torch-tensorrt-fp32" --triton-release "$RELEASE" --in-image' "$OUT" "${TRITONIZE[@]}"
+fi
 
 if [ -n "$SERVED" ]; then
   MODELS="$OUT/models"

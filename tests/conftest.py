@@ -72,7 +72,7 @@ def error_line(result) -> str:
 
 @pytest.fixture(scope="session")
 def small_artifacts(tmp_path_factory) -> Path:
-    """resnet18 (random init) exported to TorchScript and ONNX, verified, with its manifest.
+    """resnet18 (random init) exported to TorchScript, ONNX and a torch.export .pt2, verified, with its manifest.
 
     Shared by the whole session: tests that change files must work on a copy (`artifacts_copy`).
     TRITONIZE_TEST_ARTIFACTS names a directory that already holds them, exported by this code (`make
@@ -81,7 +81,7 @@ def small_artifacts(tmp_path_factory) -> Path:
     if os.environ.get("TRITONIZE_TEST_ARTIFACTS"):
         return Path(os.environ["TRITONIZE_TEST_ARTIFACTS"])
     out = tmp_path_factory.mktemp("small_artifacts")
-    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", out)
+    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", out, "--format", "all")
     assert result.exit_code == 0, result.output
     return out
 

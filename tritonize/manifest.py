@@ -2,14 +2,15 @@
 
 `<artifacts>/manifest.json` holds the model spec and one entry per artifact:
 
-    key           entry type         written by                      read by
-    torchscript   ExportedArtifact   export                          convert (torch-tensorrt), repo build/check
-    onnx          ExportedArtifact   export                          convert, repo build/check
-    onnx_opset17  PrecisionVariant   convert (TensorRT 8.x targets)  convert (up-to-date check)
-    onnx_fp16     PrecisionVariant   convert (--precision fp16)      convert (up-to-date check)
-    onnx_int8     PrecisionVariant   convert (--precision int8)      convert (up-to-date check)
-    onnx_int8_cpu PrecisionVariant   convert cpu (with cpu_serving)  repo build/check (onnx_int8_model)
-    tensorrt      Plan               convert                         repo build/check
+    key              entry type         written by                      read by
+    torchscript      ExportedArtifact   export                          convert (torch-tensorrt < 2.5), repo build/check
+    onnx             ExportedArtifact   export                          convert, repo build/check
+    exported_program ExportedArtifact   export (asked for: .pt2)        convert (torch-tensorrt's dynamo frontend)
+    onnx_opset17     PrecisionVariant   convert (TensorRT 8.x targets)  convert (up-to-date check)
+    onnx_fp16        PrecisionVariant   convert (--precision fp16)      convert (up-to-date check)
+    onnx_int8        PrecisionVariant   convert (--precision int8)      convert (up-to-date check)
+    onnx_int8_cpu    PrecisionVariant   convert cpu (with cpu_serving)  repo build/check (onnx_int8_model)
+    tensorrt         Plan               convert                         repo build/check
 
 `model` is null when `convert trt --onnx FILE` converted an ONNX from elsewhere into a directory
 without a manifest: its entries take tensor names and shape from the graph (the plan's `input_shape`
@@ -143,9 +144,9 @@ class Entry:
 
 @dataclass(frozen=True)
 class ExportedArtifact(Entry):
-    """`torchscript` / `onnx`: an export of the model, verified against PyTorch eager."""
+    """`torchscript` / `onnx` / `exported_program`: an export of the model, verified against PyTorch eager."""
 
-    format: str  # "torchscript" | "onnx"
+    format: str  # "torchscript" | "onnx" | "exported_program"
     file: str
     size_bytes: int
     sha256: str
@@ -276,6 +277,7 @@ class Plan(Entry):
 ENTRY_TYPES: dict[str, type[Entry]] = {
     "torchscript": ExportedArtifact,
     "onnx": ExportedArtifact,
+    "exported_program": ExportedArtifact,
     "onnx_opset17": PrecisionVariant,
     "onnx_fp16": PrecisionVariant,
     "onnx_int8": PrecisionVariant,
@@ -406,18 +408,11 @@ class Manifest:
             )
         return self.model
 
-    # -- typed readers ---------------------------------------------------------------------------
-    @property
-    def torchscript(self) -> ExportedArtifact | None:
-        return self.artifacts.get("torchscript")  # type: ignore[return-value]
-
-    @property
-    def onnx(self) -> ExportedArtifact | None:
-        return self.artifacts.get("onnx")  # type: ignore[return-value]
-
-    @property
-    def plan(self) -> Plan | None:
-        return self.artifacts.get("tensorrt")  # type: ignore[return-value]
+    # -- typed readers: the ExportedArtifact or Plan of a key, None when absent ---------------------
+    torchscript = property(lambda self: self.artifacts.get("torchscript"))
+    onnx = property(lambda self: self.artifacts.get("onnx"))
+    exported_program = property(lambda self: self.artifacts.get("exported_program"))  # torch.export's .pt2
+    plan = property(lambda self: self.artifacts.get("tensorrt"))
 
     def variant(self, precision: str) -> PrecisionVariant | None:
         return self.artifacts.get(variant_key(precision))  # type: ignore[return-value]

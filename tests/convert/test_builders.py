@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tritonize.convert.builders import TorchTensorRTBuilder, torchscript_frontend_refuses
+from tritonize.convert.torch_trt import torchscript_frontend_refuses
 from tritonize.convert.trtexec import BuildJob
 
 
@@ -33,10 +33,6 @@ def test_torch_tensorrt_refuses_what_its_torchscript_frontend_cannot_honour(chan
         assert reason is None
     else:
         assert refused in reason and "use --builder trtexec, tensorrt or container" in reason
-
-
-def test_torch_tensorrt_engine_names_are_its_own():
-    assert TorchTensorRTBuilder.ENGINE_IO == ("input_0", "output_0")  # core/conversion/conversion.cpp
 
 
 def test_a_builder_asked_for_that_cannot_honour_the_job_is_an_error(standin_trtexec):

@@ -48,7 +48,9 @@ def test_every_builder_builds_and_checks_a_plan(emulated_tensorrt, standins, art
     assert entry["verification"]["passed"] and set(entry["verification"]["batches"]) == {"1", "3", "4"}
     assert entry["verification"]["inputs"] == "synthetic (normalized uniform noise)"
     assert entry["verification"]["tolerance"] == {"max_rel_to_scale": 1e-3, "min_top1_agreement": 1.0}
-    io = ("input_0", "output_0") if builder == "torch-tensorrt" else ("input", "output")
+    # torch-tensorrt's engine names (read from the engine): TorchScript frontend (2.2 on TensorRT 8.6), dynamo from 2.5
+    major = emulated_tensorrt.version.split(".")[0]
+    io = (("input_0", "output_0") if major == "8" else ("x", "output0")) if builder == "torch-tensorrt" else ("input", "output")
     assert (entry["input_name"], entry["output_name"]) == io
     header = plan_header(artifacts_copy / "model.plan")
     assert header.tensorrt_version == emulated_tensorrt.version and [t.name for t in header.inputs] == [io[0]]
@@ -60,6 +62,11 @@ def test_every_builder_builds_and_checks_a_plan(emulated_tensorrt, standins, art
     assert f"(batches [1, 3, 4]), {where}" in result.output
     assert entry.get("log") == ("convert.log" if builder in ("trtexec", "container") else None)
     assert ("argv_used" in entry) == (builder in ("trtexec", "container"))
+    if builder == "torch-tensorrt":
+        frontend, source = ("torchscript", "model.pt") if io[0] == "input_0" else ("dynamo", "model.pt2")
+        version = {"8": "2.2.0", "10": "2.9.0", "11": "2.13.0"}[major]  # the stand-in's torch-tensorrt
+        assert entry["torch_tensorrt"] == {"version": version, "frontend": frontend, "source": source}
+        assert f"its {frontend} frontend compiles {source}" in result.output
     assert set(entry["timings"]) == {"build", "builder_seconds", "verify"} and entry["timings"]["verify"]["seconds"] > 0
     assert f"✓ built {artifacts_copy / 'model.plan'} ({entry['size_bytes'] / 1e6:.0f} MB) — rel err" in result.output
     assert entry["timing_cache_file"] == f"timing-trt{entry['tensorrt_version']}-sm86.cache"
@@ -99,9 +106,11 @@ def test_the_python_check_names_the_tensorrt_that_would_load_the_plan(emulated_t
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
-def test_any_failure_of_a_builder_is_recorded_and_the_next_one_builds(emulated_tensorrt, artifacts_copy):
+def test_any_failure_of_a_builder_is_recorded_and_the_next_one_builds(emulated_tensorrt, artifacts_copy, monkeypatch):
     """Polygraphy cannot lock or write a timing cache in /proc: a FileNotFoundError out of the `tensorrt`
-    builder (N6: a traceback, no record, the plan left) is a recorded failure, and torch-tensorrt builds."""
+    builder (N6: a traceback, no record, the plan left) is a recorded failure, and torch-tensorrt builds
+    (2.4: its TorchScript frontend, which takes no timing cache; dynamo's would fail on it too)."""
+    monkeypatch.setenv("STANDIN_TORCH_TENSORRT_VERSION", "2.4.0")
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--triton-release", "24.10", "--timing-cache", "/proc/tritonize-timing.cache")
     assert result.exit_code == 0, result.output
@@ -111,14 +120,21 @@ def test_any_failure_of_a_builder_is_recorded_and_the_next_one_builds(emulated_t
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
-def test_a_torch_tensorrt_error_is_a_recorded_failure(emulated_tensorrt, artifacts_copy, monkeypatch):
+@pytest.mark.parametrize("version,error", [
+    ("2.4.0", "torch-tensorrt failed: RuntimeError: [Error thrown at core/conversion/conversion.cpp:230]"),
+    # dynamo logs the error and then fails on its unbound interpreter_result: the logged error is the one said
+    ("2.9.0", "torch-tensorrt 2.9.0 could not convert model.pt2: While interpreting the module got an error: stand-in: "
+              "Conversion of function torch._ops.aten.stand_in not currently supported!; no plan written"),
+])
+def test_a_torch_tensorrt_error_is_a_recorded_failure(emulated_tensorrt, artifacts_copy, monkeypatch, version, error):
     monkeypatch.setenv("STANDIN_TORCH_TENSORRT_MODE", "raise")
+    monkeypatch.setenv("STANDIN_TORCH_TENSORRT_VERSION", version)
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--triton-release", "24.10", "--builder", "torch-tensorrt")
-    assert result.exit_code == 1 and "Traceback" not in result.output
-    assert "torch-tensorrt failed: RuntimeError: [Error thrown at core/conversion/conversion.cpp:230]" in result.output
+    assert result.exit_code == 1 and "Traceback" not in result.output and "UnboundLocalError" not in result.output
+    assert error in result.output
     entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
-    assert entry["status"] == "failed" and "RuntimeError" in entry["error"] and not (artifacts_copy / "model.plan").exists()
+    assert entry["status"] == "failed" and error.split(": ", 1)[1] in entry["error"] and not (artifacts_copy / "model.plan").exists()
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
@@ -198,8 +214,9 @@ def test_every_failure_is_named_when_all_builders_fail(emulated_tensorrt, standi
     error = next(line for line in result.output.splitlines() if line.startswith("error: "))
     assert error.startswith("error: every builder failed: trtexec: trtexec failed with exit code 1: ")
     assert "; tensorrt: tensorrt failed: FileNotFoundError: " in error
-    assert error.endswith("; torch-tensorrt: torch-tensorrt failed: RuntimeError: [Error thrown at "
-                          "core/conversion/conversion.cpp:230] stand-in: unable to convert the graph")
+    assert error.endswith("; torch-tensorrt: torch-tensorrt 2.9.0 could not convert model.pt2: While interpreting the "
+                          "module got an error: stand-in: Conversion of function torch._ops.aten.stand_in not currently "
+                          "supported!; no plan written")
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)

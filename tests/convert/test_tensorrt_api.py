@@ -134,7 +134,7 @@ def test_torch_tensorrt_gets_only_arguments_its_torchscript_frontend_has():
     also through the top-level dispatcher, which passes a ScriptModule's keywords on to it."""
     spec = json.loads((DATA / "torch_tensorrt_ts_signature.json").read_text())
     dispatcher = spec["function"].replace(".ts.", ".")
-    calls = [node for node in ast.walk(ast.parse((PACKAGE / "convert" / "builders.py").read_text()))
+    calls = [node for node in ast.walk(ast.parse((PACKAGE / "convert" / "torch_trt.py").read_text()))
              if isinstance(node, ast.Call) and ast.unparse(node.func) in (spec["function"], dispatcher)]
     assert len(calls) == 1
     call = calls[0]

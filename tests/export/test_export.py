@@ -73,6 +73,42 @@ def test_torchscript_matches_eager_at_another_batch(small_artifacts):
     assert np.abs(scripted - eager).max() / np.abs(eager).max() < 1e-4
 
 
+def test_the_exported_program_is_verified_and_recorded(small_artifacts):
+    """torch.export's .pt2 (asked for with --format exported_program, or all): published after torch.export.load ran
+    it at batches 1, 7 and 32 against eager, recorded with the figures and the program's own tensor names."""
+    entry = _manifest(small_artifacts)["artifacts"]["exported_program"]
+    assert entry["file"] == "model.pt2" and entry["format"] == "exported_program" and entry["status"] == "verified"
+    assert entry["sha256"] == sha256_file(small_artifacts / "model.pt2")
+    report = entry["verification"]
+    assert report["passed"] and sorted(report["batches"], key=int) == ["1", "7", "32"]
+    assert report["worst_rel_to_scale"] < 1e-4 and report["top1_agreement"] == 1.0 and report["batch_invariance"]["passed"]
+    assert (entry["input_name"], entry["output_name"]) == ("x", "linear")  # the placeholder and the last node of resnet18
+    assert entry["batch_range"] == [1, 4096] and {"export", "verify"} <= set(entry["timings"])
+    assert Manifest.load(small_artifacts).exported_program.file == "model.pt2"
+
+
+def test_the_exported_program_keeps_a_dynamic_batch(small_artifacts):
+    spec = Manifest.load(small_artifacts).model
+    with open(small_artifacts / "model.pt2", "rb") as f:
+        program = torch.export.load(f)
+    (batch, bounds), = ((str(s), (r.lower, r.upper)) for s, r in program.range_constraints.items())
+    assert bounds == (1, 4096)
+    x = torch.from_numpy(verification_inputs(spec.input_shape, 5, spec.preprocessing.mean, spec.preprocessing.std, seed=3))
+    with torch.inference_mode():
+        got, eager = program.module()(x).numpy(), build_model(spec)(x).numpy()
+    assert got.shape == (5, 1000) and np.abs(got - eager).max() / np.abs(eager).max() < 1e-4
+
+
+def test_formats_are_a_list_and_the_exported_program_is_asked_for(tmp_path):
+    """The default writes what Triton serves (TorchScript, ONNX); the .pt2 only when asked for."""
+    assert ExportOptions().formats == ("torchscript", "onnx")
+    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--max-batch", "2", "--artifacts", tmp_path,
+                     "--format", " exported_program, torchscript")
+    assert result.exit_code == 0, result.output
+    assert sorted(_manifest(tmp_path)["artifacts"]) == ["exported_program", "torchscript"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "model.pt", "model.pt2"]
+
+
 def test_verification_catches_a_perturbed_graph(small_artifacts, tmp_path):
     """Nudge one weight of the real ONNX graph by 1 %: verification must fail."""
     model = onnx.load(str(small_artifacts / "model.onnx"))
@@ -246,9 +282,11 @@ def test_unwritable_output_directory(tmp_path):
                     "cannot write to output directory")
 
 
-def test_unknown_format(tmp_path):
-    result = run_cli("export", "--format", "tensorflow", "--artifacts", tmp_path)
+@pytest.mark.parametrize("value", ["tensorflow", "onnx,pt2", ","])
+def test_unknown_format(tmp_path, value):
+    result = run_cli("export", "--format", value, "--artifacts", tmp_path)
     assert result.exit_code == 2 and "Invalid value for '--format'" in result.output
+    assert "choose from torchscript, onnx, exported_program, or all" in result.output and not list(tmp_path.iterdir())
 
 
 def _online() -> bool:

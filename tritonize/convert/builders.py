@@ -1,8 +1,8 @@
 """The four ways to build the same engine, each a thin, exact call; `pick_builders` chooses.
 
 All build one optimization profile (min/opt/max on the batch axis; two with --latency-profile, except
-torch-tensorrt, which refuses it, and trtexec 8.x) from the precision-prepared ONNX
-(torch-tensorrt from the TorchScript export), strongly typed where TensorRT supports it, with one TF32
+torch-tensorrt, which refuses it, and trtexec 8.x) from the precision-prepared ONNX (torch-tensorrt from
+the export: torch_trt.py), strongly typed where TensorRT supports it, with one TF32
 rule (BuildJob.tf32). None of them can run on a machine without TensorRT and a GPU; `why_not()` then
 says why, and the stage writes the reproducer instead. Nothing here ever writes a plan that TensorRT
 did not produce.
@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonize.convert.layers import read_engine
@@ -30,6 +30,7 @@ from tritonize.convert.trtexec import (
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path
 from tritonize.machine import cuda_gpu, docker_gpu_problem, gpu_visible
+from tritonize.manifest import Manifest
 from tritonize.releases import Release
 from tritonize.verify import VerificationReport
 
@@ -52,6 +53,7 @@ class Built:
     argv: list[str] | None = None
     layer_info: str | None = None  # the engine inspector's JSON (convert/layers.py); None: not read
     layer_source: str = "IEngineInspector"
+    details: dict = field(default_factory=dict)  # what the manifest entry records besides (the builder's own facts)
 
 
 class Builder:
@@ -85,7 +87,7 @@ def find_trtexec() -> str | None:
     return shutil.which("trtexec") or (TRTEXEC_FALLBACK if Path(TRTEXEC_FALLBACK).is_file() else None)
 
 
-def _gpu_problem() -> str | None:
+def gpu_problem() -> str | None:
     """Why no CUDA GPU can run a build here (through the CUDA runtime, as TensorRT will), or None."""
     gpu = cuda_gpu()
     return gpu["error"] if "error" in gpu else None
@@ -140,7 +142,7 @@ class ContainerBuilder(Builder):
         problem = docker_gpu_problem(self.release.image)
         if problem:
             return problem
-        if not gpu_visible() and _gpu_problem():
+        if not gpu_visible() and gpu_problem():
             return "no NVIDIA GPU on this host (no /dev/nvidia*, no /dev/dxg)"
         return self.probe()
 
@@ -246,7 +248,7 @@ class TensorRTApiBuilder(Builder):
     def why_not(self):
         if importlib.util.find_spec("tensorrt") is None:
             return "the tensorrt Python package is not installed"
-        return _gpu_problem()
+        return gpu_problem()
 
     def tensorrt_version(self):
         import tensorrt as trt
@@ -313,89 +315,11 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
     return EngineBytesFromNetwork(network, config=config, save_timing_cache=cache)
 
 
-class TorchTensorRTBuilder(Builder):
-    """torch-tensorrt's TorchScript frontend compiles the TorchScript export with Input(min, opt, max).
-
-    It takes only the arguments of `torch_tensorrt.ts.convert_method_to_trt_engine` (pytorch/TensorRT
-    py/torch_tensorrt/ts/_compiler.py, 1.4 to 2.14; no **kwargs): no optimization level, version or
-    hardware compatibility, or timing cache (build time only: not used). From 2.13 (TensorRT 11) it
-    ignores FP16 and keeps the graph's FP32 types (core/conversion/conversionctx/ConversionCtx.cpp).
-    It compiles the TorchScript, not the mixed-precision ONNX: it cannot keep that graph's FP32 nodes.
-    What it cannot honour is refused. Its engine names the tensors input_0 / output_0
-    (core/conversion/conversion.cpp), which the manifest records for the repository. The module is
-    loaded on the CPU: the converter copies each weight to the CPU itself (core/conversion/converters/
-    Weights.cpp, `t.to(at::kCPU)`) and the engine does not use the module again.
-    """
-
-    name = "torch-tensorrt"
-    ENGINE_IO = ("input_0", "output_0")
-    one_profile = "its Input(min_shape, opt_shape, max_shape) makes one optimization profile"
-
-    def __init__(self, torchscript: Path | None):
-        self.torchscript = torchscript
-
-    def why_not(self):
-        if importlib.util.find_spec("torch_tensorrt") is None:
-            return "torch-tensorrt is not installed"
-        if self.torchscript is None or not self.torchscript.is_file():
-            return "no TorchScript export (model.pt) to compile"
-        return _gpu_problem()
-
-    def refuses(self, job):
-        return torchscript_frontend_refuses(job, self.tensorrt_version())
-
-    def tensorrt_version(self):
-        import tensorrt as trt
-
-        return trt.__version__
-
-    def build(self, job, out, timeout_s):
-        import torch
-        import torch_tensorrt
-
-        module = torch.jit.load(str(self.torchscript), map_location="cpu").eval()
-        shapes = {k: (job.profile[k], *job.input_shape) for k in ("min", "opt", "max")}
-        inputs = [torch_tensorrt.Input(min_shape=shapes["min"], opt_shape=shapes["opt"], max_shape=shapes["max"],
-                                       dtype=torch.float32)]
-        precisions = {torch.float32} | ({torch.float16} if job.precision == "fp16" else set())
-        start = time.perf_counter()
-        engine = torch_tensorrt.ts.convert_method_to_trt_engine(
-            module, "forward", inputs=inputs, enabled_precisions=precisions,
-            workspace_size=job.workspace_mib << 20, disable_tf32=not job.tf32,
-        )
-        seconds = round(time.perf_counter() - start, 3)
-        with atomic_path(out / job.plan_file) as tmp:
-            tmp.write_bytes(bytes(engine))
-        import tensorrt as trt
-
-        return Built(tensorrt_version=self.tensorrt_version(), seconds=seconds, engine_io=self.ENGINE_IO,
-                     layer_info=read_engine(bytes(engine), trt))
-
-
-def torchscript_frontend_refuses(job: BuildJob, tensorrt_version: str) -> str | None:
-    """What torch-tensorrt's TorchScript frontend cannot honour in `job` (TorchTensorRTBuilder's doc)."""
-    cannot = []
-    if job.precision == "int8":
-        cannot.append("INT8 (that needs the Q/DQ ONNX)")
-    if job.precision == "fp16" and version_tuple(tensorrt_version)[0] >= 11:
-        cannot.append(f"FP16 on TensorRT {tensorrt_version} (it would build FP32)")
-    elif job.precision == "fp16" and job.fp32_layers:
-        cannot.append(f"the {len(job.fp32_layers)} FP32 nodes of the mixed-precision graph (it would run them in FP16, "
-                      "where they overflow)")
-    if job.opt_level != 3:
-        cannot.append("--opt-level other than TensorRT's default 3")
-    if job.version_compatible:
-        cannot.append("--version-compatible")
-    if job.hardware_compatibility != "none":
-        cannot.append("--hardware-compatibility")
-    if cannot:
-        return f"its TorchScript frontend cannot honour {', '.join(cannot)}: use --builder trtexec, tensorrt or container"
-    return None
-
-
-def candidate_builders(release: Release, torchscript: Path | None) -> dict[str, Builder]:
+def candidate_builders(release: Release, manifest: Manifest) -> dict[str, Builder]:
     """In `auto` order: the container first (it matches the serving release by construction)."""
-    builders = [ContainerBuilder(release), TrtexecBuilder(), TensorRTApiBuilder(), TorchTensorRTBuilder(torchscript)]
+    from tritonize.convert.torch_trt import TorchTensorRTBuilder  # it builds on this module's Builder
+
+    builders = [ContainerBuilder(release), TrtexecBuilder(), TensorRTApiBuilder(), TorchTensorRTBuilder(manifest)]
     return {b.name: b for b in builders}
 
 

@@ -134,6 +134,7 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
         timings={"build": asdict(s_build), "builder_seconds": built.seconds, "verify": asdict(s_verify[0]),
                  **({"verify_latency": asdict(s_verify[1])} if len(s_verify) > 1 else {})},
         **({"argv_used": built.argv} if built.argv else {}),
+        **built.details,
     )
     manifest.record("tensorrt", entry)
     for index, r in enumerate(reports):

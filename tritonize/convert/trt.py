@@ -91,7 +91,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
     if options.dry_run:  # no probing (the container builder's first probe pulls its image)
         builders, why = [], "--dry-run"
     else:
-        candidates = candidate_builders(release, manifest.path(manifest.torchscript) if manifest.torchscript else None)
+        candidates = candidate_builders(release, manifest)
         builders, why = pick_builders(options.builder.value, candidates, job)
     waiting = f"on the GPU box run: {gpu_command}   (or by hand: bash {script})"
 

@@ -1,7 +1,7 @@
-"""Export stage: torchvision model -> TorchScript `model.pt` and ONNX `model.onnx`, each verified
-against PyTorch eager before it is published, and recorded in the manifest.
+"""Export stage: torchvision model -> TorchScript `model.pt`, ONNX `model.onnx` (and, when asked, torch.export's
+`model.pt2`), each verified against PyTorch eager before it is published, and recorded in the manifest.
 
-    export_artifacts(spec, out, formats=("torchscript", "onnx"))
+    export_artifacts(spec, out, ExportOptions(formats=("torchscript", "onnx", "exported_program")))
 """
 
 from tritonize.export.exporter import ExportOptions, export_artifacts

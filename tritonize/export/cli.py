@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Annotated
 
 import typer
 
-from tritonize.options import DEFAULT_ARTIFACTS, Arch, Artifacts, Force, MaxBatch, Weights
+from tritonize.options import DEFAULT_ARTIFACTS, Arch, Artifacts, Force, MaxBatch, Weights, items
 from tritonize.spec import DEFAULT_ARCH
 
 
-class Format(str, Enum):
-    torchscript = "torchscript"
-    onnx = "onnx"
-    all = "all"
+def _formats(value: str) -> tuple[str, ...]:
+    """`all` or a comma-separated list of the export formats; anything else is a usage error."""
+    from tritonize.export.exporter import FORMATS
+
+    formats = FORMATS if value.strip() == "all" else items(value, "--format")
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown or not formats:
+        raise typer.BadParameter(f"{', '.join(unknown) or repr(value)}: choose from {', '.join(FORMATS)}, or all",
+                                 param_hint="'--format'")
+    return formats
 
 
 def export_command(
-    format: Annotated[Format, typer.Option("--format", help="Which artifacts to export.")] = Format.all,
+    format: Annotated[str, typer.Option("--format", help="Which artifacts to export, comma-separated: torchscript, "
+                                                         "onnx, exported_program (a torch.export .pt2 for the "
+                                                         "torch-tensorrt builder), or all.")] = "torchscript,onnx",
     arch: Arch = DEFAULT_ARCH,
     weights: Weights = None,
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
@@ -27,11 +34,11 @@ def export_command(
     max_batch: MaxBatch = 32,
     force: Force = False,
 ) -> None:
-    """Export a torchvision classifier to TorchScript and ONNX (dynamic batch), verified against PyTorch."""
+    """Export a torchvision classifier to TorchScript and ONNX (and torch.export's .pt2 when asked), with a dynamic
+    batch, verified against PyTorch."""
     from tritonize.export import ExportOptions, export_artifacts
     from tritonize.spec import resolve_spec
 
-    formats = ("torchscript", "onnx") if format is Format.all else (format.value,)
-    options = ExportOptions(formats=formats, opset=opset, simplify=simplify, max_batch=max_batch, force=force)
+    options = ExportOptions(formats=_formats(format), opset=opset, simplify=simplify, max_batch=max_batch, force=force)
     export_artifacts(resolve_spec(arch, weights), artifacts, options)
     typer.echo(f"manifest: {artifacts / 'manifest.json'}")

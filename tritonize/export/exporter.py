@@ -18,14 +18,18 @@ from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, Mode
 from tritonize.stage import StageResult, StageStatus
 from tritonize.verify import FP32, Tolerance, VerificationReport, verification_inputs, verify_runner
 
-FORMATS = ("torchscript", "onnx")
-FILES = {"torchscript": "model.pt", "onnx": "model.onnx"}
+FORMATS = ("torchscript", "onnx", "exported_program")
+# What Triton serves. The ExportedProgram is only for torch-tensorrt's dynamo frontend (convert trt), and costs
+# about as much again as the TorchScript export (benchmarks/RESULTS.md): asked for, not written by default.
+DEFAULT_FORMATS = ("torchscript", "onnx")
+FILES = {"torchscript": "model.pt", "onnx": "model.onnx", "exported_program": "model.pt2"}
 MIN_DYNAMO_OPSET = 18  # the dynamo exporter silently raises lower opsets to 18
+MAX_DYNAMIC_BATCH = 4096  # the batch range torch.export is asked to keep symbolic
 
 
 @dataclass(frozen=True)
 class ExportOptions:
-    formats: tuple[str, ...] = FORMATS
+    formats: tuple[str, ...] = DEFAULT_FORMATS
     opset: int = 18
     simplify: bool = True
     max_batch: int = 32
@@ -35,7 +39,8 @@ class ExportOptions:
     def __post_init__(self):
         unknown = set(self.formats) - set(FORMATS)
         if unknown or not self.formats:
-            raise TritonizeError(f"unknown format {', '.join(sorted(unknown)) or '(none)'}: choose torchscript, onnx or all")
+            raise TritonizeError(f"unknown format {', '.join(sorted(unknown)) or '(none)'}: choose from "
+                                 f"{', '.join(FORMATS)}, or all")
         if self.max_batch < 1:
             raise TritonizeError(f"--max-batch must be >= 1, got {self.max_batch}")
         if not 7 <= self.opset <= 23:
@@ -43,7 +48,7 @@ class ExportOptions:
 
     def fingerprint(self, fmt: str) -> dict:
         """What, besides the spec, decides an artifact's content (used to skip up-to-date work)."""
-        if fmt == "torchscript":
+        if fmt in ("torchscript", "exported_program"):
             return {"max_batch": self.max_batch}
         return {"max_batch": self.max_batch, "opset": self.opset, "simplify": self.simplify}
 
@@ -86,7 +91,8 @@ def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = 
         reference = _run_torch(model, inputs)
     common = {"build": asdict(built), "reference": asdict(ref_step)}
 
-    exporters: dict[str, Callable] = {"torchscript": _export_torchscript, "onnx": _export_onnx}
+    exporters: dict[str, Callable] = {"torchscript": _export_torchscript, "onnx": _export_onnx,
+                                      "exported_program": _export_program}
     for fmt in todo:
         path = artifacts / FILES[fmt]
         with staged_path(path) as staged:
@@ -174,6 +180,43 @@ def _export_torchscript(model, spec, path, tmp, inputs, reference, options) -> t
     return fields, report, timings
 
 
+def _dynamic_batch() -> dict:
+    """torch.export's dynamic batch: keyed by the forward() argument's name (`x` for torchvision classifiers)."""
+    import torch
+
+    return {"x": {0: torch.export.Dim("batch", min=1, max=MAX_DYNAMIC_BATCH)}}
+
+
+def _export_program(model, spec, path, tmp, inputs, reference, options) -> tuple[dict, VerificationReport, dict]:
+    """torch.export's ExportedProgram with a dynamic batch, saved as a .pt2 archive: what torch-tensorrt's dynamo
+    frontend compiles (convert_exported_program_to_serialized_trt_engine). Verified after torch.export.load."""
+    import torch
+
+    timings = {}
+    with step("torch.export (dynamic batch)") as s:
+        program = torch.export.export(model, (torch.from_numpy(inputs[:2]),), dynamic_shapes=_dynamic_batch())
+        with open(tmp, "wb") as f:  # a file object: a path must end in .pt2, and the staged one does not
+            torch.export.save(program, f)
+        signature = program.graph_signature
+        del program
+    timings["export"] = asdict(s)
+    with step("verify the ExportedProgram after torch.export.load (batches 1, odd, max)") as s:
+        with open(tmp, "rb") as f:
+            loaded = torch.export.load(f).module()
+        report = verify_runner(lambda x: _run_torch(loaded, x), inputs, reference, options.tolerance)
+        del loaded
+    timings["verify"] = asdict(s)
+    _check(report, "torch.export program", path)
+    fields = {
+        "input_name": signature.user_inputs[0],  # the placeholder: torch-tensorrt's engine names its input after it
+        "output_name": signature.user_outputs[0],
+        "batch_axis": "batch",
+        "batch_range": [1, MAX_DYNAMIC_BATCH],
+        "tools": tool_versions("torch", "torchvision"),
+    }
+    return fields, report, timings
+
+
 def _export_onnx(model, spec, path, tmp, inputs, reference, options) -> tuple[dict, VerificationReport, dict]:
     import onnx
     import torch
@@ -189,7 +232,7 @@ def _export_onnx(model, spec, path, tmp, inputs, reference, options) -> tuple[di
                 dynamo=True,
                 input_names=[spec.input_name],
                 output_names=[spec.output_name],
-                dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=4096)}},
+                dynamic_shapes=_dynamic_batch(),
                 opset_version=options.opset,
                 optimize=True,
                 verbose=False,

@@ -1,16 +1,19 @@
-"""STAND-IN for torch-tensorrt's TorchScript frontend, for tritonize's tests only: it runs on the emulated
-TensorRT (../tensorrt) and loads only where that does (TRITONIZE_EMULATED_TENSORRT set).
+"""STAND-IN for torch-tensorrt, for tritonize's tests only: it runs on the emulated TensorRT (../tensorrt) and
+loads only where that does (TRITONIZE_EMULATED_TENSORRT set).
 
-It enforces what tritonize relies on, from pytorch/TensorRT's sources (tests/data/torch_tensorrt_ts_signature.json
-names tag, file and lines):
+Its version is $STANDIN_TORCH_TENSORRT_VERSION, else the release built against the emulated TensorRT's major:
+2.2.0 for 8.x (TorchScript frontend only), 2.9.0 for 10.x, 2.13.0 for 11.x. From 2.5 it has the dynamo
+frontend's `dynamo.convert_exported_program_to_serialized_trt_engine` (./dynamo.py); every version has the
+TorchScript frontend. It enforces what tritonize relies on, from pytorch/TensorRT's sources (the signature
+files in tests/data name tag, file and lines):
 - `ts.convert_method_to_trt_engine` takes exactly its real parameters (no **kwargs: any other keyword
   is a TypeError, as in Python), a torch.jit.ScriptModule that has the method, and Input specs;
-- the engine names its tensors input_0 / output_0 (core/conversion/conversion.cpp);
+- the TorchScript engine names its tensors input_0 / output_0 (core/conversion/conversion.cpp);
 - FP16 in enabled_precisions sets the FP16 builder flag up to TensorRT 10 and is ignored from 11, whose
   networks are strongly typed (core/conversion/conversionctx/ConversionCtx.cpp); disable_tf32 clears TF32.
-It converts the TorchScript to ONNX (torch's TorchScript exporter) and builds that with the emulated
-TensorRT, which is how its plan carries the model. STANDIN_TORCH_TENSORRT_MODE=raise makes the
-conversion fail with a RuntimeError, as the real one does on a graph it cannot convert.
+Each frontend converts its program to ONNX (torch's exporters) and builds that with the emulated TensorRT,
+which is how its plan carries the model. STANDIN_TORCH_TENSORRT_MODE=raise makes a conversion fail as the
+real one does on a graph it cannot convert.
 """
 
 from __future__ import annotations
@@ -27,8 +30,12 @@ if not os.environ.get("TRITONIZE_EMULATED_TENSORRT"):
 
 import tensorrt as _trt  # noqa: E402 - the emulated TensorRT it is built against
 
-SIGNATURE = json.loads((Path(__file__).resolve().parents[3] / "data" / "torch_tensorrt_ts_signature.json").read_text())
-__version__ = "0.0.0+emulated"
+DATA = Path(__file__).resolve().parents[3] / "data"
+SIGNATURE = json.loads((DATA / "torch_tensorrt_ts_signature.json").read_text())
+VERSION_ENV = "STANDIN_TORCH_TENSORRT_VERSION"
+_MAJOR = int(_trt.__version__.split(".")[0])
+__version__ = os.environ.get(VERSION_ENV) or {8: "2.2.0", 10: "2.9.0"}.get(_MAJOR, "2.13.0")
+VERSION = tuple(int(p) for p in __version__.split("+")[0].split(".")[:2])
 
 
 class Input:
@@ -66,37 +73,53 @@ def _convert(module, method_name="forward", inputs=None, enabled_precisions=None
 
     if not isinstance(module, torch.jit.ScriptModule) or not hasattr(module, method_name):
         raise TypeError(f"convert_method_to_trt_engine: a torch.jit.ScriptModule with a '{method_name}' method is needed")
-    if not inputs or not all(isinstance(i, Input) for i in inputs) or len(inputs) != 1:
-        raise ValueError("convert_method_to_trt_engine: one torch_tensorrt.Input is needed here")
+    spec = one_input(inputs, "convert_method_to_trt_engine")
     if os.environ.get("STANDIN_TORCH_TENSORRT_MODE") == "raise":
         raise RuntimeError("[Error thrown at core/conversion/conversion.cpp:230] stand-in: unable to convert the graph")
-    spec = inputs[0]
     onnx = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation and signature notes
         torch.onnx.export(module, (torch.zeros(spec.opt_shape, dtype=spec.dtype),), onnx, dynamo=False, opset_version=17,
                           input_names=["input_0"], output_names=["output_0"],
                           dynamic_axes={"input_0": {0: "batch"}, "output_0": {0: "batch"}})
-    major = int(_trt.__version__.split(".")[0])
-    builder = _trt.Builder(_trt.Logger(_trt.Logger.ERROR))
-    flags = 1 << int(_trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH) if major < 10 else 0
-    if major >= 11:
+    flags = 1 << int(_trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH) if _MAJOR < 10 else 0
+    if _MAJOR >= 11:
         flags |= 1 << int(_trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
-    network = builder.create_network(flags)
-    parser = _trt.OnnxParser(network, builder.logger)
-    if not parser.parse(onnx.getvalue()):
-        raise RuntimeError(f"stand-in: the TorchScript did not convert: {parser.get_error(0)}")
-    config = builder.create_builder_config()
-    if torch.float16 in (enabled_precisions or ()) and major < 11:
-        config.set_flag(_trt.BuilderFlag.FP16)
-    if disable_tf32:
-        config.clear_flag(_trt.BuilderFlag.TF32)
-    if workspace_size:
-        config.set_memory_pool_limit(_trt.MemoryPoolType.WORKSPACE, int(workspace_size))
-    profile = builder.create_optimization_profile()
-    profile.set_shape("input_0", spec.min_shape, spec.opt_shape, spec.max_shape)
-    config.add_optimization_profile(profile)
-    engine = builder.build_serialized_network(network, config)
+
+    def configure(config):
+        if torch.float16 in (enabled_precisions or ()) and _MAJOR < 11:
+            config.set_flag(_trt.BuilderFlag.FP16)
+        if disable_tf32:
+            config.clear_flag(_trt.BuilderFlag.TF32)
+        if workspace_size:
+            config.set_memory_pool_limit(_trt.MemoryPoolType.WORKSPACE, int(workspace_size))
+
+    engine = build_engine(onnx.getvalue(), "input_0", spec, flags, configure)
     if engine is None:
         raise RuntimeError("[Error thrown at core/conversion/conversionctx/ConversionCtx.cpp] Building serialized network failed")
     return bytes(engine)
+
+
+def one_input(inputs, function: str) -> Input:
+    if not inputs or not all(isinstance(i, Input) for i in inputs) or len(inputs) != 1:
+        raise ValueError(f"{function}: one torch_tensorrt.Input is needed here")
+    return inputs[0]
+
+
+def build_engine(onnx: bytes, input_name: str, spec: Input, network_flags: int, configure):
+    """Parse the ONNX into a network of `network_flags`, let `configure` set the builder config, add the one
+    profile of `spec` and build: the serialized engine, or None when TensorRT could not build it."""
+    builder = _trt.Builder(_trt.Logger(_trt.Logger.ERROR))
+    network = builder.create_network(network_flags)
+    parser = _trt.OnnxParser(network, builder.logger)
+    if not parser.parse(onnx):
+        raise RuntimeError(f"stand-in: the program did not convert: {parser.get_error(0)}")
+    config = builder.create_builder_config()
+    configure(config)
+    profile = builder.create_optimization_profile()
+    profile.set_shape(input_name, spec.min_shape, spec.opt_shape, spec.max_shape)
+    config.add_optimization_profile(profile)
+    return builder.build_serialized_network(network, config)
+
+
+from . import dynamo  # noqa: E402,F401 - `torch_tensorrt.dynamo`, imported as the real package does
