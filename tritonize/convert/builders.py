@@ -315,14 +315,6 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
     return EngineBytesFromNetwork(network, config=config, save_timing_cache=cache)
 
 
-def candidate_builders(release: Release, manifest: Manifest) -> dict[str, Builder]:
-    """In `auto` order: the container first (it matches the serving release by construction)."""
-    from tritonize.convert.torch_trt import TorchTensorRTBuilder  # it builds on this module's Builder
-
-    builders = [ContainerBuilder(release), TrtexecBuilder(), TensorRTApiBuilder(), TorchTensorRTBuilder(manifest)]
-    return {b.name: b for b in builders}
-
-
 def pick_builders(choice: str, builders: dict[str, Builder], job: BuildJob) -> tuple[list[Builder], str]:
     """The builders to try, in order (`auto`: each one that can run here and honour `job`), and a
     sentence saying why (or, with none, why nothing can build here). A builder asked for by name

@@ -15,12 +15,14 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from tritonize.convert.builders import candidate_builders, container_argv, find_trtexec, pick_builders
+from tritonize.convert.builders import (Builder, ContainerBuilder, TensorRTApiBuilder, TrtexecBuilder, container_argv,
+                                        find_trtexec, pick_builders)
 from tritonize.convert.engine import PLAN_NAME, build_engine, plan_check
 from tritonize.convert.network import Network, network_from_onnx
 from tritonize.convert.options import AUTO_RELEASE, ConvertOptions
 from tritonize.convert.prepare import opset_for_tensorrt, prepare_opset, prepare_precision
 from tritonize.convert.reproducer import argv_by_major, write_reproducer
+from tritonize.convert.torch_trt import TorchTensorRTBuilder
 from tritonize.convert.trtexec import BuildJob, probe_trtexec, profiles_problem, trtexec_argv, version_tuple
 from tritonize.errors import TritonizeError
 from tritonize.files import ensure_writable_dir, sha256_file
@@ -221,3 +223,9 @@ def _timing_cache(out: Path, options: ConvertOptions) -> str:
         return str(path.relative_to(out.resolve()))
     except ValueError:
         return str(path)  # reused across builds from wherever it lives
+
+
+def candidate_builders(release: Release, manifest: Manifest) -> dict[str, Builder]:
+    """In `auto` order: the container first (it matches the serving release by construction)."""
+    builders = [ContainerBuilder(release), TrtexecBuilder(), TensorRTApiBuilder(), TorchTensorRTBuilder(manifest)]
+    return {b.name: b for b in builders}
