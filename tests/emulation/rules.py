@@ -58,7 +58,7 @@ def deserialize_problem(plan: str, runtime: str, version_compatible: bool, host_
 def max_onnx_opset(version: str) -> int | None:
     """The newest ONNX opset the parser of `version` reads (None: no entry for its major)."""
     v = parts(version)  # (8, 6) <= (8, 6, 3, 1): an entry holds for every patch of its version
-    known = [(parts(k)[:2], opset) for k, opset in data()["max_onnx_opset"]["by_version"].items()]
+    known = [(parts(k), opset) for k, opset in data()["max_onnx_opset"]["by_version"].items()]
     candidates = [(k, opset) for k, opset in known if k[0] == v[0] and k <= v]
     return max(candidates)[1] if candidates else None
 

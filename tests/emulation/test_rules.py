@@ -56,7 +56,8 @@ def test_deserialize_rule(built, runtime, compatible, allowed, problem):
 
 @pytest.mark.parametrize("version,opset", [("8.6.1", 17), ("8.6.3.1", 17), ("10.0.1.6", 20), ("10.5.0.18", 20),
                                            ("10.15.1", 24), ("10.16.1.11", 24), ("11.0.0.114", 24), ("11.4.0.106", 24),
-                                           ("11.5.0", 25), ("9.3.0", None), ("8.5.3.1", None)])
+                                           ("11.5.0", 25), ("9.3.0", None), ("8.5.3.1", None),
+                                           ("10.15", 24), ("11.5", 25), ("8.6", 17)])  # an entry's own version too
 def test_max_onnx_opset(version, opset):
     assert rules.max_onnx_opset(version) == opset
 
@@ -153,3 +154,11 @@ def test_layer_precision_rule(op, out, strong, flags, pinned, dq, fp32, runs):
 def test_format_datatype_names_the_inspectors_formats():
     assert [rules.format_datatype(p) for p in ("FLOAT", "HALF", "INT8")] == [
         "Row major linear FP32 format", "Row major linear FP16 format", "Row major linear Int8 format"]
+
+
+@pytest.mark.parametrize("index, count, problem", [
+    (0, 1, None), (1, 2, None), (2, 2, "profile index 2 is out of range: the engine has 2 profile(s), 0..1"),
+    (-1, 3, "profile index -1 is out of range: the engine has 3 profile(s), 0..2"),
+])
+def test_profile_index_rule(index, count, problem):
+    assert rules.profile_index_problem(index, count) == problem
