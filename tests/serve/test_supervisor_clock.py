@@ -58,6 +58,7 @@ class FakeTriton:
         self.turn: dict[str, int] = {}
         self.free_first = False  # requests round robin over the instances; True: only to the ones not hung
         self.metrics_style = "one"  # "one" line a model; "by_reason": split over reasons and versions; "sparse": none at 0
+        self.refuse_config: set[str] = set()  # models whose load with a config override fails
         self.key_headers: dict[str, str] = {}  # set: the repository API refuses a request without them (403)
         for name in models:
             self._spawn(name)
@@ -159,6 +160,8 @@ class FakeTriton:
                 return 200, {}
             request = json.loads(body or b"{}")
             self.loads.append((name, request))
+            if name in self.refuse_config and "config" in request.get("parameters", {}):
+                return 400, {"error": f"failed to load '{name}': the config override is refused"}
             if "file:1/model.py" in request.get("parameters", {}):  # the supervisor's "given up" model
                 reason = base64.b64decode(request["parameters"]["file:1/model.py"]).decode()
                 self.state[name] = ("UNAVAILABLE", reason)

@@ -4,10 +4,12 @@ on real processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
+from datetime import datetime, timezone
 
 import pytest
 
@@ -165,3 +167,26 @@ def test_stop_closes_the_pidfds(child):
     assert sup._pidfds == {}
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+def test_a_reload_is_marked_with_when_and_why_in_utc(world):
+    import re
+
+    triton, sup, _, _ = world
+    triton.kill("solo_0_0")
+    sup.check()
+    reload = json.loads(_reloads(triton, "solo")[-1]["parameters"]["config"])
+    marker = reload["parameters"][supervisor.RELOADED]["string_value"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ: stub solo_0_0 \(pid \d+\) died \(killed by SIGKILL\)", marker)
+    when = datetime.strptime(marker[:20], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    assert abs((datetime.now(timezone.utc) - when).total_seconds()) < 60
+    assert "model_warmup" not in reload and "model_warmup" in triton.config("solo")
+
+
+def test_where_the_marked_load_is_refused_the_model_is_unloaded_and_loaded_as_it_is(world):
+    triton, sup, _, lines = world
+    triton.refuse_config.add("solo")
+    triton.kill("solo_0_0")
+    sup.check()
+    assert triton.unloads == ["solo"] and [body for m, body in triton.loads if m == "solo"][-1] == {}
+    assert triton.state["solo"] == ("READY", "") and lines[-1].startswith("solo: stub solo_0_0")
