@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import onnx
 import pytest
 
 from tests.conftest import run_cli
@@ -28,15 +29,16 @@ def test_the_layers_precisions_are_read_from_the_engine_and_recorded(emulated_te
     result, entry = convert(artifacts_copy, builder, emulated_tensorrt, standins, monkeypatch)
     layers = entry["layers"]
     assert layers["source"] == ("IEngineInspector" if builder == "tensorrt" else "trtexec --exportLayerInfo")
-    # resnet18's 49 ONNX nodes (+ the FP16 graph's input and output casts) all run in FP16, but the cast back
-    # to the FP32 output; 8.6 builds weakly typed with --fp16 (the output cast too).
+    # The export's ONNX nodes (resnet18: 49) and the FP16 graph's input and output casts all run in FP16, but the
+    # cast back to the FP32 output; 8.6 builds weakly typed with --fp16 (the output cast too).
+    nodes = len(onnx.load(str(artifacts_copy / "model.onnx"), load_external_data=False).graph.node)
     fp32 = 0 if emulated_tensorrt.version.startswith("8.") else 1
-    assert layers["counts"] == {"FP16": 51 - fp32, **({"FP32": fp32} if fp32 else {})}, layers
+    assert layers["counts"] == {"FP16": nodes + 2 - fp32, **({"FP32": fp32} if fp32 else {})}, layers
     assert len(layers["fp32_layers"]) == fp32
-    assert f"layer precisions: {51 - fp32} FP16" in result.output
-    if builder == "tensorrt":  # an FP32 plan: resnet18's 49 nodes, all FP32
+    assert f"layer precisions: {nodes + 2 - fp32} FP16" in result.output
+    if builder == "tensorrt":  # an FP32 plan: every node FP32
         _, fp32_entry = convert(artifacts_copy, builder, emulated_tensorrt, standins, monkeypatch, precision="fp32")
-        assert fp32_entry["layers"]["counts"] == {"FP32": 49}
+        assert fp32_entry["layers"]["counts"] == {"FP32": nodes}
 
 
 @pytest.mark.parametrize("emulated_tensorrt,builder", [("8.6.3.1", "tensorrt"), ("8.6.3.1", "trtexec"),
@@ -54,13 +56,14 @@ def test_an_fp16_plan_that_runs_mostly_fp32_is_flagged(emulated_tensorrt, standi
     assert run_cli("repo", "build", "--artifacts", artifacts_copy, repo, "--models", "trt_model",
                    "--no-ensembles", "--max-batch", "4").exit_code == 0
     checked = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "8.6")
-    flagged = "warning: trt_model: the fp16 plan runs 100% of its layers in FP32 (51 FP32 (100% of 51 layers in FP32"
+    n = len(onnx.load(str(artifacts_copy / "model.onnx"), load_external_data=False).graph.node) + 2  # + the casts
+    flagged = f"warning: trt_model: the fp16 plan runs 100% of its layers in FP32 ({n} FP32 (100% of {n} layers in FP32"
     if weakly_typed:
-        assert entry["layers"]["counts"] == {"FP32": 51} and len(entry["layers"]["fp32_layers"]) == 10
-        assert "layer precisions: 51 FP32 (100% of 51 layers in FP32" in result.output
+        assert entry["layers"]["counts"] == {"FP32": n} and len(entry["layers"]["fp32_layers"]) == 10
+        assert f"layer precisions: {n} FP32 (100% of {n} layers in FP32" in result.output
         assert flagged in checked.output and checked.exit_code == 0, checked.output
     else:
-        assert entry["layers"]["counts"]["FP16"] == 50
+        assert entry["layers"]["counts"]["FP16"] == n - 1
         assert "0 error(s), 0 warning(s)" in checked.output and checked.exit_code == 0, checked.output
 
 
