@@ -40,6 +40,14 @@ def spawn(tmp_path):
         proc.wait()
 
 
+def _state_becomes(pid: int, state: str, within_s: float = 3.0) -> bool:
+    """Whether the process's state letter in /proc becomes `state` within `within_s` (signals land asynchronously)."""
+    deadline = time.monotonic() + within_s
+    while process_state(pid) != state and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return process_state(pid) == state
+
+
 def _stub(proc: subprocess.Popen) -> Stub:
     return Stub(proc.pid, start_time(proc.pid), SLEEP)  # argv[2]: the region in a real stub's argv
 
@@ -60,17 +68,9 @@ def test_a_killed_unreaped_stub_is_a_zombie_with_its_wait_status_then_gone(spawn
     assert process_state(proc.pid) in ("S", "R")
     assert zombie_status(proc.pid, os.getpid()) is None  # alive
     os.kill(proc.pid, signal.SIGSTOP)
-    for _ in range(200):
-        if process_state(proc.pid) == "T":
-            break
-        time.sleep(0.01)
-    assert process_state(proc.pid) == "T"
+    assert _state_becomes(proc.pid, "T")
     os.kill(proc.pid, signal.SIGKILL)
-    for _ in range(200):
-        if process_state(proc.pid) == "Z":
-            break
-        time.sleep(0.01)
-    assert process_state(proc.pid) == "Z"
+    assert _state_becomes(proc.pid, "Z")
     assert live_stubs(os.getpid()) == {}  # a zombie is no live stub
     assert zombie_status(proc.pid, os.getpid()) == signal.SIGKILL  # the wait status: killed by signal 9
     assert zombie_status(proc.pid, os.getppid()) is None  # not that server's child
@@ -80,10 +80,7 @@ def test_a_killed_unreaped_stub_is_a_zombie_with_its_wait_status_then_gone(spawn
 
 def test_an_exit_code_is_read_from_the_wait_status(spawn):
     proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(3)"])
-    for _ in range(300):
-        if process_state(proc.pid) == "Z":
-            break
-        time.sleep(0.01)
+    assert _state_becomes(proc.pid, "Z")
     status = zombie_status(proc.pid, os.getpid())
     proc.wait()
     assert status == 3 << 8
