@@ -40,6 +40,7 @@ class Proc:
     status: int | None = None  # the wait status once ended (a zombie child of the server)
     hung: bool = False  # answers nothing: requests reaching it fail
     stopped: bool = False  # SIGSTOP: hung, and its state in /proc says so
+    exiting: bool = False  # killed, still tearing down: no command line yet not a zombie
 
 
 class FakeTriton:
@@ -60,6 +61,11 @@ class FakeTriton:
         self.metrics_style = "one"  # "one" line a model; "by_reason": split over reasons and versions; "sparse": none at 0
         self.refuse_config: set[str] = set()  # models whose load with a config override fails
         self.key_headers: dict[str, str] = {}  # set: the repository API refuses a request without them (403)
+        self.refuse_load: set[str] = set()  # models whose every load fails
+        self.bare_errors = False  # errors come without a body (no JSON "error")
+        self.hang_paths: set[str] = set()  # requests to these paths get no answer until `release` is set
+        self.release = threading.Event()
+        self.hung_requests = 0
         for name in models:
             self._spawn(name)
 
@@ -86,18 +92,22 @@ class FakeTriton:
         """tritonserver ended the stub itself (fewer instances) and reaped it at once."""
         del self.procs[self.pid(instance)]
 
+    def start_stub(self, instance: str, pid: int) -> None:
+        """tritonserver started a stub for `instance` as process `pid` (a pid the kernel may give again)."""
+        self.procs[pid] = Proc(instance, f"t{pid}-{len(self.loads)}", f"triton_python_backend_shm_region_fake_{pid}")
+
     # --- the process table the supervisor reads (a real server's supervisor in this process, the session's
     # embedded one, reads the real one: pids below SERVER_PID are real)
     def live_stubs(self, server_pid):
         if server_pid != SERVER_PID:
             return REAL["live_stubs"](server_pid)
-        return {p.instance: Stub(pid, p.started, p.region) for pid, p in self.procs.items() if p.status is None}
+        return {p.instance: Stub(pid, p.started, p.region) for pid, p in self.procs.items() if p.status is None and not p.exiting}
 
     def zombie_status(self, pid, server_pid):
         if pid < SERVER_PID:
             return REAL["zombie_status"](pid, server_pid)
         proc = self.procs.get(pid)
-        return None if proc is None or proc.status is None else proc.status
+        return None if proc is None or proc.status is None or server_pid != SERVER_PID else proc.status
 
     def start_time(self, pid):
         if pid < SERVER_PID:
@@ -160,6 +170,8 @@ class FakeTriton:
                 return 200, {}
             request = json.loads(body or b"{}")
             self.loads.append((name, request))
+            if name in self.refuse_load:
+                return 400, {"error": f"failed to load '{name}': the model's files are broken"}
             if name in self.refuse_config and "config" in request.get("parameters", {}):
                 return 400, {"error": f"failed to load '{name}': the config override is refused"}
             if "file:1/model.py" in request.get("parameters", {}):  # the supervisor's "given up" model
@@ -177,10 +189,12 @@ class FakeTriton:
                   [{"name": "input", "data_type": "TYPE_FP32", "dims": [3, -1, 2]}, {"name": "flag", "data_type": "TYPE_BOOL", "dims": [1]}])
         if name == "ens":
             return {"name": name, "platform": "ensemble", "max_batch_size": 8, "input": inputs}
-        return {"name": name, "platform": "onnxruntime_onnx", "max_batch_size": 0 if name == "image" else 8,
-                "input": inputs, "output": [{"name": "output", "data_type": "TYPE_FP32", "dims": [4]}],
-                "instance_group": [{"count": self.count[name], "kind": "KIND_CPU"}],
-                "model_warmup": [{"name": "batch_8", "batch_size": 8}]}
+        config = {"name": name, "platform": "onnxruntime_onnx", "max_batch_size": 0 if name == "image" else 8,
+                  "input": inputs, "output": [{"name": "output", "data_type": "TYPE_FP32", "dims": [4]}],
+                  "instance_group": [{"count": self.count[name], "kind": "KIND_CPU"}]}
+        if name != "image":  # the image model has no warmup
+            config["model_warmup"] = [{"name": "batch_8", "batch_size": 8}]
+        return config
 
     def _refused(self, name: str, request: dict) -> str | None:
         """Triton's checks of a JSON request against the config: names, datatypes, shapes, element counts, and
@@ -245,8 +259,14 @@ def world(monkeypatch, request):
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, method):
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path in triton.hang_paths:
+                triton.hung_requests += 1
+                triton.release.wait(60)
+                return
             code, payload = triton.handle(method, self.path, body, {k.lower(): v for k, v in self.headers.items()})
             data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+            if code >= 400 and triton.bare_errors:
+                data = b""
             self.send_response(code)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -277,6 +297,7 @@ def world(monkeypatch, request):
     try:
         yield triton, sup, clock, lines
     finally:
+        triton.release.set()
         server.shutdown()
         server.server_close()
         thread.join(5)

@@ -16,19 +16,24 @@ from tritonize.processes import start_time
 from tritonize.serve import supervisor
 from tritonize.serve.supervisor import Stub, live_stubs, process_state, stub_processes, zombie_status
 
-SLEEP = "import time; time.sleep(60)"
+# A stub's model file: sleeps, after naming its process (/proc/<pid>/comm) as asked.
+MODEL_PY = "import os, time\nif 'COMM' in os.environ:\n    open('/proc/self/comm', 'w').write(os.environ['COMM'])\ntime.sleep(60)\n"
 
 
 @pytest.fixture
 def spawn(tmp_path):
-    """Start a fake stub: `python -c SLEEP <args>` with argv[0] set to a path ending in `name`."""
+    """Start a fake stub, `<name> <model file> <args>` as the real one takes `<model file> <region> ...`:
+    python runs the model file, with argv[0] set to a path ending in `name`. `comm`: the process's name."""
     started: list[subprocess.Popen] = []
+    (tmp_path / "model.py").write_text(MODEL_PY)
 
-    def start(*args: str, name: str = "triton_python_backend_stub") -> subprocess.Popen:
-        proc = subprocess.Popen([str(tmp_path / name), "-c", SLEEP, *args], executable=sys.executable)
+    def start(*args: str | bytes, name: str = "triton_python_backend_stub", comm: str | None = None) -> subprocess.Popen:
+        env = {**os.environ, **({"COMM": comm} if comm else {})}
+        proc = subprocess.Popen([str(tmp_path / name), str(tmp_path / "model.py"), *args], executable=sys.executable, env=env)
         started.append(proc)
-        for _ in range(200):  # until the kernel shows the new argv (after exec)
-            if process_state(proc.pid) and (b"-c" in open(f"/proc/{proc.pid}/cmdline", "rb").read()):
+        for _ in range(300):  # until the kernel shows the new argv (after exec) and the new name
+            shown = process_state(proc.pid) and b"model.py" in open(f"/proc/{proc.pid}/cmdline", "rb").read()
+            if shown and (comm is None or open(f"/proc/{proc.pid}/comm").read().strip() == comm):
                 break
             time.sleep(0.01)
         return proc
@@ -48,17 +53,17 @@ def _state_becomes(pid: int, state: str, within_s: float = 3.0) -> bool:
     return process_state(pid) == state
 
 
-def _stub(proc: subprocess.Popen) -> Stub:
-    return Stub(proc.pid, start_time(proc.pid), SLEEP)  # argv[2]: the region in a real stub's argv
+def _stub(proc: subprocess.Popen, region: str) -> Stub:
+    return Stub(proc.pid, start_time(proc.pid), region)  # argv[2]: the region in a real stub's argv
 
 
 def test_live_stubs_are_the_servers_children_named_like_the_stub_whatever_the_model_name(spawn):
-    a = spawn("/m/1/model.py", "region-a", "my-model.v2_0_1")
-    b = spawn("1048576", "resnet_1_0", "--more")
+    a = spawn("region-a", "1048576", "my-model.v2_0_1")
+    b = spawn("region-b", "resnet_1_0", "--more")
     spawn("plain_0_0", name="python3-not-a-stub")  # not the stub's name
     spawn(name="triton_python_backend_stub")  # no instance name among its arguments
     found = live_stubs(os.getpid())
-    assert found == {"my-model.v2_0_1": _stub(a), "resnet_1_0": _stub(b)}
+    assert found == {"my-model.v2_0_1": _stub(a, "region-a"), "resnet_1_0": _stub(b, "region-b")}
     assert stub_processes(os.getpid()) == {"my-model.v2_0_1": a.pid, "resnet_1_0": b.pid}
     assert live_stubs(os.getppid()) == {}  # another parent's children are not the server's
 
@@ -87,3 +92,22 @@ def test_an_exit_code_is_read_from_the_wait_status(spawn):
     assert supervisor._how(status) == "exit code 3"
     assert supervisor._how(signal.SIGKILL) == "killed by SIGKILL"
     assert supervisor._how(0x7F & 100) == "killed by signal 100"
+
+
+def test_a_stub_whose_process_name_holds_parentheses_and_spaces_is_read_like_any_other(spawn):
+    """/proc/<pid>/stat is "pid (comm) state ppid ...", and comm is whatever the process named itself: the fields
+    start after the last ")"."""
+    proc = spawn("region-x", "resnet_0_0", comm="x) Z 1 (y")
+    assert live_stubs(os.getpid()) == {"resnet_0_0": _stub(proc, "region-x")}
+    assert process_state(proc.pid) in ("S", "R")
+    os.kill(proc.pid, signal.SIGSTOP)
+    assert _state_becomes(proc.pid, "T")
+    os.kill(proc.pid, signal.SIGKILL)
+    assert _state_becomes(proc.pid, "Z")
+    assert zombie_status(proc.pid, os.getpid()) == signal.SIGKILL
+
+
+def test_arguments_that_are_not_utf8_do_not_hide_a_stub(spawn):
+    """A region or another argument may hold any bytes: they are read with replacement characters."""
+    proc = spawn(b"region-\xff", b"\xfe\xff", "resnet_0_0")
+    assert live_stubs(os.getpid()) == {"resnet_0_0": _stub(proc, "region-\ufffd")}

@@ -169,7 +169,23 @@ def test_stop_closes_the_pidfds(child):
         os.fstat(fd)
 
 
-def test_a_reload_is_marked_with_when_and_why_in_utc(world):
+@pytest.fixture
+def away_from_utc():
+    """The local time zone is 5:30 ahead of UTC (as for a user in India)."""
+    import time
+
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "IST-5:30"
+    time.tzset()
+    yield
+    if before is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = before
+    time.tzset()
+
+
+def test_a_reload_is_marked_with_when_and_why_in_utc(world, away_from_utc):
     import re
 
     triton, sup, _, _ = world

@@ -65,10 +65,15 @@ POLL_S = 0.5
 PROBE_INTERVAL_S = 5.0  # at most one probe of a model in this time
 RELOAD_DELAYS_S = (0.0, 1.0, 5.0)  # back-off before the 1st, 2nd and 3rd reload within CRASH_WINDOW_S
 CRASH_WINDOW_S = 600.0  # one crash more than RELOAD_DELAYS_S allows within this window: given up
+WINDOW = f"{CRASH_WINDOW_S / 60:g} min"  # the window in the log lines
 REQUEST_TIMEOUT_S = 120.0  # a load of a torch model takes seconds; a probe may queue behind a load of requests
+METRICS_TIMEOUT_S = 10.0
+STOP_WAIT_S = 10.0  # how long stop() waits for a round under way (it ends anyway once the server stops)
 UNHEALTHY = "is not healthy"
 RELOADED = "tritonize.reloaded"  # the config parameter of a model reloaded after a crash: when, and why
 STUB = b"triton_python_backend_stub"
+# A sample of Prometheus' text format: label values may hold spaces, and a timestamp may follow the value.
+FAILURES = re.compile(r'^nv_inference_request_failure\{(?P<labels>.*)\}[ \t]+(?P<value>\S+)', re.MULTILINE)
 INSTANCE = re.compile(r"(?P<model>[^/]+)_\d+_\d+")  # Triton's instance names: <model>_<group>_<index>
 
 
@@ -112,7 +117,7 @@ class Supervisor:
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(10)  # a reload under way ends anyway once the server stops
+            self._thread.join(STOP_WAIT_S)
         for fd in self._pidfds.values():
             os.close(fd)
         self._pidfds.clear()
@@ -164,7 +169,7 @@ class Supervisor:
                 problem = self._probe(name, model, len(mine) + 1)
                 failures[name] = failure_counts(self.metrics_url).get(name, 0.0)  # the probe's own failure is no news
                 # The error names the stub; an ensemble failing in a step names the step's, whose own check acts.
-                hung = re.search(r"Stub process '([^']+)'", problem or "")
+                hung = re.search(r"Stub process '([^']+)'", problem) if problem else None
                 if hung and (hung[1] in mine or not self.server_pid and _model_of(hung[1]) == name):
                     # Alive but not answering: the unload would wait for it, and one that resumed after a
                     # reload crashed tritonserver 2.51 (seen once: SIGSTOP, reload, SIGCONT).
@@ -212,20 +217,21 @@ class Supervisor:
     def _probe(self, name: str, model: _Model, requests: int) -> str | None:
         """The first error of up to `requests` batch-1 requests of valid input that says a stub is not
         healthy, else None (the requests spread over the instances); None at once for an ensemble. (JSON
-        carries the dtypes `repo build` serves, FP32, UINT8 and BYTES; Triton refuses FP16 in JSON.)"""
+        carries the dtypes `repo build` serves, FP32, UINT8 and BYTES; Triton refuses FP16 in JSON. Triton's
+        config JSON holds every field, defaults included: `"max_batch_size": 0`, `"platform": ""`.)"""
         model.probed = self.clock()
         try:
             with urllib.request.urlopen(f"{self.http_url}/v2/models/{name}/config", timeout=REQUEST_TIMEOUT_S) as response:
                 config = json.loads(response.read())
         except urllib.error.HTTPError:  # unloaded meanwhile
             return None
-        if config.get("platform") == "ensemble":
+        if config["platform"] == "ensemble":
             return None
-        batch = [1] if int(config.get("max_batch_size", 0)) > 0 else []
+        batch = [1] if int(config["max_batch_size"]) > 0 else []
         inputs = []
-        for spec in config.get("input", []):
-            dtype = spec.get("data_type", "TYPE_FP32").removeprefix("TYPE_").replace("STRING", "BYTES")
-            shape = batch + [max(1, int(d)) for d in spec.get("dims", [])]
+        for spec in config["input"]:
+            dtype = spec["data_type"].removeprefix("TYPE_").replace("STRING", "BYTES")
+            shape = batch + [max(1, int(d)) for d in spec["dims"]]
             valid = {"BYTES": _image(), "BOOL": False}.get(dtype, 0)  # BYTES: the encoded images of `repo build`
             inputs.append({"name": spec["name"], "shape": shape, "datatype": dtype, "data": [valid] * math.prod(shape)})
         body = json.dumps({"inputs": inputs}).encode()
@@ -239,8 +245,7 @@ class Supervisor:
         now = self.clock()
         model.crashes = [t for t in model.crashes if now - t < CRASH_WINDOW_S] + [now]
         model.what = what
-        model.dead += dead
-        model.stubs = {i: s for i, s in model.stubs.items() if s not in dead}
+        model.dead = dead  # the stubs are read again after the reload (a reload clears `dead`)
         if len(model.crashes) > len(RELOAD_DELAYS_S):
             self._give_up(name, model)
             return
@@ -260,7 +265,7 @@ class Supervisor:
         model.exited.clear()
         model.failures = failure_counts(self.metrics_url).get(name, 0.0)
         say(f"{name}: {model.what}; reloaded in {self.clock() - start:.1f} s (crash {len(model.crashes)} within "
-            f"{CRASH_WINDOW_S / 60:.0f} min; crash {len(RELOAD_DELAYS_S) + 1} makes it UNAVAILABLE)")
+            f"{WINDOW}; crash {len(RELOAD_DELAYS_S) + 1} makes it UNAVAILABLE)")
 
     def _load_again(self, name: str, what: str) -> str | None:
         """Load the model again with the config it serves, marked (see the module's docstring); else unload and
@@ -286,18 +291,18 @@ class Supervisor:
         model.dead.clear()
 
     def _give_up(self, name: str, model: _Model) -> None:
-        reason = (f"{model.what}; it crashed {len(model.crashes)} times within {CRASH_WINDOW_S / 60:.0f} min, "
+        reason = (f"{model.what}; it crashed {len(model.crashes)} times within {WINDOW}, "
                   "so tritonize serve stopped reloading it: find the cause (memory? see `dmesg`), then restart the server")
         self._post(f"/v2/repository/models/{name}/unload")
         self._post(f"/v2/repository/models/{name}/load", unavailable.load_request(name, reason))  # fails, by design
         self._forget(model)
-        self.models.pop(name, None)
+        del self.models[name]
         say(f"{name}: UNAVAILABLE: {reason}")
 
     def _post(self, path: str, body: bytes = b"{}") -> str | None:
-        """POST to the server's HTTP API (the control key with it); its error message, or None on success."""
-        request = urllib.request.Request(f"{self.http_url}{path}", data=body, method="POST",
-                                         headers=self.key.http_headers if self.key else {})
+        """POST (a request with a body) to the server's HTTP API, the control key with it; its error message, or
+        None on success."""
+        request = urllib.request.Request(f"{self.http_url}{path}", data=body, headers=self.key.http_headers if self.key else {})
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S):
                 return None
@@ -316,7 +321,7 @@ def live_stubs(server_pid: int) -> dict[str, Stub]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if int(fields[1]) != server_pid or fields[0] == "Z" or not argv[0].endswith(STUB) or len(argv) < 3:
+        if int(fields[1]) != server_pid or not argv[0].endswith(STUB) or len(argv) < 3:  # a zombie's argv is empty
             continue
         # argv: the model file, the region, its sizes, tritonserver's pid, ..., the instance name
         instance = next((a.decode() for a in argv[1:] if INSTANCE.fullmatch(a.decode(errors="replace"))), None)
@@ -352,14 +357,13 @@ def process_state(pid: int) -> str | None:
 
 def failure_counts(metrics_url: str) -> dict[str, float]:
     """Model -> failed requests so far, all reasons and versions (Triton's nv_inference_request_failure)."""
-    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+    with urllib.request.urlopen(metrics_url, timeout=METRICS_TIMEOUT_S) as response:
         text = response.read().decode()
     counts: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("nv_inference_request_failure{"):
-            model = re.search(r'model="([^"]*)"', line)
-            if model:
-                counts[model[1]] = counts.get(model[1], 0.0) + float(line.rsplit(" ", 1)[1])
+    for sample in FAILURES.finditer(text):
+        model = re.search(r'(?:^|,)model="([^"]*)"', sample["labels"])
+        if model:
+            counts[model[1]] = counts.get(model[1], 0.0) + float(sample["value"])
     return counts
 
 
