@@ -245,7 +245,7 @@ class Supervisor:
         now = self.clock()
         model.crashes = [t for t in model.crashes if now - t < CRASH_WINDOW_S] + [now]
         model.what = what
-        model.dead = dead  # the stubs are read again after the reload (a reload clears `dead`)
+        model.dead = dead  # empty till now (each reload or give-up clears it); `stubs` is read again after the reload
         if len(model.crashes) > len(RELOAD_DELAYS_S):
             self._give_up(name, model)
             return
