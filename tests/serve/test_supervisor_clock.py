@@ -39,7 +39,7 @@ class Proc:
     region: str
     status: int | None = None  # the wait status once ended (a zombie child of the server)
     hung: bool = False  # answers nothing: requests reaching it fail
-    stopped: bool = False  # SIGSTOP: hung, and its state in /proc says so
+    stopped: str = ""  # its state in /proc once stopped: "T" (SIGSTOP), "t" (stopped by a tracer); hung as well
     exiting: bool = False  # killed, still tearing down: no command line yet not a zombie
 
 
@@ -83,9 +83,9 @@ class FakeTriton:
         self.procs[pid].hung = True
         return pid
 
-    def stop(self, instance: str) -> int:
+    def stop(self, instance: str, state: str = "T") -> int:
         pid = self.hang(instance)
-        self.procs[pid].stopped = True
+        self.procs[pid].stopped = state
         return pid
 
     def exit_on_purpose(self, instance: str) -> None:
@@ -119,7 +119,7 @@ class FakeTriton:
         if pid < SERVER_PID:
             return REAL["process_state"](pid)
         proc = self.procs.get(pid)
-        return None if proc is None else "Z" if proc.status is not None else "T" if proc.stopped else "S"
+        return None if proc is None else "Z" if proc.status is not None else proc.stopped or "S"
 
     # --- Triton's side
     def metrics_text(self) -> str:
@@ -184,12 +184,12 @@ class FakeTriton:
 
     def config(self, name: str) -> dict:
         """What Triton's config endpoint says: "solo" and "pair" take FP32 in batches, "image" an encoded image
-        without a batch axis (the preprocess model's kind of input)."""
+        without a batch axis (the preprocess model's kind of input), "single" FP32 in batches of 1."""
         inputs = ([{"name": "image", "data_type": "TYPE_STRING", "dims": [1]}] if name == "image" else
                   [{"name": "input", "data_type": "TYPE_FP32", "dims": [3, -1, 2]}, {"name": "flag", "data_type": "TYPE_BOOL", "dims": [1]}])
         if name == "ens":
             return {"name": name, "platform": "ensemble", "max_batch_size": 8, "input": inputs}
-        config = {"name": name, "platform": "onnxruntime_onnx", "max_batch_size": 0 if name == "image" else 8,
+        config = {"name": name, "platform": "onnxruntime_onnx", "max_batch_size": {"image": 0, "single": 1}.get(name, 8),
                   "input": inputs, "output": [{"name": "output", "data_type": "TYPE_FP32", "dims": [4]}],
                   "instance_group": [{"count": self.count[name], "kind": "KIND_CPU"}]}
         if name != "image":  # the image model has no warmup

@@ -123,6 +123,27 @@ def test_two_stopped_stubs_one_may_not_kill_are_one_crash_named_in_one_line(worl
                      f"{len(RELOAD_DELAYS_S) + 1} makes it UNAVAILABLE)"]
 
 
+def test_a_stub_stopped_by_a_tracer_is_found_like_one_stopped_by_a_signal(world):
+    """A debugger or strace stops a process in state "t", and requests to it fail as to one stopped by SIGSTOP."""
+    triton, sup, clock, lines = world
+    triton.free_first = True
+    pid = triton.stop("pair_0_1", state="t")
+    triton.client_failures("pair")
+    clock.now += PROBE_INTERVAL_S
+    sup.check()
+    assert lines and lines[-1].startswith(f"pair: stub pair_0_1 (pid {pid}) is stopped and requests to it fail; ")
+
+
+@pytest.mark.parametrize("world", [{"single": 1}], indirect=True, ids=["max_batch_size_1"])
+def test_a_model_of_max_batch_size_1_is_probed_with_its_batch_axis(world):
+    triton, sup, clock, lines = world
+    pid = triton.hang("single_0_0")
+    triton.client_failures("single")
+    clock.now += PROBE_INTERVAL_S
+    sup.check()
+    assert lines and lines[-1].startswith("single: Stub process 'single_0_0' is not healthy; reloaded in ") and pid not in triton.procs
+
+
 def test_two_stubs_dead_in_one_round_are_one_crash_named_in_one_line(world):
     triton, sup, _, lines = world
     pids = [triton.kill("pair_0_0"), triton.kill("pair_0_1", signal_number=6)]
@@ -163,6 +184,51 @@ def test_a_pid_given_again_to_a_new_stub_starts_with_a_clean_record(world):
     assert not lines  # first sighting of this stub's exit
     sup.check()
     assert lines and "died (exit code 0)" in lines[-1]
+
+
+def test_a_hung_stub_already_dying_is_left_to_its_death_then_healed_with_its_region(world):
+    """The probe names a stub that no longer shows as a live stub (killed, tearing down): the round after, it is a
+    zombie, and the crash is handled with the stub's shared-memory region."""
+    triton, sup, clock, lines = world
+    pid = triton.hang("solo_0_0")
+    triton.procs[pid].exiting = True
+    region = triton.procs[pid].region
+    triton.client_failures("solo")
+    clock.now += PROBE_INTERVAL_S
+    sup.check()
+    assert not lines and not _reloads(triton, "solo") and sup.models["solo"].stubs["solo_0_0"].pid == pid
+    triton.procs[pid].status = 9
+    removed = []
+    supervisor.shm.remove, remove = (lambda names: removed.extend(names)), supervisor.shm.remove
+    try:
+        sup.check()
+    finally:
+        supervisor.shm.remove = remove
+    assert lines[-1].startswith(f"solo: stub solo_0_0 (pid {pid}) died (killed by SIGKILL); reloaded in ") and removed == [region]
+
+
+def test_a_process_that_ends_while_proc_is_read_is_skipped(monkeypatch, tmp_path):
+    """/proc lists a process, and it is gone before its files are read: the others are still read."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    class Proc(type(Path())):
+        def iterdir(self):
+            yield Path("/proc/4999999")  # above pid_max: never a process
+            yield from super().iterdir()
+
+    stub = subprocess.Popen([str(tmp_path / "triton_python_backend_stub"), "-c", "import time; time.sleep(60)", "m_0_0"],
+                            executable=sys.executable)
+    try:
+        deadline = time.monotonic() + 5
+        while b"m_0_0" not in Path(f"/proc/{stub.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        monkeypatch.setattr(supervisor, "Path", Proc)
+        assert set(supervisor.live_stubs(os.getpid())) == {"m_0_0"}
+    finally:
+        stub.kill()
+        stub.wait()
 
 
 # --- the repository API's answers
