@@ -187,16 +187,17 @@ def test_a_pid_given_again_to_a_new_stub_starts_with_a_clean_record(world):
 
 
 def test_a_hung_stub_already_dying_is_left_to_its_death_then_healed_with_its_region(world):
-    """The probe names a stub that no longer shows as a live stub (killed, tearing down): the round after, it is a
-    zombie, and the crash is handled with the stub's shared-memory region."""
+    """The probe names a stub that no longer shows as a live stub (killed, tearing down) beside a live one: the
+    round after, it is a zombie, and the crash is handled with the stub's shared-memory region."""
     triton, sup, clock, lines = world
-    pid = triton.hang("solo_0_0")
+    pid = triton.hang("pair_0_1")
     triton.procs[pid].exiting = True
     region = triton.procs[pid].region
-    triton.client_failures("solo")
+    triton.client_failures("pair")
     clock.now += PROBE_INTERVAL_S
     sup.check()
-    assert not lines and not _reloads(triton, "solo") and sup.models["solo"].stubs["solo_0_0"].pid == pid
+    assert ("pair", "pair_0_1") in triton.infers  # the probe reached it
+    assert not lines and not _reloads(triton, "pair") and sup.models["pair"].stubs["pair_0_1"].pid == pid
     triton.procs[pid].status = 9
     removed = []
     supervisor.shm.remove, remove = (lambda names: removed.extend(names)), supervisor.shm.remove
@@ -204,7 +205,7 @@ def test_a_hung_stub_already_dying_is_left_to_its_death_then_healed_with_its_reg
         sup.check()
     finally:
         supervisor.shm.remove = remove
-    assert lines[-1].startswith(f"solo: stub solo_0_0 (pid {pid}) died (killed by SIGKILL); reloaded in ") and removed == [region]
+    assert lines[-1].startswith(f"pair: stub pair_0_1 (pid {pid}) died (killed by SIGKILL); reloaded in ") and removed == [region]
 
 
 def test_a_process_that_ends_while_proc_is_read_is_skipped(monkeypatch, tmp_path):
