@@ -74,3 +74,16 @@ def test_trtexec_argv_of_two_profiles():
     with pytest.raises(TritonizeError, match="trtexec of TensorRT 8.x builds one optimization profile"):
         trtexec_argv(job, "8.6.1")
     assert set(argv_by_major(job)) == {"10", "11"}  # convert.sh builds it with trtexec 10 and 11 only
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_a_latency_profile_reaching_past_the_first_is_checked_up_to_its_own_max(emulated_tensorrt, standins,
+                                                                              artifacts_copy, monkeypatch):
+    """The check's inputs cover the larger of the two maxima, so profile 1 is checked at its own max."""
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--min-batch", "1",
+                     "--opt-batch", "2", "--max-batch", "2", "--latency-profile", "1,1,3", "--builder", "tensorrt",
+                     *target(emulated_tensorrt, standins, monkeypatch))
+    assert result.exit_code == 0, result.output
+    entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    assert set(entry["verification"]["batches"]) == {"1", "2"}
+    assert set(entry["latency_verification"]["batches"]) == {"1", "3"}

@@ -36,9 +36,12 @@ def test_the_layers_precisions_are_read_from_the_engine_and_recorded(emulated_te
     assert layers["counts"] == {"FP16": nodes + 2 - fp32, **({"FP32": fp32} if fp32 else {})}, layers
     assert len(layers["fp32_layers"]) == fp32
     assert f"layer precisions: {nodes + 2 - fp32} FP16" in result.output
-    if builder == "tensorrt":  # an FP32 plan: every node FP32
-        _, fp32_entry = convert(artifacts_copy, builder, emulated_tensorrt, standins, monkeypatch, precision="fp32")
-        assert fp32_entry["layers"]["counts"] == {"FP32": nodes}
+    # The FP32 layers of a reduced-precision plan are named, all of them here (no "..."): the output cast.
+    assert [line for line in result.output.splitlines() if "FP32 layers:" in line] == (
+        [f"    FP32 layers: {layers['fp32_layers'][0]}"] if fp32 else [])
+    if builder == "tensorrt":  # an FP32 plan: every node FP32, as asked, so none is named
+        fp32_result, fp32_entry = convert(artifacts_copy, builder, emulated_tensorrt, standins, monkeypatch, precision="fp32")
+        assert fp32_entry["layers"]["counts"] == {"FP32": nodes} and "FP32 layers:" not in fp32_result.output
 
 
 @pytest.mark.parametrize("emulated_tensorrt,builder", [("8.6.3.1", "tensorrt"), ("8.6.3.1", "trtexec"),
@@ -61,6 +64,7 @@ def test_an_fp16_plan_that_runs_mostly_fp32_is_flagged(emulated_tensorrt, standi
     if weakly_typed:
         assert entry["layers"]["counts"] == {"FP32": n} and len(entry["layers"]["fp32_layers"]) == 10
         assert f"layer precisions: {n} FP32 (100% of {n} layers in FP32" in result.output
+        assert f"    FP32 layers: {', '.join(entry['layers']['fp32_layers'])} ..." in result.output.splitlines()  # 10 of n
         assert flagged in checked.output and checked.exit_code == 0, checked.output
     else:
         assert entry["layers"]["counts"]["FP16"] == n - 1
