@@ -304,6 +304,25 @@ def test_one_failure_of_a_model_the_metrics_did_not_list_sends_a_probe(world):
     assert lines and lines[-1].startswith("solo: Stub process 'solo_0_0' is not healthy; reloaded in ")
 
 
+@pytest.mark.parametrize("world", [({"solo": 1}, "sparse")], indirect=True, ids=["sparse"])
+def test_a_model_reloaded_with_no_failure_listed_still_has_its_next_hung_stub_probed(world):
+    """A crash seen in /proc costs no request: after the reload the metrics may still not list the model, which then
+    has failed nothing; its first failure afterwards sends a probe."""
+    triton, sup, clock, lines = world
+    triton.kill("solo_0_0")
+    sup.check()
+    assert len(_reloads(triton, "solo")) == 1 and sup.models["solo"].failures == 0
+    clock.now += PROBE_INTERVAL_S
+    sup.check()
+    triton.hang("solo_0_0")
+    triton.client_failures("solo", 1)
+    clock.now += PROBE_INTERVAL_S
+    sup.check()
+    clock.now += RELOAD_DELAYS_S[1]  # the 2nd crash's back-off
+    sup.check()
+    assert lines[-1].startswith("solo: Stub process 'solo_0_0' is not healthy; reloaded in ")
+
+
 # --- the failure counter in Prometheus' text format
 
 
