@@ -106,3 +106,28 @@ def test_a_warm_up_failure_without_details_keeps_the_errors_own_text():
         level.warmed.wait()
     level.finish()
     assert level.error == ("UNAVAILABLE", "connection reset")
+
+
+def test_a_failed_level_is_zeros_or_what_it_measured_and_counts_at_least_one_failure():
+    """A level that failed before its window reads zeros; one cut short keeps what it measured; either counts the
+    failure that ended it even where no request was counted as failed."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tritonize.client.perf.load_generators import failed_level
+    from tritonize.client.perf.results import SERVER_PARTS, LevelResult
+
+    workload = SimpleNamespace(model="onnx_model", info=SimpleNamespace(path="server", name="onnx_classifier"),
+                               batch=np.zeros((4, 3)), transport="grpc", tensor_bytes_on_wire=123)
+    shape = dict(model="onnx_model", preprocess="server", served="onnx_classifier", concurrency=8, batch=4,
+                 transport="grpc", tensor_bytes_on_wire=123)
+    assert failed_level(workload, 8, "builtin", 0, "boom") == LevelResult(
+        **shape, engine="builtin", failures=1, error="boom", requests=0, seconds=0.0, throughput=0.0,
+        latency={"count": 0}, client_send_us=0.0, client_recv_us=0.0, response_wait_us=0.0,
+        server_us=dict.fromkeys(SERVER_PARTS, 0.0), server_batches=0.0)
+    measured = dict(requests=7, seconds=1.5, throughput=18.7, latency={"count": 7, "avg_ms": 3.0}, client_send_us=1.0,
+                    client_recv_us=2.0, response_wait_us=3.0, server_us=dict.fromkeys(SERVER_PARTS, 0.5),
+                    server_batches=2.0)
+    assert failed_level(workload, 8, "perf_analyzer 2.59", 3, "cut", measured) == LevelResult(
+        **shape, engine="perf_analyzer 2.59", failures=3, error="cut", **measured)
