@@ -5,6 +5,7 @@ TensorRT is, and records it; and the findings of issue 24 that only running the 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pytest
 
@@ -38,6 +39,7 @@ def test_every_builder_builds_and_checks_a_plan(emulated_tensorrt, standins, art
     """Each builder's plan is built with the emulated TensorRT of the parameter's version (the container's:
     its release's), checked where that TensorRT is, and recorded with the engine's own tensor names."""
     monkeypatch.setenv("STANDIN_TRT_VERSION", emulated_tensorrt.version)  # the host trtexec's TensorRT
+    started = datetime.now(timezone.utc).replace(microsecond=0)
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--min-batch", "1", "--opt-batch", "2",
                      "--max-batch", "4", "--builder", builder, *target(emulated_tensorrt, standins, monkeypatch))
     assert result.exit_code == 0, result.output
@@ -59,7 +61,7 @@ def test_every_builder_builds_and_checks_a_plan(emulated_tensorrt, standins, art
     assert f"build the engine with {builder} (TensorRT {entry['tensorrt_version']})" in result.output
     where = {"trtexec": "with the same trtexec", "container": "with trtexec in the same image"}.get(
         builder, "with this Python's TensorRT (Polygraphy)")
-    assert f"(batches [1, 3, 4]), {where}" in result.output
+    assert "verify the plan against onnxruntime FP32 on " in result.output and f"(batches [1, 3, 4]), {where}" in result.output
     assert entry.get("log") == ("convert.log" if builder in ("trtexec", "container") else None)
     assert ("argv_used" in entry) == (builder in ("trtexec", "container"))
     if builder == "torch-tensorrt":
@@ -68,6 +70,7 @@ def test_every_builder_builds_and_checks_a_plan(emulated_tensorrt, standins, art
         assert entry["torch_tensorrt"] == {"version": version, "frontend": frontend, "source": source}
         assert f"its {frontend} frontend compiles {source}" in result.output
     assert set(entry["timings"]) == {"build", "builder_seconds", "verify"} and entry["timings"]["verify"]["seconds"] > 0
+    assert datetime.fromisoformat(entry["created"]) >= started  # this build's
     assert f"✓ built {artifacts_copy / 'model.plan'} ({entry['size_bytes'] / 1e6:.0f} MB) — rel err" in result.output
     assert entry["timing_cache_file"] == f"timing-trt{entry['tensorrt_version']}-sm86.cache"
     assert entry["gpu"] == {"name": "Emulated GPU (tritonize tests, sm_86)", "compute_capability": "8.6", "count": 1}

@@ -87,3 +87,4 @@ def test_a_latency_profile_reaching_past_the_first_is_checked_up_to_its_own_max(
     entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
     assert set(entry["verification"]["batches"]) == {"1", "2"}
     assert set(entry["latency_verification"]["batches"]) == {"1", "3"}
+    assert set(entry["timings"]) == {"build", "builder_seconds", "verify", "verify_latency"}
