@@ -255,9 +255,11 @@ def test_a_version_compatible_plan_may_target_a_later_release(emulated_tensorrt,
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
-def test_a_plan_that_fails_its_check_is_recorded_and_removed(emulated_tensorrt, artifacts_copy, monkeypatch):
+@pytest.mark.parametrize("extra, where", [([], ""), (["--latency-profile", "1,1,2"], " in profile 0")],
+                         ids=["one_profile", "two_profiles"])
+def test_a_plan_that_fails_its_check_is_recorded_and_removed(emulated_tensorrt, artifacts_copy, monkeypatch, extra, where):
     """The check's reference turned upside down: the plan is built, fails verification, is recorded as failed
-    with its figures, and removed."""
+    with its figures, and removed. With two profiles the error names the first that failed."""
     from dataclasses import replace
 
     from tritonize.convert import engine
@@ -268,9 +270,9 @@ def test_a_plan_that_fails_its_check_is_recorded_and_removed(emulated_tensorrt, 
 
     monkeypatch.setattr("tritonize.convert.trt.plan_check", upside_down)
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
-                     "--builder", "tensorrt", "--triton-release", "24.10")
+                     "--builder", "tensorrt", "--triton-release", "24.10", *extra)
     assert result.exit_code == 1
-    assert "error: the TensorRT plan failed verification (rel err " in result.output and "); it was removed" in result.output
+    assert f"error: the TensorRT plan failed verification{where} (rel err " in result.output and "); it was removed" in result.output
     entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
     assert entry["status"] == "failed" and not entry["verification"]["passed"] and entry["file"] == "model.plan"
     assert not (artifacts_copy / "model.plan").exists()

@@ -38,6 +38,7 @@ def test_every_builder_that_can_builds_and_checks_both_profiles(emulated_tensorr
     header = plan_header(artifacts_copy / "model.plan")
     assert header.profiles == [{"input": SHAPES(1, 2, 4)}, {"input": SHAPES(1, 1, 2)}]
     assert "verify the plan in profile 1 (1/1/2) against onnxruntime FP32" in result.output
+    assert "; latency profile: rel err " in result.output  # the ✓ built line gives both profiles' figures
     if builder != "tensorrt":
         argv = entry["argv_used"]
         assert argv[argv.index("--profile=0"):argv.index("--profile=1") + 4][-4:] == [
