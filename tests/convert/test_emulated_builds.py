@@ -5,6 +5,7 @@ TensorRT is, and records it; and the findings of issue 24 that only running the 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 
 import pytest
@@ -71,7 +72,9 @@ def test_every_builder_builds_and_checks_a_plan(emulated_tensorrt, standins, art
         assert f"its {frontend} frontend compiles {source}" in result.output
     assert set(entry["timings"]) == {"build", "builder_seconds", "verify"} and entry["timings"]["verify"]["seconds"] > 0
     assert datetime.fromisoformat(entry["created"]) >= started  # this build's
-    assert f"✓ built {artifacts_copy / 'model.plan'} ({entry['size_bytes'] / 1e6:.0f} MB) — rel err" in result.output
+    built = next(line for line in result.output.splitlines() if "✓ built" in line)
+    assert re.fullmatch(rf"  ✓ built {re.escape(str(artifacts_copy / 'model.plan'))} \({entry['size_bytes'] / 1e6:.0f} MB\) — "
+                        r"rel err \S+ of scale, top-1 \d+%, top-5 \d+%, batch-invariant yes", built), built
     assert entry["timing_cache_file"] == f"timing-trt{entry['tensorrt_version']}-sm86.cache"
     assert entry["gpu"] == {"name": "Emulated GPU (tritonize tests, sm_86)", "compute_capability": "8.6", "count": 1}
     if emulated_tensorrt.version.startswith("8.") and builder != "torch-tensorrt":  # N5
