@@ -78,11 +78,14 @@ def test_trtexec_argv_of_two_profiles():
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+@pytest.mark.parametrize("builder", ["tensorrt", "trtexec"])
 def test_a_latency_profile_reaching_past_the_first_is_checked_up_to_its_own_max(emulated_tensorrt, standins,
-                                                                              artifacts_copy, monkeypatch):
-    """The check's inputs cover the larger of the two maxima, so profile 1 is checked at its own max."""
+                                                                              artifacts_copy, monkeypatch, builder):
+    """The check's inputs cover the larger of the two maxima, so profile 1 is checked at its own max, in profile 1
+    (batch 3 lies outside profile 0: a check run in profile 0 fails)."""
+    monkeypatch.setenv("STANDIN_TRT_VERSION", emulated_tensorrt.version)
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--min-batch", "1",
-                     "--opt-batch", "2", "--max-batch", "2", "--latency-profile", "1,1,3", "--builder", "tensorrt",
+                     "--opt-batch", "2", "--max-batch", "2", "--latency-profile", "1,1,3", "--builder", builder,
                      *target(emulated_tensorrt, standins, monkeypatch))
     assert result.exit_code == 0, result.output
     entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
