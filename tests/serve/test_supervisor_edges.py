@@ -186,7 +186,7 @@ def test_a_pid_given_again_to_a_new_stub_starts_with_a_clean_record(world):
     assert lines and "died (exit code 0)" in lines[-1]
 
 
-def test_a_hung_stub_already_dying_is_left_to_its_death_then_healed_with_its_region(world):
+def test_a_hung_stub_already_dying_is_left_to_its_death_then_healed_with_its_region(world, monkeypatch):
     """The probe names a stub that no longer shows as a live stub (killed, tearing down) beside a live one: the
     round after, it is a zombie, and the crash is handled with the stub's shared-memory region."""
     triton, sup, clock, lines = world
@@ -200,11 +200,8 @@ def test_a_hung_stub_already_dying_is_left_to_its_death_then_healed_with_its_reg
     assert not lines and not _reloads(triton, "pair") and sup.models["pair"].stubs["pair_0_1"].pid == pid
     triton.procs[pid].status = 9
     removed = []
-    supervisor.shm.remove, remove = (lambda names: removed.extend(names)), supervisor.shm.remove
-    try:
-        sup.check()
-    finally:
-        supervisor.shm.remove = remove
+    monkeypatch.setattr(supervisor.shm, "remove", removed.extend)
+    sup.check()
     assert lines[-1].startswith(f"pair: stub pair_0_1 (pid {pid}) died (killed by SIGKILL); reloaded in ") and removed == [region]
 
 
