@@ -20,10 +20,14 @@ RETIRED = {
     "--bundle": "--output-dir",
     "--report-dir": "--output-dir",
     "--model-config-name": "--config-name",
-    "--min": "--min-batch", "--opt": "--opt-batch", "--max": "--max-batch",
     "--target": "--targets",
     "--repository": "the positional REPOSITORY",
 }
+
+# The user's card (README, docs/commands.md): `tritonize convert trt --min 1 --opt 16 --max 32`. These spellings are
+# aliases of one option each, in these commands, forever.
+CARD_ALIASES = {"--min": "--min-batch", "--opt": "--opt-batch", "--max": "--max-batch"}
+CARD_COMMANDS = ("convert trt", "build")
 
 
 def leaf_commands(command, path=()):
@@ -96,6 +100,18 @@ def test_the_whole_app_speaks_one_vocabulary():
     from tritonize.cli import app
 
     assert vocabulary_problems(app) == []
+
+
+def test_the_cards_spellings_are_aliases_of_the_batch_options():
+    """`--min/--opt/--max` are the same option as `--min-batch/--opt-batch/--max-batch` (one parameter, so one
+    meaning), in every command of the card; removing an alias, or making it an option of its own, fails here."""
+    from tritonize.cli import app
+
+    commands = dict(leaf_commands(typer.main.get_command(app)))
+    for path in CARD_COMMANDS:
+        for alias, name in CARD_ALIASES.items():
+            params = [p for p in commands[path].params if alias in p.opts]
+            assert len(params) == 1 and name in params[0].opts, f"{path}: {alias} is not an alias of {name}"
 
 
 def test_a_flag_given_a_second_meaning_is_caught():

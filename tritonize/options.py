@@ -4,7 +4,8 @@ tests/test_vocabulary.py walks the whole app and holds every command to these de
 - `--artifacts DIR` is the artifacts directory (exports, plans, manifest.json; default build/); the Triton
   model repository is always the positional REPOSITORY (default models/).
 - `--max-batch` is the one batch bound (`--min-batch`/`--opt-batch` complete a TensorRT profile; `--latency-profile`
-  adds a second one).
+  adds a second one). `--min`/`--opt`/`--max` are the same options as the user's card spells them
+  (`tritonize convert trt --min 1 --opt 16 --max 32`): aliases, never retired.
 - `--engine` is the server engine (`serve`); `--load-generator` is what sends and measures requests.
 - `--models` takes a list of model names, `--model`/`-m` one name.
 - `--output-dir` is where a command writes its report or bundle.
@@ -79,10 +80,10 @@ Weights = Annotated[
     typer.Option("--weights", help="torchvision weights name (default: the arch's DEFAULT pretrained weights), "
                                    "`none` for random init, or a path to a local state_dict checkpoint."),
 ]
-MinBatch = Annotated[int, typer.Option("--min-batch", min=1, help="TensorRT profile: the smallest batch.")]
-OptBatch = Annotated[int, typer.Option("--opt-batch", min=1, help="TensorRT profile: the batch kernels are tuned for.")]
+MinBatch = Annotated[int, typer.Option("--min-batch", "--min", min=1, help="TensorRT profile: the smallest batch.")]
+OptBatch = Annotated[int, typer.Option("--opt-batch", "--opt", min=1, help="TensorRT profile: the batch kernels are tuned for.")]
 MaxBatch = Annotated[Optional[int], typer.Option(
-    "--max-batch", min=1, help="The largest batch: artifacts are verified at it (a TensorRT plan: its profile max) and "
+    "--max-batch", "--max", min=1, help="The largest batch: artifacts are verified at it (a TensorRT plan: its profile max) and "
                                "the repository serves at most it.")]
 LatencyProfile = Annotated[Optional[str], typer.Option(
     "--latency-profile", help="A second TensorRT profile MIN,OPT,MAX for small batches (e.g. 1,2,4), beside the "
