@@ -1,4 +1,5 @@
-"""Visible progress for long steps: a start line, then the time and peak memory when it ends."""
+"""Visible progress for long steps: a start line, then the time and peak memory when it ends; a status said again
+while a wait goes on."""
 
 from __future__ import annotations
 
@@ -50,6 +51,29 @@ class StepResult:
 
 def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+class Ticker:
+    """A status said again and again while a wait goes on. On a terminal it redraws one line in place; into a file or
+    a pipe a line is written only when the status changes (the seconds counted are not a change), so a log holds no
+    two identical lines in a row."""
+
+    def __init__(self) -> None:
+        self.said: str | None = None
+
+    def say(self, status: str, seconds: float) -> None:
+        line = f"{status} ({seconds:.0f} s)"
+        if sys.stderr.isatty():
+            sys.stderr.write(f"\r\x1b[K{line}")
+            sys.stderr.flush()
+        elif status != self.said:
+            say(line)
+        self.said = status
+
+    def done(self) -> None:
+        """End the redrawn line (a terminal), so that what is said next starts on a line of its own."""
+        if self.said is not None and sys.stderr.isatty():
+            say("")
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from pathlib import Path
 from tritonize.access import ControlKey
 from tritonize.errors import TritonizeError
 from tritonize.processes import die_with_parent, start_time, stop_process_group
-from tritonize.progress import say
+from tritonize.progress import Ticker, say
 from tritonize.repository_index import model_states
 from tritonize.serve import shm
 from tritonize.serve.supervisor import Supervisor
@@ -155,21 +155,25 @@ def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, ti
     exits or never gets ready is an error carrying the log's relevant tail."""
     start = time.monotonic()
     deadline, next_note = start + timeout, start + every
-    while True:
-        if time.monotonic() >= next_note:
-            next_note += every
-            say(f"  loading: {loading_progress(log_path, not_built)} ({time.monotonic() - start:.0f} s)")
-        code = process.poll()
-        if code is not None:
-            raise TritonizeError(f"tritonserver exited with code {code} before it was ready\n{log_tail(log_path)}")
-        if _http_ok(f"{http_url}/v2/health/ready") and _tcp_open(grpc_url):
-            return
-        if time.monotonic() > deadline:
-            raise TritonizeError(
-                f"tritonserver was not ready within {timeout:.0f} s (raise --ready-timeout if loading is slow)\n"
-                f"{log_tail(log_path)}"
-            )
-        time.sleep(0.1)
+    ticker = Ticker()
+    try:
+        while True:
+            if time.monotonic() >= next_note:
+                next_note += every
+                ticker.say(f"  loading: {loading_progress(log_path, not_built)}", time.monotonic() - start)
+            code = process.poll()
+            if code is not None:
+                raise TritonizeError(f"tritonserver exited with code {code} before it was ready\n{log_tail(log_path)}")
+            if _http_ok(f"{http_url}/v2/health/ready") and _tcp_open(grpc_url):
+                return
+            if time.monotonic() > deadline:
+                raise TritonizeError(
+                    f"tritonserver was not ready within {timeout:.0f} s (raise --ready-timeout if loading is slow)\n"
+                    f"{log_tail(log_path)}"
+                )
+            time.sleep(0.1)
+    finally:
+        ticker.done()
 
 
 _LOADED = re.compile(r"successfully loaded '([^']+)'")
