@@ -24,8 +24,10 @@ $(MOTO_STAMP): | $(STAMP)
 demo: $(STAMP)
 	$(PY) -m tritonize.pipeline.demo
 
+# Two workers (pytest-xdist), one per core; each test file runs whole on one worker, so a file's module-scoped
+# server starts once. The session's exported models are made once for both (tests/conftest.py `made_once`).
 test: $(STAMP) prometheus shellcheck perf-analyzer $(MOTO_STAMP)
-	$(PY) -m pytest -ra
+	$(PY) -m pytest -ra -n 2 --dist loadfile
 
 # $(call apt,PACKAGE,TESTS): install a Debian/Ubuntu package where it can be (as root); elsewhere, or
 # when it fails, TESTS skip and say why. Never fails the build.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
@@ -10,6 +11,7 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -70,6 +72,26 @@ def error_line(result) -> str:
     return errors[0]
 
 
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path:
+    """A directory made by `make` once per run and shared, read-only, by every pytest-xdist worker (`make test` runs
+    two): the first worker to ask makes it under the run's common temporary directory, the other waits on its lock.
+    Without xdist, a directory of the session's own. The run's end removes it with the rest (pytest's retention)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        out = tmp_path_factory.mktemp(name)
+        make(out)
+        return out
+    root = tmp_path_factory.getbasetemp().parent  # the controller's basetemp: each worker's is a folder in it
+    out, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)  # what a worker that failed half-way left
+            out.mkdir()
+            make(out)
+            done.touch()
+    return out
+
+
 @pytest.fixture(scope="session")
 def small_artifacts(tmp_path_factory) -> Path:
     """resnet18 (random init) exported to TorchScript, ONNX and a torch.export .pt2, verified, with its manifest.
@@ -80,10 +102,12 @@ def small_artifacts(tmp_path_factory) -> Path:
     """
     if os.environ.get("TRITONIZE_TEST_ARTIFACTS"):
         return Path(os.environ["TRITONIZE_TEST_ARTIFACTS"])
-    out = tmp_path_factory.mktemp("small_artifacts")
-    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", out, "--format", "all")
-    assert result.exit_code == 0, result.output
-    return out
+
+    def export(out: Path) -> None:
+        result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", out, "--format", "all")
+        assert result.exit_code == 0, result.output
+
+    return made_once(tmp_path_factory, "small_artifacts", export)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 from matplotlib import cbook
 from PIL import Image
 
-from tests.conftest import SMALL_ARCH, run_cli
+from tests.conftest import SMALL_ARCH, made_once, run_cli
 
 PHOTO = Path(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
 
@@ -22,14 +22,15 @@ def other_weights_artifacts(tmp_path_factory) -> Path:
     import torch
     import torchvision
 
-    root = tmp_path_factory.mktemp("other_weights")
-    torch.manual_seed(1234)
-    checkpoint = root / "resnet18_seed1234.pt"
-    torch.save(torchvision.models.resnet18(weights=None).state_dict(), checkpoint)
-    out = root / "artifacts"
-    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", checkpoint, "--format", "torchscript", "--artifacts", out)
-    assert result.exit_code == 0, result.output
-    return out
+    def export(root: Path) -> None:
+        torch.manual_seed(1234)
+        checkpoint = root / "resnet18_seed1234.pt"
+        torch.save(torchvision.models.resnet18(weights=None).state_dict(), checkpoint)
+        result = run_cli("export", "--arch", SMALL_ARCH, "--weights", checkpoint, "--format", "torchscript",
+                         "--artifacts", root / "artifacts")
+        assert result.exit_code == 0, result.output
+
+    return made_once(tmp_path_factory, "other_weights", export) / "artifacts"
 
 
 @pytest.fixture(scope="session")
