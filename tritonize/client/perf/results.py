@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from tritonize.console import table
 from tritonize.errors import TritonizeError
+from tritonize.options import EXIT_USAGE
 
 # perf_analyzer's `-f` header, then the three columns `--verbose-csv` adds. All times in microseconds.
 CSV_COLUMNS = (
@@ -41,21 +42,24 @@ class PerfOptions:
 
     def __post_init__(self):
         if not self.concurrency or min(self.concurrency) < 1 or max(self.concurrency) > 1024:
-            raise TritonizeError(f"--concurrency levels must be between 1 and 1024, got {list(self.concurrency)}")
+            raise TritonizeError(f"--concurrency levels must be between 1 and 1024, got {list(self.concurrency)}",
+                                 EXIT_USAGE)
         if self.batch < 1:
-            raise TritonizeError(f"--batch must be at least 1, got {self.batch}")
+            raise TritonizeError(f"--batch must be at least 1, got {self.batch}", EXIT_USAGE)
         if self.requests is None and self.duration is None:
-            raise TritonizeError("give --requests or --duration for each concurrency level")
+            raise TritonizeError("give --requests or --duration for each concurrency level", EXIT_USAGE)
         if self.requests is not None and self.requests < 1:
-            raise TritonizeError(f"--requests must be at least 1, got {self.requests}")
+            raise TritonizeError(f"--requests must be at least 1, got {self.requests}", EXIT_USAGE)
         if self.duration is not None and not 0 < self.duration <= 600:
-            raise TritonizeError(f"--duration must be between 0 and 600 seconds, got {self.duration}")
+            raise TritonizeError(f"--duration must be between 0 and 600 seconds, got {self.duration}", EXIT_USAGE)
         if self.shared_memory not in ("none", "system"):
-            raise TritonizeError(f"--shared-memory must be none or system, got {self.shared_memory!r}")
+            raise TritonizeError(f"--shared-memory must be none or system, got {self.shared_memory!r}", EXIT_USAGE)
         if self.engine not in LOAD_GENERATORS:
-            raise TritonizeError(f"--load-generator must be one of {', '.join(LOAD_GENERATORS)}, got {self.engine!r}")
+            raise TritonizeError(f"--load-generator must be one of {', '.join(LOAD_GENERATORS)}, got {self.engine!r}",
+                                 EXIT_USAGE)
         if not 0 < self.stability <= UNJUDGED:
-            raise TritonizeError(f"--stability must be a percentage between 0 and 1000, got {self.stability}")
+            raise TritonizeError(f"--stability must be a percentage between 0 and 1000, got {self.stability}",
+                                 EXIT_USAGE)
 
 
 @dataclass
