@@ -377,8 +377,11 @@ def test_a_stub_killed_mid_level_is_reported_with_its_successes_and_the_sweep_go
         write_outputs(report, tmp_path / "perf")
         rows = list(csv.DictReader((tmp_path / "perf" / "onnx_model.client.csv").read_text().splitlines()))
         assert "2" not in [r["Concurrency"] for r in rows]  # perf_analyzer's CSV has no column for failures
-        saved = json.loads((tmp_path / "perf" / "perf.json").read_text())["levels"][1]
+        levels = json.loads((tmp_path / "perf" / "perf.json").read_text())["levels"]
+        saved = levels[1]
         assert (saved["failures"], saved["requests"], saved["error"]) == (killed.failures, killed.requests, killed.error)
+        for level in levels:  # the killed model was reloaded: its statistics started again, its times never negative
+            assert level["server_us"] is None or min(level["server_us"].values()) >= 0, level
 
         if engine == "builtin":  # once healed, the same with --stop-on-error: the sweep ends at the failed level
             deadline = time.monotonic() + 60

@@ -95,6 +95,7 @@ class ModelInfo:
     preprocess: Preprocessing
     classifier: str = ""  # the model that computes the logits: itself, or an ensemble's last step
     weights: str = ""  # the weights it was built from (`repo build`'s source.weights): "none" = random init
+    steps: tuple[str, ...] = ()  # an ensemble's step models, in order (preprocess, classifier); () for a model
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelInfo":
@@ -116,6 +117,7 @@ class ModelInfo:
             preprocess=Preprocessing.from_parameters(params, name),
             classifier=steps[-1]["model_name"] if steps else name,
             weights=params.get("source.weights", ""),
+            steps=tuple(step["model_name"] for step in steps),
         )
         if info.form != "tensor" and not steps:
             raise TritonizeError(f"{name} takes {info.input_dtype} and is no ensemble: it is a preprocessing model, not a "
