@@ -173,8 +173,9 @@ def decoding_cost(image, preprocess: Preprocessing | None = None, received: int 
     loaded), in bytes, from its mode, size and format. The steps, each with the image it starts from: decoding
     (the image as Pillow stores it and the decoder's own buffers), the EXIF transposition (`transposed`), the 8 bits
     of a wide mode, the RGB copy, the resize's two images; then what does not grow with the image (_BUFFERS), and
-    the `received` bytes, twice (the request's, a decoder's copy). Held against real peaks in
-    benchmarks/preprocess_memory.py (`--modes`)."""
+    the `received` bytes four times over (as Triton hands them to the stub, in the request's array, the copy
+    Pillow reads of a chunk it skips, base64 text's decoding). Held against real peaks in
+    benchmarks/preprocess_memory.py (`--modes`, and a file padded to 60 MB on the server)."""
     pixels = image.width * image.height
     stored = _STORED_BYTES.get(image.mode, 4)
     decoder = _DECODER_BYTES.get(image.format, 0) * pixels
@@ -192,7 +193,7 @@ def decoding_cost(image, preprocess: Preprocessing | None = None, received: int 
         width, height = (image.height, image.width) if transposed else (image.width, image.height)
         resized_width, resized_height = preprocess.resized_size(width, height)
         steps.append(4 * (pixels + resized_width * height + resized_width * resized_height))
-    return max(steps) + _BUFFERS + 2 * received
+    return max(steps) + _BUFFERS + 4 * received
 
 
 def _jpeg_samples(image, pixels: int) -> int:

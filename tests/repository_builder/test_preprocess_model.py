@@ -157,7 +157,7 @@ def test_thin_tall_and_huge_images_are_refused_before_they_take_the_servers_memo
 SERVER_BOUND_MB = 300  # what any one image may add to the preprocess stub's peak memory (issue 35)
 SIXTEEN_BIT = {
     "16-bit 4096x4096": lambda: flat_png(4096, 4096, 1),  # 33 KB: 16.8 Mpx (92 MB to decode)
-    "16-bit 7000x6800": lambda: flat_png(7000, 6800, 1),  # 47.6 Mpx: 246 MB to decode, just within images.SERVER_MEMORY
+    "16-bit 7000x6800": lambda: flat_png(7000, 6800, 1),  # 47.6 Mpx: 247 MB to decode, just within images.SERVER_MEMORY
     "16-bit 9000x9000 padded": lambda: flat_png(9000, 9000, 1, pad=5_300_000),  # 5.5 MB: 16 bytes sent a pixel
     "16-bit RGB 9000x9000 padded": lambda: flat_png(9000, 9000, 3, pad=5_300_000),
 }

@@ -189,6 +189,9 @@ class PerfAnalyzerGenerator:
             raise
         measured = pa.level_figures(row, figures, batch, info.classifier)
         measured["steps"] = {step: measured["steps"][step] for step in info.steps if step in measured["steps"]}
+        if info.steps and len(measured["steps"]) < len(info.steps):  # its CSV row is the ensemble's own: not that
+            measured.update(server_us=None, server_batches=None, steps={}, server_note=(
+                f"perf_analyzer's summary does not give every step of {info.name}: the server's side is unknown"))
         return LevelResult(model=self.workload.model, preprocess=info.path, served=info.name, concurrency=concurrency,
                            batch=batch, transport=self.workload.transport,
                            tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire, engine=self.name, csv=row,
