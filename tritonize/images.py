@@ -4,7 +4,8 @@ Used by the client (the contract comes from the served model's config), by the c
 INT8 calibration and held-out checks (the contract comes from the manifest) and, as a copy that
 `repo build` places beside it, by the repository's `preprocess` model (request bytes, the contract
 from its config). Decoding applies the EXIF orientation and turns every Pillow mode into RGB; an
-image that cannot be used is a `BadImage` with the one line shown for it.
+image that cannot be used is a `BadImage` with the one line shown for it. On the server, an image may
+take at most SERVER_MEMORY to decode (`decoding_cost`, from its header).
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ def decode_rgb(data: bytes, name: str, max_pixels: int = DEFAULT_MAX_PIXELS, bom
             if max_memory is not None:
                 check_memory(image, name, max_memory, bomb_hint, preprocess, len(data))
             image.load()
-            if max_memory is not None and _orientation(image) != 1:  # known once loaded (a PNG's eXIf may follow its pixels)
+            if max_memory is not None and _orientation(image) != 1:  # known once loaded (a PNG's eXIf may follow)
                 check_memory(image, name, max_memory, bomb_hint, preprocess, len(data), transposed=True)
             ImageOps.exif_transpose(image, in_place=True)
             if image.mode in _WIDE_MODES:

@@ -281,7 +281,7 @@ def test_bad_perf_options_are_one_line(small_server):
     result = run_cli("client", "perf", "--models", "onnx_model", "--batch", "64", "--url", small_server.grpc_url)
     assert result.exit_code == 1 and "max_batch_size 32" in result.output
     result = run_cli("client", "perf", "--concurrency", "1,two", "--url", small_server.grpc_url)
-    assert result.exit_code == 1 and "--concurrency" in result.output
+    assert result.exit_code == 2 and "--concurrency" in result.output  # a usage error
 
 
 @pytest.mark.parametrize("engine", ["builtin", "perf_analyzer"])
