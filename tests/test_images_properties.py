@@ -153,16 +153,20 @@ def test_the_resized_image_counts_against_the_limit_at_its_edge(short, ratio, re
     assert refused == (resized[0] * resized[1] > max_pixels)
 
 
-@given(mode=st.sampled_from(["1", "L", "P", "RGB", "RGBA", "I;16", "I"]), fmt=st.sampled_from(["PNG", "TIFF", "WEBP"]),
-       size=st.tuples(st.integers(1, 60), st.integers(1, 60)), margin=st.integers(-1, 1))
-def test_the_server_memory_bound_holds_at_its_edge(mode, fmt, size, margin):
+STORED = [(mode, fmt) for mode in ("1", "L", "P", "RGB", "RGBA", "I;16", "I") for fmt in ("PNG", "TIFF", "WEBP")
+          if (mode, fmt) != ("I", "PNG") and (fmt != "WEBP" or mode in ("L", "P", "RGB", "RGBA"))]
+
+
+@given(stored=st.sampled_from(STORED), size=st.tuples(st.integers(1, 60), st.integers(1, 60)), margin=st.integers(-1, 1))
+def test_the_server_memory_bound_holds_at_its_edge(stored, size, margin):
     """Refused exactly when decoding would take more than the memory given (one byte under, at, one over what
     `decoding_cost` says for the opened file, the file's bytes included), with the size, mode and cost in the line."""
     from PIL import Image
 
     from tritonize.images import decoding_cost
 
-    assume(max(size) <= MAX_ASPECT * min(size) and not (fmt == "WEBP" and mode in ("1", "I;16", "I")))
+    mode, fmt = stored
+    assume(max(size) <= MAX_ASPECT * min(size))
     data = _encode(Image.new(mode, size), fmt)
     pre = Preprocessing(resize=8, crop=4, mean=(0, 0, 0), std=(1, 1, 1))
     with Image.open(io.BytesIO(data)) as opened:
