@@ -1,6 +1,7 @@
 """Peak memory of the server's `preprocess` model per image, for this code and an earlier one, in one run.
 
-    .venv/bin/python benchmarks/preprocess_memory.py [--arch resnet18] [--baseline be93167]
+    .venv/bin/python benchmarks/preprocess_memory.py [--arch resnet18] [--baseline 7c97878] [--only NAME,...]
+    .venv/bin/python benchmarks/preprocess_memory.py --modes
 
 One repository (`onnx_model` and its ensembles) is built twice: with this tritonize's preprocessing code,
 and with the code of the git revision `--baseline` put in its place (the preprocess model's `model.py` and
@@ -8,19 +9,30 @@ the modules beside it, as `repo build` places them). For each image and each cod
 serves the repository, one request carries the encoded file to `onnx_classifier` (server-side
 preprocessing), and the preprocess stub's peak resident memory is read from /proc/<pid>/status (VmHWM)
 after it loaded and after the request. The images: the sample photo, a noisy 4032x3024 JPEG (an accepted
-large photo), and three small files that cost memory without being photos: thin (1x12000 PNG, 786 Mpx once
-its shorter side is resized to 256), tall (20x20000 PNG, 66 Mpx resized) and huge (a flat 9000x9000 PNG:
-81 Mpx, under Pillow's 89.5 Mpx limit, 99 KB); and a flat 4096x4096 PNG, the largest image the server
-decodes whatever its file size (images.FREE_PIXELS).
-Writes results/preprocess_memory_<arch>.json and prints a markdown table.
+large photo), and small files that cost memory without being photos: thin (1x12000 PNG, 786 Mpx once
+its shorter side is resized to 256), tall (20x20000 PNG, 66 Mpx resized), huge (a flat 9000x9000 PNG:
+81 Mpx, under Pillow's 89.5 Mpx limit, 99 KB), claimed huge (a PNG header of 30000x30000, above twice
+Pillow's limit, with no pixels), a flat 4096x4096 PNG; and 16-bit PNGs of one flat grey: 4096x4096
+(33 KB), 7000x6800 (just within images.SERVER_MEMORY), 9000x9000 gray and RGB padded to 5.5 MB with an
+ancillary chunk (at most 16 pixels per byte sent, the rule before), and a 64x64 one padded to 60 and to
+100 MB (what the request's own bytes cost). Writes
+results/preprocess_memory_<arch>.json and prints a markdown table.
+
+`--modes` holds `images.decoding_cost` against what decoding really holds: for each mode and format a
+6000x4000 picture (24 Mpx) is decoded and preprocessed in a fresh process (`decode_rgb` and the contract's
+resize and crop), its peak resident memory over what it held before (VmHWM after a reset), next to the cost.
+Writes results/preprocess_memory_modes.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import struct
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -41,10 +53,16 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="resnet18")
-    parser.add_argument("--baseline", default="be93167", help="git revision whose preprocessing code is compared")
+    parser.add_argument("--baseline", default="7c97878", help="git revision whose preprocessing code is compared")
+    parser.add_argument("--only", help="measure only these images, comma-separated (names as in the table)")
+    parser.add_argument("--modes", action="store_true", help="decoding_cost against measured peaks, per mode and format")
     args = parser.parse_args()
+    if args.modes:
+        return measure_modes(RESULTS / "work-modes")
     work = RESULTS / f"work-{args.arch}" / "preprocess_memory"
     images = make_images(work / "images")
+    if args.only:
+        images = {name: path for name, path in images.items() if name in args.only.split(",")}
     repos = {"this code": work / "current", f"{args.baseline}": work / "baseline"}
     for repo in repos.values():
         build_repository(artifacts(args.arch), repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False,
@@ -92,7 +110,34 @@ def make_images(folder: Path) -> dict[str, Path]:
         if not path.is_file():
             make().save(path, **({"quality": 92} if file.endswith(".jpg") else {}))
         made[name] = path
+    for name, file, make in (
+        ("claimed huge", "claimed_30000x30000.png", lambda: flat_png(30000, 30000, 1, rows=0)),
+        ("16-bit 4096x4096", "gray16_4096x4096.png", lambda: flat_png(4096, 4096, 1)),
+        ("16-bit 7000x6800", "gray16_7000x6800.png", lambda: flat_png(7000, 6800, 1)),
+        ("16-bit 9000x9000 padded", "gray16_9000x9000_padded.png", lambda: flat_png(9000, 9000, 1, pad=5_300_000)),
+        ("16-bit RGB 9000x9000 padded", "rgb48_9000x9000_padded.png", lambda: flat_png(9000, 9000, 3, pad=5_300_000)),
+        ("64x64 padded to 60 MB", "gray16_64x64_60MB.png", lambda: flat_png(64, 64, 1, pad=60_000_000)),
+        ("64x64 padded to 100 MB", "gray16_64x64_100MB.png", lambda: flat_png(64, 64, 1, pad=100_000_000)),
+    ):
+        path = folder / file
+        if not path.is_file():
+            path.write_bytes(make())
+        made[name] = path
     return made
+
+
+def flat_png(width: int, height: int, channels: int, pad: int = 0, rows: int | None = None) -> bytes:
+    """A 16-bit PNG of one mid-grey (gray or RGB), `pad` bytes of an ancillary chunk (`juNk`, which decoders skip)
+    before its pixels; `rows` of pixels only (0: a header that claims the size, and nothing)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    row = b"\0" + b"\x80\x00" * (width * channels)
+    encoder = zlib.compressobj(9)
+    data = b"".join(encoder.compress(row) for _ in range(height if rows is None else rows)) + encoder.flush()
+    header = struct.pack(">IIBBBBB", width, height, 16, {1: 0, 3: 2}[channels], 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + (chunk(b"juNk", b"\0" * pad) if pad else b"")
+            + chunk(b"IDAT", data) + chunk(b"IEND", b""))
 
 
 def _noisy_photo(photo: Path, size: tuple[int, int], rng) -> "object":
@@ -105,6 +150,7 @@ def _noisy_photo(photo: Path, size: tuple[int, int], rng) -> "object":
 def size_of(path: Path) -> str:
     from PIL import Image
 
+    Image.MAX_IMAGE_PIXELS = None  # only the header is read
     with Image.open(path) as image:
         return f"{image.width}x{image.height}"
 
@@ -159,6 +205,80 @@ def status(pid: int) -> dict[str, float]:
         if key in ("VmHWM", "VmRSS"):
             found[key] = int(value.split()[0]) / 1024
     return found
+
+
+
+MODES = (  # name, mode, format, save options; the picture's EXIF orientation 6 where the name says "turned"
+    ("JPEG RGB", "RGB", "JPEG", {"quality": 90}), ("JPEG RGB turned", "RGB", "JPEG", {"quality": 90}),
+    ("JPEG RGB progressive 4:2:0", "RGB", "JPEG", {"quality": 90, "progressive": True}),
+    ("JPEG RGB progressive 4:4:4", "RGB", "JPEG", {"quality": 90, "progressive": True, "subsampling": 0}),
+    ("JPEG CMYK progressive", "CMYK", "JPEG", {"quality": 90, "progressive": True}), ("JPEG L", "L", "JPEG", {}),
+    ("PNG RGB", "RGB", "PNG", {"compress_level": 1}), ("PNG RGBA", "RGBA", "PNG", {"compress_level": 1}),
+    ("PNG L", "L", "PNG", {"compress_level": 1}), ("PNG P", "P", "PNG", {"compress_level": 1}),
+    ("PNG I;16", "I;16", "PNG", {"compress_level": 1}), ("PNG I;16 turned", "I;16", "PNG", {"compress_level": 1}),
+    ("TIFF RGB", "RGB", "TIFF", {}), ("TIFF RGB deflate, one strip", "RGB", "TIFF", {"compression": "tiff_adobe_deflate"}),
+    ("TIFF YCbCr deflate, one strip", "YCbCr", "TIFF", {"compression": "tiff_adobe_deflate"}),
+    ("TIFF I;16 deflate", "I;16", "TIFF", {"compression": "tiff_adobe_deflate"}), ("TIFF I", "I", "TIFF", {}),
+    ("TIFF F", "F", "TIFF", {}), ("WebP RGB", "RGB", "WEBP", {"quality": 80}),
+    ("WebP RGB lossless", "RGB", "WEBP", {"lossless": True, "method": 0}), ("BMP RGB", "RGB", "BMP", {}),
+    ("GIF P", "P", "GIF", {}), ("PPM RGB", "RGB", "PPM", {}),
+)
+MODE_CHILD = r'''
+import json, sys
+from pathlib import Path
+from PIL import Image
+from tritonize.images import decode_rgb, decoding_cost, _orientation, _pillow_pixel_limit
+from tritonize.preprocessing import Preprocessing
+
+contract = Preprocessing(256, 224, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+data = Path(sys.argv[1]).read_bytes()
+def status(key):
+    return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith(key + ":"))
+with _pillow_pixel_limit(10**9):
+    image = Image.open(__import__("io").BytesIO(data))
+    mode, fmt = image.mode, image.format
+    image.load()
+    cost = decoding_cost(Image.open(__import__("io").BytesIO(data)), contract, len(data), _orientation(image) != 1)
+del image
+open("/proc/self/clear_refs", "w").write("5")
+idle = status("VmRSS")
+contract(decode_rgb(data, "x", max_pixels=10**9, preprocess=contract))
+print(json.dumps({"mode": mode, "format": fmt, "cost": cost, "held": status("VmHWM") - idle, "bytes": len(data)}))
+'''
+
+
+def measure_modes(folder: Path) -> None:
+    """decoding_cost against the peak a fresh process holds to decode and preprocess each mode and format."""
+    import numpy as np
+    from PIL import Image, TiffImagePlugin
+
+    folder.mkdir(parents=True, exist_ok=True)
+    width, height = 6000, 4000
+    yy, xx = np.mgrid[0:height, 0:width]
+    picture = Image.fromarray(np.stack([(xx // 7) % 256, (yy // 5) % 256, ((xx + yy) // 11) % 256], -1).astype(np.uint8))
+    turned = Image.Exif()
+    turned[0x0112] = 6
+    TiffImagePlugin.STRIP_SIZE = 2**31  # Pillow writes TIFF strips of 64 KB; other software one strip
+    rows, runs = [], {}
+    for name, mode, fmt, options in MODES:
+        path = folder / f"{name.replace(' ', '_').replace(',', '').replace(':', '').replace(';', '')}.{fmt.lower()}"
+        if not path.is_file():
+            if mode in ("I;16", "I", "F"):
+                image = Image.fromarray((np.asarray(picture.convert("L")).astype(np.int64) * 257).astype(
+                    {"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode]))
+            else:
+                image = picture.convert(mode)
+            image.save(path, fmt, **options, **({"exif": turned.tobytes()} if "turned" in name else {}))
+        child = subprocess.run([sys.executable, "-c", MODE_CHILD, str(path)], capture_output=True, text=True, check=True)
+        runs[name] = run = json.loads(child.stdout)
+        rows.append([name, run["mode"], f"{run['bytes'] / 1e6:.1f} MB", f"{run['held'] / 1e6:.0f} MB",
+                     f"{run['held'] / (width * height):.2f}", f"{run['cost'] / 1e6:.0f} MB", f"{run['held'] / run['cost']:.2f}"])
+        print(" | ".join(rows[-1]), flush=True)
+    out = save("preprocess_memory_modes", {"size": f"{width}x{height}", "runs": runs})
+    print()
+    print(markdown_table(["file", "mode", "file size", "held (peak over idle)", "bytes a pixel", "decoding_cost",
+                          "held / cost"], rows))
+    print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":

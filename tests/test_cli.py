@@ -39,10 +39,14 @@ def test_help_uses_one_name_per_concept(command, expected):
     (["build", "--precision", "fp8"], "error: Invalid value for '--precision'", 2),
     (["serve", "--no-such-flag"], "error: No such option: --no-such-flag", 2),
     (["nope"], "error: No such command 'nope'", 2),
-    (["client", "perf", "--concurrency", "1,x"], "error: --concurrency takes a comma-separated list like 4,8,16", 1),
+    (["client", "perf", "--concurrency", "1,x"], "error: --concurrency takes a comma-separated list like 4,8,16", 2),
+    (["client", "perf", "--concurrency", "0"], "error: --concurrency levels must be between 1 and 1024, got [0]", 2),
+    (["client", "perf", "--url", ""], "error: --url '': it is empty; give the server's gRPC endpoint as HOST:PORT", 2),
+    (["client", "perf", "--url", "127.0.0.1:1", "--timeout", "1"], "error: cannot reach a Triton server at 127.0.0.1:1", 1),
 ])
 def test_usage_errors_and_failures_are_one_line_with_their_exit_code(args, says, code):
-    """Before: `convert trt --precision fp8` printed a 4-line box (exit 2), `build --precision fp8` one line (exit 1)."""
+    """Before: `convert trt --precision fp8` printed a 4-line box (exit 2), `build --precision fp8` one line (exit 1);
+    a bad --concurrency or --url value exited 1, as if the command had failed."""
     import subprocess
     import sys
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import struct
+import zlib
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -282,12 +286,15 @@ def test_calibration_folder_lists_images_in_a_stable_order_and_loads_them_as_one
 def test_float_and_32_bit_images_are_rounded_and_clipped_into_8_bits():
     """Pillow's own convert() truncates floats and clips 32-bit integers; these round to nearest, and bring the
     16-bit range down as for 16-bit PNGs."""
-    from tritonize.images import _to_rgb
+    def decoded(image) -> np.ndarray:
+        encoded = io.BytesIO()
+        image.save(encoded, "TIFF")
+        return np.asarray(decode_rgb(encoded.getvalue(), "x"))[0, :, 0]
 
     floats = Image.fromarray(np.array([[-3.2, 0.4, 100.6, 255.6, 300.0]], dtype=np.float32), mode="F")
-    np.testing.assert_array_equal(np.asarray(_to_rgb(floats))[0, :, 0], [0, 0, 101, 255, 255])
+    np.testing.assert_array_equal(decoded(floats), [0, 0, 101, 255, 255])
     wide = Image.fromarray(np.array([[-1000, 0, 300, 65535, 70000]], dtype=np.int32), mode="I")
-    np.testing.assert_array_equal(np.asarray(_to_rgb(wide))[0, :, 0], [0, 0, 1, 255, 255])
+    np.testing.assert_array_equal(decoded(wide), [0, 0, 1, 255, 255])
 
 
 def test_bytes_form_sends_the_file_exactly_as_read_and_tensors_respect_the_pixel_limit(tmp_path):
@@ -334,17 +341,112 @@ def test_the_pixel_limit_counts_the_resized_image(tmp_path):
     assert load_rgb(path, preprocess=IMAGENET).size == (100, 4000)  # 256x10240 = 2.6 Mpx
 
 
-def test_the_server_decodes_no_more_pixels_than_the_request_size_allows(tmp_path):
-    """Beyond 4096x4096, the server decodes at most 16 pixels per byte it received: a flat 9000x9000 PNG (81 Mpx,
-    under Pillow's limit, 99 KB) is refused unread; a client decoding its own file keeps its --max-pixels."""
-    from tritonize.images import FREE_PIXELS, SERVER_PIXELS_PER_BYTE
+def flat_png(width: int, height: int, channels: int, pad: int = 0) -> bytes:
+    """A 16-bit PNG of one flat colour (gray or RGB), written row by row (never whole in memory), with `pad` bytes
+    in an ancillary chunk (`juNk`: decoders skip it) before the image data."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    flat = _png(tmp_path / "flat.png", 9000, 9000, "L").read_bytes()
-    with pytest.raises(BadImage, match=rf"IMAGE\[0\]: 9000x9000 = 81,000,000 pixels from {len(flat):,} bytes: more "
-                                       rf"than 16 pixels per byte sent \(beyond 4096x4096\); the server refuses"):
-        decode_rgb(flat, "IMAGE[0]", bomb_hint="the server refuses it", preprocess=IMAGENET,
-                   pixels_per_byte=SERVER_PIXELS_PER_BYTE)
-    at_floor = _png(tmp_path / "floor.png", 4096, 4096, "L").read_bytes()
-    assert FREE_PIXELS == 4096 * 4096 and len(at_floor) * SERVER_PIXELS_PER_BYTE < FREE_PIXELS
-    assert decode_rgb(at_floor, "IMAGE[0]", preprocess=IMAGENET, pixels_per_byte=SERVER_PIXELS_PER_BYTE).size == (4096, 4096)
-    assert decode_rgb(flat, "flat.png", preprocess=IMAGENET).size == (9000, 9000)
+    row = b"\0" + b"\x80\x00" * (width * channels)  # filter byte, then mid-grey samples
+    encoder = zlib.compressobj(9)
+    data = b"".join(encoder.compress(row) for _ in range(height)) + encoder.flush()
+    header = struct.pack(">IIBBBBB", width, height, 16, {1: 0, 3: 2}[channels], 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + (chunk(b"juNk", b"\0" * pad) if pad else b"")
+            + chunk(b"IDAT", data) + chunk(b"IEND", b""))
+
+
+def test_the_server_spends_at_most_its_memory_on_an_image_whatever_the_file_size():
+    """The server judges an image by what decoding it takes, not by the bytes it was sent: a 33 KB 16-bit
+    4096x4096 PNG (16.8 Mpx: 92 MB to decode, 5 bytes a pixel) is decoded; a 9000x9000 one padded to 5.5 MB with a
+    chunk decoders skip (which met the rule of at most 16 pixels per byte sent) is refused from its header."""
+    from tritonize.images import SERVER_MEMORY
+
+    server = dict(bomb_hint="the server refuses it", preprocess=IMAGENET, max_memory=SERVER_MEMORY)
+    small = flat_png(4096, 4096, 1)
+    assert len(small) < 40_000
+    assert np.asarray(decode_rgb(small, "IMAGE[0]", **server))[0, 0].tolist() == [128, 128, 128]
+    for channels, mode, cost in ((1, "I;16", 435), (3, "RGB", 365)):
+        padded = flat_png(9000, 9000, channels, pad=5_300_000)
+        with pytest.raises(BadImage) as refused:
+            decode_rgb(padded, "IMAGE[0]", **server)
+        assert str(refused.value) == (f"IMAGE[0]: 9000x9000 PNG ({mode}) takes {cost} MB to decode and preprocess, above "
+                                      "the 250 MB the server gives one image; the server refuses it")
+
+
+def test_the_decoding_cost_of_each_step_on_known_answers():
+    """Bytes for a 1000x1000 image (a million pixels, 8 MiB of buffers): the step that holds the most decides."""
+    from tritonize.images import decoding_cost
+
+    mega, buffers = 1_000_000, 8 * 2**20
+
+    def cost(mode="RGB", fmt="PNG", received=0, transposed=False, preprocess=None, **info):
+        image = SimpleNamespace(width=1000, height=1000, mode=mode, format=fmt, info=info,
+                                layer=[("1", 2, 2, 0), ("2", 1, 1, 1), ("3", 1, 1, 1)])
+        return (decoding_cost(image, preprocess, received, transposed) - buffers) / mega
+
+    assert cost() == 4 and cost(received=mega) == 8  # as Pillow stores RGB (4 bytes); the request's bytes, 4 times
+    assert cost("L") == cost("P") == 5 and cost("RGBA") == cost("CMYK") == 8  # the image and its RGB copy
+    assert cost("I;16") == 5 and cost("I") == cost("F") == 5  # 8 bits first (2 + 1 or 4 + 1), then L + RGB
+    assert cost(transposed=True) == 8 and cost("I;16", transposed=True) == 5  # EXIF: a turned copy
+    assert cost(fmt="WEBP") == 16 and cost(fmt="TIFF") == 8  # the decoders' own buffers
+    assert cost(fmt="JPEG") == 4 and cost(fmt="JPEG", progressive=1) == 7  # 4:2:0: 1.5 coefficients a pixel
+    thin = SimpleNamespace(width=20, height=1000, mode="RGB", format="PNG", info={})
+    assert (decoding_cost(thin, IMAGENET) - buffers) == 4 * (20_000 + 256 * 1000 + 256 * 12800)  # resized up
+
+
+def test_a_bomb_pillow_refuses_itself_is_refused_at_the_limit_that_applies(tmp_path):
+    """Above twice its limit, Pillow refuses a file in its own words: 'exceeds limit of 178956970 pixels', its
+    threshold for an error, where the limit applied is 89,478,485 (or --max-pixels)."""
+    path = _png(tmp_path / "huge.png", 20000, 20000, "1")
+    for limit in (None, 100_000_000):
+        with pytest.raises(BadImage) as refused:
+            load_rgb(path, **({"max_pixels": limit} if limit else {}))
+        assert str(refused.value) == (f"{path}: 400,000,000 pixels is above the limit of {limit or 89_478_485:,} "
+                                      "(possible decompression bomb); raise --max-pixels if you trust the file")
+
+
+def test_a_symlink_loop_is_named_as_one(tmp_path):
+    """A file that is a link to itself, through another: not 'no such file' (Path.exists() is False for both)."""
+    first, second = tmp_path / "first.jpg", tmp_path / "second.jpg"
+    first.symlink_to(second)
+    second.symlink_to(first)
+    for form in ("tensor", "uint8", "bytes"):
+        [line] = load_images([first], IMAGENET, form=form).failures
+        assert line == f"{first}: a symlink loop (it leads back to itself); point at the image file itself", line
+
+
+def test_sixteen_bit_images_come_down_to_eight_bits_without_wide_copies():
+    """16-bit pixels were divided as float64, rounded and clipped: three 8-byte copies of the image (with the
+    16-bit copy, 18 bytes a pixel). What Python and numpy allocate while decoding (tracemalloc: Pillow's own
+    buffers are not traced) stays under 2 bytes a pixel: the 8-bit result, and one stripe at a time."""
+    import tracemalloc
+
+    ramp = (np.arange(4096 * 4096, dtype=np.uint32) % 65536).astype(np.uint16).reshape(4096, 4096)
+    encoded = io.BytesIO()
+    Image.fromarray(ramp).save(encoded, "PNG", compress_level=1)
+    expected_first_row = np.rint(ramp[0] / 257.0).astype(np.uint8)
+    del ramp
+    tracemalloc.start()
+    try:
+        rgb = decode_rgb(encoded.getvalue(), "deep.png")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert rgb.mode == "RGB" and rgb.size == (4096, 4096)
+    np.testing.assert_array_equal(np.asarray(rgb.crop((0, 0, 4096, 1)))[0, :, 0], expected_first_row)
+    assert peak < 2 * 4096 * 4096, f"{peak / 4096 / 4096:.1f} bytes a pixel"
+
+
+def test_the_server_decodes_only_the_formats_it_knows_the_cost_of(tmp_path):
+    """An icon (ICO) decodes the largest picture inside it, whatever its header says: not on the server. The client
+    path reads it."""
+    from tritonize.images import SERVER_MEMORY
+
+    icon = io.BytesIO()
+    Image.new("RGB", (64, 64), "red").save(icon, "ICO", sizes=[(64, 64)])
+    with pytest.raises(BadImage, match=r"^IMAGE\[0\]: an image in ICO format, which the server does not decode \(it decodes "
+                                       r"JPEG, PNG, WEBP, TIFF, BMP, GIF, PPM\); --preprocess client reads it$"):
+        decode_rgb(icon.getvalue(), "IMAGE[0]", max_memory=SERVER_MEMORY)
+    assert decode_rgb(icon.getvalue(), "icon.ico").size == (64, 64)
+    with pytest.raises(BadImage, match=r"^IMAGE\[0\]: not an image Pillow can read$"):
+        decode_rgb(b"GIF89a but no picture", "IMAGE[0]", max_memory=SERVER_MEMORY)

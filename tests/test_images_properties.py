@@ -13,7 +13,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tritonize.images import DEFAULT_MAX_PIXELS, FREE_PIXELS, MAX_ASPECT, BadImage, check_size, decode_rgb
+from tritonize.images import DEFAULT_MAX_PIXELS, MAX_ASPECT, BadImage, check_size, decode_rgb
 from tritonize.preprocessing import PIL_FILTERS, Preprocessing
 
 shapes = st.tuples(st.integers(1, 6), st.integers(1, 6))
@@ -153,21 +153,32 @@ def test_the_resized_image_counts_against_the_limit_at_its_edge(short, ratio, re
     assert refused == (resized[0] * resized[1] > max_pixels)
 
 
-@given(width=st.integers(4097, 20_000), height=st.integers(4097, 20_000), per_byte=st.integers(1, 1000),
-       margin=st.integers(-1, 1))
-def test_the_server_bound_on_pixels_per_byte_holds_at_its_edge(width, height, per_byte, margin):
-    assume(max(width, height) <= MAX_ASPECT * min(width, height))
-    pixels = width * height
-    received = -(-pixels // per_byte) + margin  # the fewest bytes that pay for these pixels, and one either way
-    assume(received > 0)
+STORED = [(mode, fmt) for mode in ("1", "L", "P", "RGB", "RGBA", "I;16", "I") for fmt in ("PNG", "TIFF", "WEBP")
+          if (mode, fmt) != ("I", "PNG") and (fmt != "WEBP" or mode in ("L", "P", "RGB", "RGBA"))]
+
+
+@given(stored=st.sampled_from(STORED), size=st.tuples(st.integers(1, 60), st.integers(1, 60)), margin=st.integers(-1, 1))
+def test_the_server_memory_bound_holds_at_its_edge(stored, size, margin):
+    """Refused exactly when decoding would take more than the memory given (one byte under, at, one over what
+    `decoding_cost` says for the opened file, the file's bytes included), with the size, mode and cost in the line."""
+    from PIL import Image
+
+    from tritonize.images import decoding_cost
+
+    mode, fmt = stored
+    assume(max(size) <= MAX_ASPECT * min(size))
+    data = _encode(Image.new(mode, size), fmt)
+    pre = Preprocessing(resize=8, crop=4, mean=(0, 0, 0), std=(1, 1, 1))
+    with Image.open(io.BytesIO(data)) as opened:
+        cost = decoding_cost(opened, pre, len(data))
     try:
-        check_size(width, height, "x", max_pixels=10**12, received=received, pixels_per_byte=per_byte)
-        refused = False
+        decode_rgb(data, "x", preprocess=pre, max_memory=cost + margin)
+        refused = None
     except BadImage as e:
-        refused = True
-        assert f"from {received:,} bytes: more than {per_byte} pixels per byte" in str(e)
-    assert pixels > FREE_PIXELS
-    assert refused == (pixels > per_byte * received)
+        refused = str(e)
+    assert (refused is not None) == (margin < 0), refused
+    if refused:
+        assert refused.startswith(f"x: {size[0]}x{size[1]} {fmt} (") and f"takes {cost / 1e6:,.0f} MB" in refused
 
 
 # ------------------------------------------------------------------------------------------ preprocessing

@@ -47,7 +47,8 @@ def items(text: str | None, flag: str, kind: Callable[[str], T] = str, example: 
         try:
             values.append(kind(part))
         except ValueError:
-            raise TritonizeError(f"{flag} takes a comma-separated list like {example}, got {text!r}") from None
+            raise TritonizeError(f"{flag} takes a comma-separated list like {example}, got {text!r}",
+                                 EXIT_USAGE) from None
     return tuple(values)
 
 

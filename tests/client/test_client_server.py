@@ -263,7 +263,7 @@ def test_a_malformed_url_is_one_line_that_names_what_was_given(url, says):
 
     result = subprocess.run([sys.executable, "-m", "tritonize.cli", "client", "classify", str(PHOTO), "--url", url,
                              "--timeout", "2"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1 and result.stdout == ""
+    assert result.returncode == 2 and result.stdout == ""  # a usage error (options.EXIT_USAGE)
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"error: --url {url!r}: {says}") and "HOST:PORT" in line, line
 
@@ -281,7 +281,7 @@ def test_bad_perf_options_are_one_line(small_server):
     result = run_cli("client", "perf", "--models", "onnx_model", "--batch", "64", "--url", small_server.grpc_url)
     assert result.exit_code == 1 and "max_batch_size 32" in result.output
     result = run_cli("client", "perf", "--concurrency", "1,two", "--url", small_server.grpc_url)
-    assert result.exit_code == 1 and "--concurrency" in result.output
+    assert result.exit_code == 2 and "--concurrency" in result.output  # a usage error
 
 
 @pytest.mark.parametrize("engine", ["builtin", "perf_analyzer"])
@@ -377,8 +377,11 @@ def test_a_stub_killed_mid_level_is_reported_with_its_successes_and_the_sweep_go
         write_outputs(report, tmp_path / "perf")
         rows = list(csv.DictReader((tmp_path / "perf" / "onnx_model.client.csv").read_text().splitlines()))
         assert "2" not in [r["Concurrency"] for r in rows]  # perf_analyzer's CSV has no column for failures
-        saved = json.loads((tmp_path / "perf" / "perf.json").read_text())["levels"][1]
+        levels = json.loads((tmp_path / "perf" / "perf.json").read_text())["levels"]
+        saved = levels[1]
         assert (saved["failures"], saved["requests"], saved["error"]) == (killed.failures, killed.requests, killed.error)
+        for level in levels:  # the killed model was reloaded: its statistics started again, its times never negative
+            assert level["server_us"] is None or min(level["server_us"].values()) >= 0, level
 
         if engine == "builtin":  # once healed, the same with --stop-on-error: the sweep ends at the failed level
             deadline = time.monotonic() + 60
@@ -446,6 +449,21 @@ def test_compare_drops_what_the_server_refuses_from_every_path(small_server, tmp
     assert report["images"] == [str(PHOTO), str(PHOTO)] and report["pairs"][0]["max_abs"] == 0
     (line,) = report["failures"]  # decoded and refused twice, by this client and by the server: said once
     assert line.startswith(f"{broken}: ")
+
+
+def test_compare_counts_a_file_refused_along_two_paths_once(small_server, tmp_path):
+    """A bomb refused by this client (its hint: --max-pixels) and by the server (its own hint): two different lines
+    for one file, which the summary counted as two bad inputs of two."""
+    bomb = tmp_path / "bomb.png"
+    Image.new("1", (12000, 12000)).save(bomb)  # 144 Mpx in 17 kB
+    result = run_cli("client", "compare", PHOTO, bomb, "--models", "onnx_model", "--preprocess-paths", "client,server",
+                     "--repeat", "1", "--json", "--url", small_server.grpc_url)
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["images"] == [str(PHOTO)]
+    (line,) = report["failures"]
+    assert line.startswith(f"{bomb}: 12000x12000 = 144,000,000 pixels is above the limit of 89,478,485"), line
+    assert "error: 1 of 2 inputs could not be read" in result.output
 
 
 def test_preprocessing_path_mistakes_are_one_line(small_server, disagreeing_server):

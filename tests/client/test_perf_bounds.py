@@ -128,7 +128,7 @@ def test_a_failed_level_is_zeros_or_what_it_measured_and_counts_at_least_one_fai
     assert failed_level(workload, 8, "builtin", 0, "boom") == LevelResult(
         **shape, engine="builtin", failures=1, error="boom", requests=0, seconds=0.0, throughput=0.0,
         latency={"count": 0}, client_send_us=0.0, client_recv_us=0.0, response_wait_us=0.0,
-        server_us=dict.fromkeys(SERVER_PARTS, 0.0), server_batches=0.0)
+        server_us=None, server_batches=None)  # nothing measured on the server's side: unknown, not zero
     measured = dict(requests=7, seconds=1.5, throughput=18.7, latency={"count": 7, "avg_ms": 3.0}, client_send_us=1.0,
                     client_recv_us=2.0, response_wait_us=3.0, server_us=dict.fromkeys(SERVER_PARTS, 0.5),
                     server_batches=2.0)

@@ -5,8 +5,10 @@ test_perf_engines.py."""
 
 from __future__ import annotations
 
+import csv
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -103,7 +105,7 @@ def test_perf_analyzer_figures_are_whole_level_results_and_edge_cases_are_zero()
         "latency": {"count": 3, "avg_ms": 15.0, "p50_ms": 10.0, "p90_ms": 20.0, "p95_ms": 21.0, "p99_ms": 25.0},
         "client_send_us": 30.0, "client_recv_us": 5.0, "response_wait_us": 14000.0,
         "server_us": {"queue": 500.0, "compute_input": 250.0, "compute_infer": 12000.0, "compute_output": 250.0},
-        "server_batches": 1.5}
+        "server_batches": 1.5, "steps": {}}
     idle = pa.level_figures({**row, "Inferences/Second": "0"}, {}, batch=4)
     assert (idle["requests"], idle["seconds"], idle["server_batches"], idle["latency"]["count"]) == (0, 0.0, 0.0, 0)
     assert pa.level_figures(row, {"requests": 7}, batch=3)["seconds"] == 0.0525  # 4 digits kept: 7 x 3 / 400
@@ -111,8 +113,7 @@ def test_perf_analyzer_figures_are_whole_level_results_and_edge_cases_are_zero()
     assert pa.passes_figures([(320.0, 2_000.0), (80.0, 5_000.0)], batch=2, window_s=0.25, per_window=None) == {
         "requests": 50, "seconds": 0.5, "throughput": 200.0, "latency": {"count": 50, "avg_ms": 2.6},
         "client_send_us": 0.0, "client_recv_us": 0.0, "response_wait_us": 2600.0,
-        "server_us": {"queue": 0.0, "compute_input": 0.0, "compute_infer": 0.0, "compute_output": 0.0},
-        "server_batches": 0.0}
+        "server_us": None, "server_batches": None}  # perf_analyzer gives the server's side of a finished run only
     assert pa.passes_figures([(700.0, 1_000.0)], batch=7, window_s=0.3, per_window=None)["seconds"] == 0.3
     nothing = pa.passes_figures([], batch=4, window_s=1.0, per_window=None)
     assert (nothing["requests"], nothing["seconds"], nothing["throughput"], nothing["response_wait_us"]) == (0, 0, 0.0, 0.0)
@@ -190,3 +191,26 @@ def test_a_time_window_counts_what_completed_in_it_and_its_failures():
     assert len(window.requests) == 10  # requests 3..12 succeeded; later ones failed, each after RETRY_PAUSE
     assert 2 <= window.failures <= 0.6 / load.RETRY_PAUSE + 1
     assert window.error == "INTERNAL: Stub process 'm_0_0' is not healthy (call 13)."  # the first failure's
+
+
+PERF_ANALYZER_DATA = Path(__file__).resolve().parent.parent / "data" / "perf_analyzer"
+
+
+def test_perf_analyzer_on_an_ensemble_is_read_per_step_from_its_own_summary():
+    """perf_analyzer 2.51 against onnx_classifier at concurrency 8, recorded on the embedded server: its summary gives
+    the ensemble's own counts (always a batch of 1) and then each step's, onnx_model first. The last 'Inference
+    count' in it is preprocess's (35 in 13 executions), which was read as the level's batch. The level's batch is the
+    classifier's (27 in 8); its split, the steps' sum (perf_analyzer's 'queue 183142 usec + compute 763900 usec')."""
+    text = (PERF_ANALYZER_DATA / "ensemble_onnx_classifier_c8.txt").read_text()
+    row = next(csv.DictReader((PERF_ANALYZER_DATA / "ensemble_onnx_classifier_c8.csv").read_text().splitlines()))
+    figures = pa.level_figures(row, pa.stdout_figures(text), batch=1, classifier="onnx_model")
+    assert figures["requests"] == 27 and figures["throughput"] == 7.46288
+    assert figures["steps"] == {
+        "onnx_model": {"server_us": {"queue": 145403.0, "compute_input": 3245.0, "compute_infer": 565744.0,
+                                     "compute_output": 5808.0}, "server_batches": 27 / 8},
+        "preprocess": {"server_us": {"queue": 37739.0, "compute_input": 246.0, "compute_infer": 183700.0,
+                                     "compute_output": 5155.0}, "server_batches": 35 / 13}}
+    assert figures["server_batches"] == 27 / 8
+    assert figures["server_us"] == {"queue": 183142.0, "compute_input": 3491.0, "compute_infer": 749444.0,
+                                    "compute_output": 10963.0}
+    assert sum(figures["server_us"].values()) - figures["server_us"]["queue"] == pytest.approx(763900, abs=3)

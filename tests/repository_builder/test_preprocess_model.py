@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from tests.client.conftest import PHOTO
+from tests.test_images import flat_png
 from tritonize.images import load_images
 from tritonize.preprocessing import Preprocessing
 
@@ -129,7 +130,7 @@ def test_thin_tall_and_huge_images_are_refused_before_they_take_the_servers_memo
     rng = np.random.default_rng(0)
     images = {"thin": (Image.fromarray(rng.integers(0, 256, (12000, 1, 3), np.uint8)), "aspect ratio of 1:12000"),
               "tall": (Image.fromarray(rng.integers(0, 256, (20000, 20, 3), np.uint8)), "aspect ratio of 1:1000"),
-              "huge": (Image.new("L", (9000, 9000), 128), "more than 16 pixels per byte sent")}
+              "huge": (Image.new("L", (9000, 9000), 128), "takes 414 MB to decode and preprocess, above the 250 MB")}
     for name, (image, _) in images.items():
         image.save(tmp_path / f"{name}.png")
     repo = tmp_path / "models"
@@ -151,3 +152,37 @@ def test_thin_tall_and_huge_images_are_refused_before_they_take_the_servers_memo
     assert all(mb < PEAK_GROWTH_MB for mb in grown.values()), grown
     for name, (image, reason) in images.items():
         assert answers[name].startswith(f"{image.width}x{image.height} ") and reason in answers[name], answers[name]
+
+
+SERVER_BOUND_MB = 300  # what any one image may add to the preprocess stub's peak memory (issue 35)
+SIXTEEN_BIT = {
+    "16-bit 4096x4096": lambda: flat_png(4096, 4096, 1),  # 33 KB: 16.8 Mpx (92 MB to decode)
+    "16-bit 7000x6800": lambda: flat_png(7000, 6800, 1),  # 47.6 Mpx: 247 MB to decode, just within images.SERVER_MEMORY
+    "16-bit 9000x9000 padded": lambda: flat_png(9000, 9000, 1, pad=5_300_000),  # 5.5 MB: 16 bytes sent a pixel
+    "16-bit RGB 9000x9000 padded": lambda: flat_png(9000, 9000, 3, pad=5_300_000),
+}
+
+
+@pytest.mark.parametrize("name", SIXTEEN_BIT)
+def test_a_small_file_costs_the_stub_what_it_decodes_to_within_the_bound(small_server, name):
+    """16-bit PNGs that decode to far more than their bytes (7c97878: the 33 KB one took the stub from 44 to 364 MB,
+    the padded 9000x9000 to 1615 MB, 683 MB in RGB): decoded within SERVER_BOUND_MB above the stub's idle size, or
+    refused from their header. The stub's peak is reset before each request, so each figure is that request's."""
+    from tritonize.client.connection import Connection, RejectedImage
+    from tritonize.serve.supervisor import stub_processes
+
+    data = SIXTEEN_BIT[name]()
+    stub = stub_processes(small_server.pid)["preprocess_0_0"]
+    with Connection(small_server.grpc_url, timeout=300) as connection:
+        info = connection.model_for("onnx_model", "server")
+        idle = _peak_mb(stub, reset=True)
+        try:
+            answer = f"classified: {connection.infer(info, np.array([[data]], dtype=np.object_)).shape}"
+        except RejectedImage as e:
+            answer = f"refused: {e.reason}"
+    grown = (_peak_mb(stub) - idle) * 2**20 / 1e6
+    assert grown < SERVER_BOUND_MB, f"{name} ({len(data):,} bytes): the stub's peak grew by {grown:.0f} MB; {answer}"
+    if "9000x9000" in name:  # what it would decode to, whatever its bytes
+        assert answer.startswith("refused: 9000x9000 PNG (") and "above the 250 MB the server gives" in answer, answer
+    else:
+        assert answer == "classified: (1, 1000)", answer

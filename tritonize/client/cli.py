@@ -12,8 +12,8 @@ from tritonize.client.connection import DEFAULT_URL
 from tritonize.errors import TritonizeError
 from tritonize.images import DEFAULT_MAX_PIXELS
 from tritonize.options import (
-    EXIT_GATE, AsJson, Batch, Concurrency, ControlKeyFile, Duration, LoadGenerator, LoadGeneratorOption, MaxPixels, Model,
-    Models, OutputDir, Preprocess, Timeout, TlsCa, Url, int_items, items,
+    EXIT_GATE, EXIT_USAGE, AsJson, Batch, Concurrency, ControlKeyFile, Duration, LoadGenerator, LoadGeneratorOption,
+    MaxPixels, Model, Models, OutputDir, Preprocess, Timeout, TlsCa, Url, int_items, items,
 )
 
 app = typer.Typer(no_args_is_help=True, help="gRPC client: classify, compare backends, perf sweeps.")
@@ -126,7 +126,7 @@ def perf_command(
     levels = int_items(concurrency, "--concurrency")
     names = items(models, "--models")
     if not names:
-        raise TritonizeError("--models needs at least one model name")
+        raise TritonizeError("--models needs at least one model name", EXIT_USAGE)
     options = PerfOptions(concurrency=levels, batch=batch, requests=requests, duration=None if requests else duration,
                           warmup=warmup_requests, timeout=timeout, shared_memory=shared_memory.lower(), preprocess=preprocess,
                           image=str(image) if image else None, engine=load_generator.value, stability=stability,

@@ -116,6 +116,7 @@ def compare_models(
     contracts = {info.preprocess for info in infos.values()}
 
     rows, labels = {}, {}  # served model -> {image: logits row}
+    refusals: list[tuple[str, str]] = []  # (file, its one line), for each path that refused it
     for name, info in infos.items():
         entry = report.models[name]
         entry["max_batch_size"] = info.max_batch_size
@@ -134,14 +135,18 @@ def compare_models(
         except TritonizeError as e:  # the server failed midway: keep what the other models gave
             entry["status"] = f"FAILED: {e}"
             report.error = report.error or str(e)
-        report.failures += [f"{inputs[name].names[i]}: {reason}" for i, reason in rejected.items()]
+        refusals += [(inputs[name].names[i], f"{inputs[name].names[i]}: {reason}") for i, reason in rejected.items()]
         entry["requests"] = len(latencies)
         entry["latency"] = latency_summary(latencies, (50, 95, 99))
 
-    # Compare on the images every model classified (a file is bad for all, or refused by the server).
+    # Compare on the images every model classified (a file is bad for all, or refused by the server). A file refused
+    # along several paths (by this client and by the server, each with its own hint) is one bad input: its first line.
     for images in loaded.values():
-        report.failures += images.failures
-    report.failures = list(dict.fromkeys(report.failures))
+        refusals += zip(images.failed, images.failures)
+    first: dict[str, str] = {}
+    for file, line in refusals:
+        first.setdefault(file, line)
+    report.failures = list(first.values())
     report.images = [str(p) for p in paths if all(str(p) in r for r in rows.values())]
     if not report.images:
         return report

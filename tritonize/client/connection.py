@@ -23,6 +23,7 @@ from tritonize.access import KEY_ENV, client_key, is_restricted_error, pem_file
 from tritonize.errors import TritonizeError
 from tritonize.images import batches
 from tritonize.model_repository import model_names, why_absent
+from tritonize.options import EXIT_USAGE
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_index import index_state
 
@@ -37,7 +38,8 @@ def check_url(url: str) -> str:
     address, then 1..65535); else one line that says what is wrong with it. gRPC itself would log from C
     about an empty one and take port 99999 for 34463 (it keeps the low 16 bits)."""
     def bad(what: str) -> TritonizeError:
-        return TritonizeError(f"--url {url!r}: {what}; give the server's gRPC endpoint as HOST:PORT, e.g. {DEFAULT_URL}")
+        return TritonizeError(f"--url {url!r}: {what}; give the server's gRPC endpoint as HOST:PORT, e.g. {DEFAULT_URL}",
+                              EXIT_USAGE)
 
     if not url.strip():
         raise bad("it is empty")
@@ -93,6 +95,7 @@ class ModelInfo:
     preprocess: Preprocessing
     classifier: str = ""  # the model that computes the logits: itself, or an ensemble's last step
     weights: str = ""  # the weights it was built from (`repo build`'s source.weights): "none" = random init
+    steps: tuple[str, ...] = ()  # an ensemble's step models, in order (preprocess, classifier); () for a model
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelInfo":
@@ -114,6 +117,7 @@ class ModelInfo:
             preprocess=Preprocessing.from_parameters(params, name),
             classifier=steps[-1]["model_name"] if steps else name,
             weights=params.get("source.weights", ""),
+            steps=tuple(step["model_name"] for step in steps),
         )
         if info.form != "tensor" and not steps:
             raise TritonizeError(f"{name} takes {info.input_dtype} and is no ensemble: it is a preprocessing model, not a "

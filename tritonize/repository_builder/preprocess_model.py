@@ -33,12 +33,13 @@ sys.dont_write_bytecode = True
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from tritonize.images import DEFAULT_MAX_PIXELS, SERVER_PIXELS_PER_BYTE, BadImage, decode_rgb  # noqa: E402
+from tritonize.images import DEFAULT_MAX_PIXELS, SERVER_MEMORY, BadImage, decode_rgb  # noqa: E402
 from tritonize.preprocessing import Preprocessing  # noqa: E402
 
-# The server keeps Pillow's default limit whatever the client's --max-pixels, and decodes no more than the
-# request's size allows (images.SERVER_PIXELS_PER_BYTE): one client must not be able to make the server decode a
-# decompression bomb. Both, and the size once resized, are judged from the image's header, before decoding.
+# The server keeps Pillow's default limit whatever the client's --max-pixels, and spends at most SERVER_MEMORY on
+# an image (images.decoding_cost): one client must not be able to make the server decode a decompression bomb, nor
+# take its memory with a small file that decodes to a lot. Both, and the size once resized, are judged from the
+# image's header, before decoding.
 BOMB_HINT = "the server refuses it; preprocess it on the client if you trust the file (--preprocess client --max-pixels N)"
 
 
@@ -65,7 +66,7 @@ class TritonPythonModel:
         try:
             if self.encoded:
                 rows = [self.contract(decode_rgb(_unbase64(bytes(blob)), f"{self.input_name}[{i}]", DEFAULT_MAX_PIXELS,
-                                                 BOMB_HINT, self.contract, SERVER_PIXELS_PER_BYTE))
+                                                 BOMB_HINT, self.contract, SERVER_MEMORY))
                         for i, blob in enumerate(array.reshape(-1))]
                 output = np.stack(rows)
             else:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 import os
 import statistics
 import time
@@ -398,9 +399,10 @@ class Measurer:
                       concurrency=concurrency, round=round_, throughput=round(level.throughput, 3),
                       p50_ms=round(level.latency["p50_ms"], 3), p90_ms=round(level.latency["p90_ms"], 3),
                       p99_ms=round(level.latency["p99_ms"], 3), avg_ms=round(level.latency["avg_ms"], 3),
-                      queue_ms=round(level.server_us["queue"] / 1e3, 3),
-                      compute_infer_ms=round(level.server_us["compute_infer"] / 1e3, 3),
-                      server_batch=round(level.server_batches, 3), requests=level.requests, engine=report.engine,
+                      queue_ms=round((level.server_us or {}).get("queue", math.nan) / 1e3, 3),  # NaN: unknown
+                      compute_infer_ms=round((level.server_us or {}).get("compute_infer", math.nan) / 1e3, 3),
+                      server_batch=round(math.nan if level.server_batches is None else level.server_batches, 3),
+                      requests=level.requests, engine=report.engine,
                       measured=time.strftime("%Y-%m-%dT%H:%M:%S"))
         self.on_trial(trial)
         return trial

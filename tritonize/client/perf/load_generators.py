@@ -21,7 +21,7 @@ def failed_level(workload: Workload, concurrency: int, engine: str, failures: in
     it failed before its window)."""
     figures = measured or {"requests": 0, "seconds": 0.0, "throughput": 0.0, "latency": {"count": 0},
                            "client_send_us": 0.0, "client_recv_us": 0.0, "response_wait_us": 0.0,
-                           "server_us": dict.fromkeys(SERVER_PARTS, 0.0), "server_batches": 0.0}
+                           "server_us": None, "server_batches": None}
     return LevelResult(model=workload.model, preprocess=workload.info.path, served=workload.info.name,
                        concurrency=concurrency, batch=len(workload.batch), transport=workload.transport,
                        tensor_bytes_on_wire=workload.tensor_bytes_on_wire, engine=engine,
@@ -36,6 +36,37 @@ def server_delta(before: dict, after: dict) -> tuple[dict, float, int]:
     per_request = {p: (part(p)[1] / part(p)[0] / 1e3 if part(p)[0] else 0.0) for p in SERVER_PARTS}
     executions, inferences = part("executions")
     return per_request, (inferences / executions if executions else 0.0), part("success")[0]
+
+
+def server_split(before: dict[str, dict], after: dict[str, dict], answered: int, info) -> dict:
+    """LevelResult's server fields from the statistics of the served model and of its steps (`info.steps`, an
+    ensemble's), read before and after a window that `answered` requests: per request and the classifier's batch;
+    through an ensemble the steps' times summed, and each step's. Unknown when a model's statistics started again
+    (reloaded: a stub crashed and the supervisor loaded it again) or count fewer requests than were answered: its
+    counters are then no difference of one window, and the times they would give mean nothing (even negative)."""
+    unknown = {"server_us": None, "server_batches": None, "steps": {}}
+    for model in (info.name, *info.steps):
+        if model not in before or model not in after:
+            return {**unknown, "server_note": f"the statistics of {model} could not be read around the level: the "
+                                              "server's split of the time is unknown"}
+        was, now = before[model], after[model]
+        if any(now.get(key, (0, 0))[i] < value[i] for key, value in was.items() for i in (0, 1)):
+            return {**unknown, "server_note": f"the statistics of {model} started again during the level (it was "
+                                              "reloaded): the server's split of the time is unknown"}
+        counted = now.get("success", (0, 0))[0] - was.get("success", (0, 0))[0]
+        if counted < answered:
+            return {**unknown, "server_note": f"the statistics of {model} count {counted} of the {answered} requests "
+                                              "answered (it was reloaded during the level, or recorded them late): the "
+                                              "server's split of the time is unknown"}
+    if not info.steps:
+        per_request, batches, _ = server_delta(before[info.name], after[info.name])
+        return {"server_us": per_request, "server_batches": batches, "steps": {}}
+    steps = {}
+    for step in info.steps:
+        per_request, batches, _ = server_delta(before[step], after[step])
+        steps[step] = {"server_us": per_request, "server_batches": batches}
+    return {"server_us": {part: sum(s["server_us"][part] for s in steps.values()) for part in SERVER_PARTS},
+            "server_batches": steps[info.classifier]["server_batches"], "steps": steps}
 
 
 RECORD_WAIT_S = 2.0  # how long the built-in load generator waits for the server to record the requests it answered
@@ -72,9 +103,7 @@ class BuiltinGenerator:
             return failed_level(self.workload, concurrency, self.name, 1, f"{e.code}: {e.details}")  # in the warm-up
         before = stats["before"]
         after = self._recorded(before, window.answered)
-        if before is None or after is None or after.get("success", (0, 0))[0] < before.get("success", (0, 0))[0]:
-            before = after = {}  # not both read, or the model was reloaded between them: its statistics started again
-        per_request, server_batches, _ = server_delta(before, after)
+        server = server_split(before or {}, after or {}, window.answered, info)
         latencies = [done - sent for sent, done in window.requests]
         wait = sum(latencies) / len(latencies) * 1e6 if latencies else 0.0
         batch = len(self.workload.batch)
@@ -83,29 +112,32 @@ class BuiltinGenerator:
             requests=len(latencies), seconds=round(window.seconds, 4),
             throughput=len(latencies) * batch / window.seconds if window.seconds > 0 else 0.0,
             latency=latency_summary(latencies), client_send_us=0.0, client_recv_us=0.0, response_wait_us=wait,
-            server_us=per_request, server_batches=server_batches, tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire,
-            engine=self.name, failures=window.failures, error=window.error,
+            tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire, engine=self.name, failures=window.failures,
+            error=window.error, **server,
         )
 
     def _recorded(self, since: dict | None, answered: int) -> dict | None:
-        """The statistics once they count the `answered` successes since `since`. Triton records a request when
-        it releases it, just after the client has its response (here 11 reads in 100 right after a response
-        missed it), so a plain read would move a window's last requests, and the warm-up's, into the next window."""
+        """The statistics once they count the `answered` successes since `since`, for every model read. Triton
+        records a request when it releases it, just after the client has its response (here 11 reads in 100 right
+        after a response missed it), so a plain read would move a window's last requests, and the warm-up's, into
+        the next window."""
         deadline = time.monotonic() + RECORD_WAIT_S
         while True:
             stats = self._statistics()
             if stats is None or since is None or time.monotonic() >= deadline:
                 return stats
-            done, base = stats.get("success", (0, 0))[0], since.get("success", (0, 0))[0]
-            if done >= base + answered or done < base:  # all recorded, or the model reloaded (counts restarted)
+            done = {m: (stats[m].get("success", (0, 0))[0], since.get(m, {}).get("success", (0, 0))[0]) for m in stats}
+            if all(now >= base + answered or now < base for now, base in done.values()):  # recorded, or reloaded
                 return stats
             time.sleep(0.005)
 
-    def _statistics(self) -> dict | None:
-        """The model's statistics, or None while the server cannot give them (the model reloading after a crash, the
-        server gone): a level's requests say what happened, the split of its time is then unknown."""
+    def _statistics(self) -> dict[str, dict] | None:
+        """The statistics of the served model and of its steps (an ensemble's), or None while the server cannot give
+        them (a model reloading after a crash, the server gone): a level's requests say what happened, the split
+        of its time is then unknown."""
+        info = self.workload.info
         try:
-            return self.connection.statistics(self.workload.info.name)
+            return {model: self.connection.statistics(model) for model in (info.name, *info.steps)}
         except TritonizeError:
             return None
 
@@ -155,10 +187,15 @@ class PerfAnalyzerGenerator:
                 raise TritonizeError(f"lost the Triton server at {self.connection.url} {during} ({e}); "
                                      "is it still running? (`tritonize serve`)") from None
             raise
+        measured = pa.level_figures(row, figures, batch, info.classifier)
+        measured["steps"] = {step: measured["steps"][step] for step in info.steps if step in measured["steps"]}
+        if info.steps and len(measured["steps"]) < len(info.steps):  # its CSV row is the ensemble's own: not that
+            measured.update(server_us=None, server_batches=None, steps={}, server_note=(
+                f"perf_analyzer's summary does not give every step of {info.name}: the server's side is unknown"))
         return LevelResult(model=self.workload.model, preprocess=info.path, served=info.name, concurrency=concurrency,
                            batch=batch, transport=self.workload.transport,
                            tensor_bytes_on_wire=self.workload.tensor_bytes_on_wire, engine=self.name, csv=row,
-                           **pa.level_figures(row, figures, batch))
+                           **measured)
 
     def _warm_up(self, requests: int) -> str | None:
         """perf_analyzer 2.51 has no warm-up of its own: send a few requests first. The error of one that failed."""

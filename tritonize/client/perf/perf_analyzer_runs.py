@@ -37,6 +37,12 @@ SERVER_COLUMNS = {"queue": "Server Queue", "compute_input": "Server Compute Inpu
                   "compute_infer": "Server Compute Infer", "compute_output": "Server Compute Output"}
 MAX_TRIALS = 10  # perf_analyzer's -r default: windows tried before it gives up on stability
 GONE = ("failed to connect", "Connection refused", "Socket closed", "UNAVAILABLE", "Couldn't connect")
+# One composing model of an ensemble in perf_analyzer 2.51's summary (without a response cache): its name, counts and
+# "Avg request latency: N usec (overhead N usec + queue N usec + compute input N usec + compute infer N usec + compute
+# output N usec)".
+COMPOSING = re.compile(r"^\s*(\S+), version: \S+\s*\n\s*Inference count: (\d+)\s*\n\s*Execution count: (\d+)\s*\n"
+                       r"(?:.*\n)*?.*?Avg request latency: \d+ usec \(overhead \d+ usec \+ queue (\d+) usec \+ "
+                       r"compute input (\d+) usec \+ compute infer (\d+) usec \+ compute output (\d+) usec\)", re.M)
 
 
 class PerfAnalyzerFailed(TritonizeError):
@@ -126,21 +132,40 @@ def run_level(command: list[str], csv_file: Path, during: str, timeout: float) -
 
 
 def stdout_figures(text: str) -> dict:
-    """From the last level of perf_analyzer's summary: client request count, server inference and
-    execution counts."""
+    """From the last level of perf_analyzer's summary: client request count, server inference and execution
+    counts, and for an ensemble each composing model's (its counts, and its times per request in `server_us`)."""
+    summary = text[max(0, text.rfind("Request count:")):]
+    top, _, composing = summary.partition("Composing models:")
     found = {}
-    for key, label in (("requests", "Request count"), ("inferences", "Inference count"), ("executions", "Execution count")):
-        values = re.findall(rf"{label}: (\d+)", text)
-        if values:
-            found[key] = int(values[-1])
+    for key, label, where in (("requests", "Request count", summary), ("inferences", "Inference count", top),
+                              ("executions", "Execution count", top)):
+        value = re.search(rf"{label}: (\d+)", where)
+        if value:
+            found[key] = int(value[1])
+    steps = {}
+    for name, inferences, executions, *times in COMPOSING.findall(composing):
+        steps[name] = {"inferences": int(inferences), "executions": int(executions),
+                       "server_us": dict(zip(SERVER_COLUMNS, (float(t) for t in times)))}
+    if steps:
+        found["steps"] = steps
     return found
 
 
-def level_figures(row: dict, figures: dict, batch: int) -> dict:
-    """LevelResult fields from perf_analyzer's CSV row (microseconds) and stdout figures."""
+def level_figures(row: dict, figures: dict, batch: int, classifier: str | None = None) -> dict:
+    """LevelResult fields from perf_analyzer's CSV row (microseconds) and stdout figures. Through an ensemble (its
+    composing models in `figures`), the server's side is its steps': their times summed, as perf_analyzer's summary
+    sums them (its CSV row has the ensemble's own statistics: no queue, one execution of batch 1 per request), and
+    the batch of `classifier`."""
     us = lambda column: float(row[column])  # noqa: E731
     throughput = float(row["Inferences/Second"])
     requests = figures.get("requests", 0)
+    batches = lambda f: f["inferences"] / f["executions"] if f.get("executions") else 0.0  # noqa: E731
+    steps = {name: {"server_us": f["server_us"], "server_batches": batches(f)} for name, f in figures.get("steps", {}).items()}
+    if steps:
+        server_us = {part: sum(s["server_us"][part] for s in steps.values()) for part in SERVER_COLUMNS}
+        server_batches = steps[classifier]["server_batches"] if classifier in steps else None
+    else:
+        server_us, server_batches = {part: us(column) for part, column in SERVER_COLUMNS.items()}, batches(figures)
     return {
         "requests": requests,
         "seconds": round(requests * batch / throughput, 4) if throughput else 0.0,
@@ -150,8 +175,9 @@ def level_figures(row: dict, figures: dict, batch: int) -> dict:
         "client_send_us": us("Client Send"),
         "client_recv_us": us("Client Recv"),
         "response_wait_us": us("response wait"),
-        "server_us": {part: us(column) for part, column in SERVER_COLUMNS.items()},
-        "server_batches": figures["inferences"] / figures["executions"] if figures.get("executions") else 0.0,
+        "server_us": server_us,
+        "server_batches": server_batches,
+        "steps": steps,
     }
 
 
@@ -165,7 +191,7 @@ def passes_figures(passes: list[tuple[float, float]], batch: int, window_s: floa
     avg_us = sum(n * us for n, (_, us) in zip(counts, passes)) / requests if requests else 0.0
     return {"requests": requests, "seconds": round(seconds, 4), "throughput": requests * batch / seconds if seconds else 0.0,
             "latency": {"count": requests, "avg_ms": avg_us / 1e3}, "client_send_us": 0.0, "client_recv_us": 0.0,
-            "response_wait_us": avg_us, "server_us": dict.fromkeys(SERVER_COLUMNS, 0.0), "server_batches": 0.0}
+            "response_wait_us": avg_us, "server_us": None, "server_batches": None}  # reported for a finished run only
 
 
 class PerfAnalyzerRuns:

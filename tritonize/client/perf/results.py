@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from tritonize.console import table
 from tritonize.errors import TritonizeError
+from tritonize.options import EXIT_USAGE
 
 # perf_analyzer's `-f` header, then the three columns `--verbose-csv` adds. All times in microseconds.
 CSV_COLUMNS = (
@@ -41,21 +42,24 @@ class PerfOptions:
 
     def __post_init__(self):
         if not self.concurrency or min(self.concurrency) < 1 or max(self.concurrency) > 1024:
-            raise TritonizeError(f"--concurrency levels must be between 1 and 1024, got {list(self.concurrency)}")
+            raise TritonizeError(f"--concurrency levels must be between 1 and 1024, got {list(self.concurrency)}",
+                                 EXIT_USAGE)
         if self.batch < 1:
-            raise TritonizeError(f"--batch must be at least 1, got {self.batch}")
+            raise TritonizeError(f"--batch must be at least 1, got {self.batch}", EXIT_USAGE)
         if self.requests is None and self.duration is None:
-            raise TritonizeError("give --requests or --duration for each concurrency level")
+            raise TritonizeError("give --requests or --duration for each concurrency level", EXIT_USAGE)
         if self.requests is not None and self.requests < 1:
-            raise TritonizeError(f"--requests must be at least 1, got {self.requests}")
+            raise TritonizeError(f"--requests must be at least 1, got {self.requests}", EXIT_USAGE)
         if self.duration is not None and not 0 < self.duration <= 600:
-            raise TritonizeError(f"--duration must be between 0 and 600 seconds, got {self.duration}")
+            raise TritonizeError(f"--duration must be between 0 and 600 seconds, got {self.duration}", EXIT_USAGE)
         if self.shared_memory not in ("none", "system"):
-            raise TritonizeError(f"--shared-memory must be none or system, got {self.shared_memory!r}")
+            raise TritonizeError(f"--shared-memory must be none or system, got {self.shared_memory!r}", EXIT_USAGE)
         if self.engine not in LOAD_GENERATORS:
-            raise TritonizeError(f"--load-generator must be one of {', '.join(LOAD_GENERATORS)}, got {self.engine!r}")
+            raise TritonizeError(f"--load-generator must be one of {', '.join(LOAD_GENERATORS)}, got {self.engine!r}",
+                                 EXIT_USAGE)
         if not 0 < self.stability <= UNJUDGED:
-            raise TritonizeError(f"--stability must be a percentage between 0 and 1000, got {self.stability}")
+            raise TritonizeError(f"--stability must be a percentage between 0 and 1000, got {self.stability}",
+                                 EXIT_USAGE)
 
 
 @dataclass
@@ -71,8 +75,12 @@ class LevelResult:
     client_send_us: float  # building and serializing the request
     client_recv_us: float  # reading the outputs back
     response_wait_us: float  # from the request leaving the client until its response arrived
-    server_us: dict  # per request: queue, compute_input, compute_infer, compute_output
-    server_batches: float  # average batch the server executed (inferences / executions)
+    # The server's side, per request: queue, compute_input, compute_infer, compute_output, and the average batch
+    # the classifier executed (inferences / executions). Through an ensemble, the times are its steps' summed (as
+    # perf_analyzer sums them: the ensemble's own statistics show one execution of batch 1 per request and none of
+    # the steps' queues), each step's in `steps`. None where unknown (`server_note` says why).
+    server_us: dict | None
+    server_batches: float | None
     tensor_bytes_on_wire: int  # input + output tensor bytes carried by gRPC per request
     engine: str = "builtin"  # what measured: "builtin" or "perf_analyzer <version>"
     csv: dict | None = None  # perf_analyzer's CSV row, as it wrote it
@@ -80,6 +88,8 @@ class LevelResult:
     error: str | None = None  # the first failure's error
     preprocess: str = "client"  # the preprocessing path: client, server or uint8
     served: str = ""  # the Triton model the requests went to: `model`, or the ensemble that preprocesses for it
+    steps: dict = field(default_factory=dict)  # an ensemble's step -> {"server_us": {...}, "server_batches": b}
+    server_note: str | None = None  # why the server's side is unknown (a model reloaded during the level)
 
     @property
     def path(self) -> str:
@@ -87,24 +97,24 @@ class LevelResult:
         return self.preprocess if self.served in ("", self.model) else f"{self.preprocess} ({self.served})"
 
     @property
-    def network_us(self) -> float:
+    def network_us(self) -> float | None:
         """perf_analyzer's 'Network+Server Send/Recv': the wait not accounted for by the server."""
-        return max(0.0, self.response_wait_us - sum(self.server_us.values()))
+        return None if self.server_us is None else max(0.0, self.response_wait_us - sum(self.server_us.values()))
 
     def csv_row(self) -> dict:
         if self.csv is not None:
             return dict(self.csv)
-        us = lambda v: int(v)  # perf_analyzer writes whole microseconds, truncated
-        lat = self.latency
+        us = lambda v: "" if v is None else int(v)  # perf_analyzer writes whole microseconds, truncated
+        lat, server = self.latency, self.server_us or {}
         return {
             "Concurrency": self.concurrency,
             "Inferences/Second": round(self.throughput, 3),
             "Client Send": us(self.client_send_us),
             "Network+Server Send/Recv": us(self.network_us),
-            "Server Queue": us(self.server_us["queue"]),
-            "Server Compute Input": us(self.server_us["compute_input"]),
-            "Server Compute Infer": us(self.server_us["compute_infer"]),
-            "Server Compute Output": us(self.server_us["compute_output"]),
+            "Server Queue": us(server.get("queue")),
+            "Server Compute Input": us(server.get("compute_input")),
+            "Server Compute Infer": us(server.get("compute_infer")),
+            "Server Compute Output": us(server.get("compute_output")),
             "Client Recv": us(self.client_recv_us),
             "p50 latency": us(lat["p50_ms"] * 1e3),
             "p90 latency": us(lat["p90_ms"] * 1e3),
@@ -144,15 +154,20 @@ class PerfReport:
 
         rows = [(r.model, r.path, r.concurrency, r.batch, r.requests, r.failures or "", f"{r.throughput:.1f}",
                  *(ms(r.latency.get(k)) for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms")),
-                 # the server's split is not read across a failure (a reloaded model's statistics start again)
-                 *(ms(None if r.failures else r.server_us[k] / 1e3) for k in SERVER_PARTS),
-                 "-" if r.failures else f"{r.server_batches:.2f}")
+                 # the server's split is not shown across a failure (its requests are not in it)
+                 *(ms(None if r.failures or r.server_us is None else r.server_us[k] / 1e3) for k in SERVER_PARTS),
+                 "-" if r.failures or r.server_batches is None else f"{r.server_batches:.2f}")
                 for r in self.levels]
         out = [f"measured by {self.engine}", table(("model", "preprocess", "conc", "batch", "requests", "failed", "infer/s", "p50 ms",
                                                     "p90 ms", "p95 ms", "p99 ms", "queue ms", "in ms", "infer ms",
                                                     "out ms", "srv batch"), rows)]
         out += [f"  {r.model} at concurrency {r.concurrency}: {r.failures} request(s) failed, {r.requests} succeeded; "
                 f"first error: {r.error}" for r in self.failed_levels]
+        out += [f"  {r.model} at concurrency {r.concurrency}: {r.server_note}" for r in self.levels if r.server_note]
+        out += [f"  {r.model} at concurrency {r.concurrency} through {r.served}: " + "; ".join(
+                    f"{step} batch {s['server_batches']:.2f} (queue {ms(s['server_us']['queue'] / 1e3)} ms, "
+                    f"infer {ms(s['server_us']['compute_infer'] / 1e3)} ms)" for step, s in r.steps.items())
+                for r in self.levels if r.steps and not r.failures]
         for model, s in self.shared_memory_savings.items():
             g, m = s["grpc"], s["system_shared_memory"]
             # The built-in load generator sends requests serialized once: its client work is inside the gRPC call.
