@@ -189,7 +189,7 @@ def test_without_a_cuda_runtime_the_check_says_where_it_looked(emulated_tensorrt
 
     plan = _emulated_plan(tmp_path)
     purge()
-    monkeypatch.setattr("tritonize.machine.cudart_path", lambda: None)
+    monkeypatch.setattr("tritonize.machine.cudart_candidates", lambda: [])
     with pytest.raises(TritonizeError) as error:
         verify_plan(plan, ("images", "logits"), None, None, None, [1], "-")
     assert str(error.value) == (
