@@ -125,6 +125,13 @@ def pins_line(release: Release | None = None) -> str:
     return "\n".join(f"    {one(r)}" for r in load_releases() if r.tensorrt_pip)
 
 
+def tensorrt_pip(version: str) -> str | None:
+    """The pip requirement of TensorRT's Python package that loads plans of TensorRT `version`: a release's
+    `tensorrt_pip` whose TensorRT matches (PyPI's versions are not TensorRT's: 10.7.0.post1, 10.8.0.43), or None."""
+    return next((r.tensorrt_pip for r in load_releases()
+                 if r.tensorrt_pip and r.tensorrt and tensorrt_matches(version, r.tensorrt)), None)
+
+
 def host_tensorrt() -> str | None:
     """The TensorRT version of this Python's `tensorrt` package, or None when it is not installed."""
     try:
