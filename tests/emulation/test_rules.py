@@ -151,9 +151,19 @@ def test_layer_precision_rule(op, out, strong, flags, pinned, dq, fp32, runs):
     assert rules.layer_precision(op, out, strong, flags, pinned, dq, fp32) == runs
 
 
-def test_format_datatype_names_the_inspectors_formats():
-    assert [rules.format_datatype(p) for p in ("FLOAT", "HALF", "INT8")] == [
-        "Row major linear FP32 format", "Row major linear FP16 format", "Row major linear Int8 format"]
+def test_the_inspectors_formats_and_layer_types_are_those_of_nvidias_recorded_engines():
+    """The emulated inspector writes what NVIDIA's recorded engines (shared/nvidia/trex_*.graph.json) show."""
+    import json
+
+    from tests.emulation import ROOT
+
+    recorded = [json.loads(f.read_text()) for f in sorted((ROOT / "shared" / "nvidia").glob("trex_*.graph.json"))]
+    layers = [layer for engine in recorded for layer in engine["Layers"]]
+    formats = {t["Format/Datatype"] for layer in layers for t in layer["Inputs"] + layer["Outputs"]}
+    types = {layer["LayerType"] for layer in layers}
+    inspector = rules.inspector()
+    assert {inspector["formats"][p] for p in ("FLOAT", "HALF", "INT8")} <= formats
+    assert set(inspector["layer_types"].values()) - types == {"PointWiseV2", "Constant"}  # #66683, #4535 (sources)
 
 
 @pytest.mark.parametrize("index, count, problem", [
