@@ -189,7 +189,8 @@ def test_a_host_tensorrt_no_release_runs_gets_the_pins_printed(emulated_tensorrt
                      "--builder", "tensorrt")
     assert result.exit_code == 0, result.output
     assert "no release in tritonize's table runs TensorRT 11.4.0.106" in result.output
-    assert "Triton 24.08 (TensorRT 10.3.0.26): pip install 'tensorrt-cu12==10.3.0' 'torch-tensorrt==2.5.0'" in result.output
+    assert ("Triton 24.08 (TensorRT 10.3.0.26): pip install -e '.[gpu,dev]' 'tensorrt-cu12==10.3.0' 'torch-tensorrt==2.5.0' "
+            "'torch==2.5.0' 'torchvision==0.20.0'") in result.output
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["8.6.3.1"], indirect=True)
