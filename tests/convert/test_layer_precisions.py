@@ -28,8 +28,9 @@ def _nvidia_counts(name: str) -> dict:
 
 
 def convert(artifacts, builder, emulation, standins, monkeypatch, precision="fp16"):
+    calibration = ["--calib-images", "synthetic"] if precision == "int8" else []
     result = run_cli("convert", "trt", "--artifacts", artifacts, "--precision", precision, "--min-batch", "1", "--opt-batch", "2",
-                     "--max-batch", "4", "--builder", builder, "--force", *target(emulation, standins, monkeypatch))
+                     "--max-batch", "4", "--builder", builder, "--force", *calibration, *target(emulation, standins, monkeypatch))
     assert result.exit_code == 0, result.output
     return result, json.loads((artifacts / "manifest.json").read_text())["artifacts"]["tensorrt"]
 
@@ -202,3 +203,13 @@ def test_n25_a_two_profile_engine_counts_each_layer_once(emulated_tensorrt, tmp_
     copies = [l["Name"] for l in engine["Layers"] if l["Name"].endswith(" [profile 1]")]
     assert len(copies) == (4 if emulated_tensorrt.version.startswith("8.") else 0) and len(engine["Layers"]) == 4 + len(copies)
     assert from_engine_information(json.dumps(engine), "IEngineInspector").counts == {"FP32": 3}
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["8.6.3.1", "10.5.0.18"], indirect=True)
+def test_n25_an_int8_plans_convolutions_read_int8(emulated_tensorrt, standins, artifacts_copy, monkeypatch):
+    """The Q/DQ graph's convolutions and Gemm compute in INT8, as in NVIDIA's recorded QAT engine, each fused with its
+    DequantizeLinear layers, ReLU, residual add and QuantizeLinear; its pools too (Q/DQ sits around them in this
+    graph). The 23 compute layers of NVIDIA's ResNet-18 engines, counted by what they read, not what they write."""
+    monkeypatch.setenv("STANDIN_TRT_VERSION", emulated_tensorrt.version)
+    result, entry = convert(artifacts_copy, "tensorrt", emulated_tensorrt, standins, monkeypatch, precision="int8")
+    assert entry["layers"]["counts"] == {"INT8": 23}, entry["layers"]

@@ -712,39 +712,50 @@ def _engine_layers(records: list[dict], io: dict[str, str], profiles: int) -> li
             readers[name] = readers.get(name, 0) + 1
     producer = {o: r for r in records for o in r["outputs"]}
     position = {r["name"]: i for i, r in enumerate(records)}
-    groups, absorbed = {}, set()
+    quantizing = ("QUANTIZE", "DEQUANTIZE")
+    # A DequantizeLinear is fused into each layer that reads it, but for one that a Q/DQ or the engine's output reads.
+    fused_dq = {r["name"] for r in records if r["type"] == "DEQUANTIZE" and r["outputs"][0] not in io
+                and not any(o["type"] in quantizing for o in records if any(n == r["outputs"][0] for n, _ in o["inputs"]))}
+    chains, absorbed = {}, set(fused_dq)
     for record in records:
         if record["type"] not in ("CONVOLUTION", "MATRIX_MULTIPLY"):
             continue
-        dequantized = [producer[n] for n, _ in record["inputs"]
-                       if n in producer and producer[n]["type"] == "DEQUANTIZE" and readers.get(n) == 1]
         chain, tensor = [], record["outputs"][0]
         while readers.get(tensor) == 1 and tensor not in io:
             follower = next(r for r in records if any(n == tensor for n, _ in r["inputs"]))
             later = [n for n, _ in follower["inputs"] if n in producer and position[producer[n]["name"]] > position[record["name"]]
                      and n != tensor and producer[n] not in chain]
-            if follower["type"] not in ("ELEMENTWISE", "ACTIVATION") or later:  # an add joins the later of its convs
+            if follower["type"] not in ("ELEMENTWISE", "ACTIVATION", *quantizing) or later:  # an add joins its later conv
                 break
             chain.append(follower)
             tensor = follower["outputs"][0]
-        groups[record["name"]] = (dequantized, chain)
-        absorbed.update(r["name"] for r in dequantized + chain)
+        while chain and chain[-1]["type"] == "DEQUANTIZE":  # a last DequantizeLinear goes with its readers
+            chain.pop()
+        chains[record["name"]] = chain
+        absorbed.update(r["name"] for r in chain)
     fused = []
     for record in records:
         if record["name"] in absorbed:
             continue
-        dequantized, chain = groups.get(record["name"], ([], []))
-        via = {r["outputs"][0]: r for r in dequantized}
-        inputs = [i for n, p in record["inputs"] for i in (via[n]["inputs"] if n in via else [[n, p]])]
-        precision = "INT8" if record["inputs"] and record["inputs"][0][0] in via and inputs else record["precision"]
-        members, previous = [record], record["outputs"][0]
-        for follower in chain:
-            inputs += [[n, p] for n, p in follower["inputs"] if n != previous]
-            members.append(follower)
-            previous = follower["outputs"][0]
+        members = [record, *chains.get(record["name"], [])]
+        written_inside = {o for r in members for o in r["outputs"]}
+        names, inputs = [], []
+        for member in members:
+            for name, precision in member["inputs"]:
+                dq = producer.get(name)
+                if name in written_inside:
+                    continue
+                if dq is not None and dq["name"] in fused_dq:
+                    names += [dq["name"]] if member is record else []
+                    inputs += dq["inputs"]
+                else:
+                    inputs.append([name, precision])
+        first = record["inputs"][0][0] if record["inputs"] else None
+        through_dq = first in producer and producer[first]["name"] in fused_dq and producer[first]["inputs"]
         last = members[-1]
-        fused.append({"name": " + ".join(r["name"] for r in dequantized + members), "type": kind(record),
-                      "precision": precision, "inputs": inputs, "outputs": [[o, last["precision"]] for o in last["outputs"]]})
+        fused.append({"name": " + ".join(names + [r["name"] for r in members]), "type": kind(record),
+                      "precision": "INT8" if through_dq else record["precision"], "inputs": inputs,
+                      "outputs": [[o, last["precision"]] for o in last["outputs"]]})
     written, layers = dict(io), []
     for layer in fused:
         if layer["type"] not in ("Reformat", "Constant"):
