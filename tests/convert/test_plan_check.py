@@ -138,11 +138,11 @@ def test_n26_nan_in_trtexecs_exported_output_fails_the_comparison():
     """N26: trtexec prints each value with `os << v` (NVIDIA/TensorRT samples/common/sampleUtils.cpp print(),
     called by sampleReporting.cpp exportJSONOutput), so an FP16 overflow reaches the file as `nan`/`inf`, which is
     not JSON. The check reads them and fails the comparison on them, instead of "no readable tensor"."""
-    from tests.emulation import ROOT
+    from tests.nvidia_engines import FACTS
     from tritonize.convert.plan_check import exported_output
     from tritonize.verify import Tolerance, verify_runner
 
-    text = (ROOT / "shared" / "nvidia" / "trtexec_exportOutput_nan.json").read_text()
+    text = (FACTS / "trtexec_exportOutput_nan.json").read_text()
     values = exported_output(text, "logits")
     assert values.dtype == np.float32 and values.shape == (2, 5)
     assert np.isnan(values[0, 2]) and values[0, 4] == np.inf and np.isnan(values[1, 0]) and values[1, 3] == -np.inf

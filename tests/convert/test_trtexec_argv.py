@@ -133,7 +133,8 @@ def test_banner_version(banner, version):
     assert parse_banner_version(banner) == version
 
 
-# NVIDIA's recorded banner lines (shared/nvidia/trtexec_banners.txt; README.md there names each line's source),
+# Real trtexecs' banner lines, each quoted from a log (tests/data/nvidia_facts/trtexec_banners.txt; README.md there
+# names each line's source),
 # in file order, and the TensorRT each names.
 RECORDED_BANNERS = ["8.6.1.6", "8.6.1.6", "10.0.1.6", "10.2.0.19", "10.6.0.26", "10.8.0.43", "10.16.0.72", "11.0.0.114"]
 
@@ -141,9 +142,9 @@ RECORDED_BANNERS = ["8.6.1.6", "8.6.1.6", "10.0.1.6", "10.2.0.19", "10.6.0.26", 
 def test_banners_as_real_trtexecs_print_them(standin_trtexec, tmp_path):
     """Build 4 of issue 34: the banner reader on the lines real trtexecs of 8.6, 10.x and 11.x printed (with the build
     number from 10.4 on), and the trtexec stand-in prints the same banner for each of those versions."""
-    from tests.emulation import ROOT
+    from tests.nvidia_engines import FACTS
 
-    lines = (ROOT / "shared" / "nvidia" / "trtexec_banners.txt").read_text().splitlines()
+    lines = (FACTS / "trtexec_banners.txt").read_text().splitlines()
     assert len(lines) == len(RECORDED_BANNERS)
     for line, full in zip(lines, RECORDED_BANNERS):
         printed = full if tuple(int(p) for p in full.split(".")[:2]) >= (10, 4) else ".".join(full.split(".")[:3])

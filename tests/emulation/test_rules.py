@@ -151,14 +151,16 @@ def test_layer_precision_rule(op, out, strong, flags, pinned, dq, fp32, runs):
     assert rules.layer_precision(op, out, strong, flags, pinned, dq, fp32) == runs
 
 
-def test_the_inspectors_formats_and_layer_types_are_those_of_nvidias_recorded_engines():
-    """The emulated inspector writes what NVIDIA's recorded engines (shared/nvidia/trex_*.graph.json) show."""
+@pytest.mark.parametrize("source", ["fixtures", "nvidia"])
+def test_the_inspectors_formats_and_layer_types_are_those_of_real_engines(source):
+    """The emulated inspector writes the formats and layer types real engines show: those of our fixtures
+    (tests/data/nvidia_facts/), and of NVIDIA's recorded engines where a copy is at hand (tests/nvidia_engines.py)."""
     import json
 
-    from tests.emulation import ROOT
+    from tests.nvidia_engines import ENGINES, fixture, nvidia_engine
 
-    recorded = [json.loads(f.read_text()) for f in sorted((ROOT / "shared" / "nvidia").glob("trex_*.graph.json"))]
-    layers = [layer for engine in recorded for layer in engine["Layers"]]
+    texts = [fixture(n) for n in ("fp32", "fp16", "qat")] if source == "fixtures" else [nvidia_engine(n) for n in ENGINES]
+    layers = [layer for text in texts for layer in json.loads(text)["Layers"]]
     formats = {t["Format/Datatype"] for layer in layers for t in layer["Inputs"] + layer["Outputs"]}
     types = {layer["LayerType"] for layer in layers}
     inspector = rules.inspector()

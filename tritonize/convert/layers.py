@@ -8,7 +8,7 @@ verbosity, per layer its Name, LayerType and Inputs/Outputs, each tensor with it
 ("Channel major FP16 format where channel % 8 == 0") on 8.x and 10.x, in a "Datatype" key of its own ("Half")
 beside "Format" on 11.x. Below DETAILED a layer is its name only: the precisions are then unknown.
 
-What real engines list (NVIDIA's recorded ones are the test data, shared/nvidia/README.md) decides the reading:
+What real engines list (NVIDIA's recorded ones; tests/data/nvidia_facts/README.md names them) decides the reading:
 - layers that only move or convert data (the "Reformatting CopyNode ..." TensorRT inserts between formats, NoOp,
   Shuffle, Constant, Cast; a QuantizeLinear runs as a Reformat) are not counted: their output type is the next
   layer's, or the engine output's;
