@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU acceptance: the half of tritonize that no machine of this project can run (no GPU, no TensorRT).
 #
-# Run it on a GPU box with tritonize and its tests (`pip install -e ".[gpu,dev]"`), the TensorRT Python
-# package and torch-tensorrt of a Triton release (`tritonize convert releases` prints the pins), trtexec on
+# Run it on a GPU box with tritonize, its tests and the TensorRT, torch-tensorrt, torch and torchvision of a Triton
+# release, installed by the one command `tritonize convert releases` prints for it (docs/gpu-box.md), trtexec on
 # PATH and Docker with the NVIDIA Container Toolkit:
 #
 #   bash benchmarks/gpu_acceptance.sh [--arch resnet50] [--weights DEFAULT] [--release YY.MM]

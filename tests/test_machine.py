@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -47,7 +48,7 @@ def test_gpu_facts_come_from_the_cuda_runtime_not_torch(emulated_tensorrt, monke
 
 
 def test_gpu_facts_never_fail(monkeypatch, tmp_path):
-    monkeypatch.setattr(machine, "cudart_path", lambda: None)
+    monkeypatch.setattr(machine, "find_cudart", lambda: machine.CudaRuntime(None))
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi either
     facts = machine.gpu_facts()
     assert set(facts) == {"error"} and "no CUDA runtime" in facts["error"] and "no nvidia-smi" in facts["error"]
@@ -73,7 +74,7 @@ from tritonize.convert.plan_check import verify_plan
 from tritonize.verify import Tolerance
 from tests.convert.test_plan_check import _emulated_plan
 out = Path({str(tmp_path)!r})
-assert machine.cudart_path() == Path({str(cudart)!r}), machine.cudart_path()
+assert machine.find_cudart().path == Path({str(cudart)!r}), machine.find_cudart()
 plan = _emulated_plan(out)
 x = np.ones((2, 3, 16, 16), np.float32)
 ref = ort.InferenceSession(str(out / "tiny.onnx"), providers=["CPUExecutionProvider"]).run(None, {{"images": x}})[0]
@@ -81,3 +82,52 @@ print(verify_plan(plan, ("images", "logits"), x, ref, Tolerance(), [1, 2], "ones
 """
     done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip().endswith("True"), done.stdout + done.stderr
+
+
+@pytest.mark.emulated_tensorrt
+def test_n22_a_cuda_13_runtime_the_driver_refuses_does_not_hide_the_working_cuda_12_one(emulated_cudart, tmp_path):
+    """N22: a venv that still holds the CUDA 13 runtime wheel (nvidia/cu13/lib) beside the CUDA 12 one
+    (nvidia/cuda_runtime/lib), under a driver older than R580: the CUDA 13 runtime answers every call with 35
+    (cudaErrorInsufficientDriver). The GPU probe (`machine.cuda_gpu`, which the builders' gpu_problem, the
+    embedded tensorrt backend and `repo check` ask) and the plan check use the CUDA 12 runtime, which answers;
+    with the CUDA 13 one alone, the probe names it and its code."""
+    from tests.emulation import EMULATED, ROOT, build_cudart, environment
+
+    site = tmp_path / "site"
+    cu13, cu12 = site / "nvidia" / "cu13" / "lib", site / "nvidia" / "cuda_runtime" / "lib"
+    cu12.mkdir(parents=True)
+    refusing = build_cudart(tmp_path / "old-driver", device_count_error=35).rename(tmp_path / "libcudart.so.13")
+    working = Path(shutil.copy(emulated_cudart, cu12 / "libcudart.so.12"))
+    env = {**os.environ, **environment("10.5.0.18", working)}
+    env["LD_LIBRARY_PATH"] = os.environ.get("LD_LIBRARY_PATH", "")  # nothing of ours on the search path
+    env["PYTHONPATH"] = os.pathsep.join([str(EMULATED), str(ROOT), str(site)])
+
+    def run(script: str) -> str:
+        done = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout.strip()
+
+    cu13.mkdir(parents=True)
+    shutil.move(refusing, cu13 / "libcudart.so.13")
+    both = run(f"""
+import numpy as np, onnxruntime as ort
+from pathlib import Path
+from tritonize.convert.builders import gpu_problem
+from tritonize.convert.plan_check import verify_plan
+from tritonize.machine import cuda_gpu
+from tritonize.verify import Tolerance
+from tests.convert.test_plan_check import _emulated_plan
+assert gpu_problem() is None, gpu_problem()
+assert cuda_gpu()["count"] == 1, cuda_gpu()
+out = Path({str(tmp_path)!r})
+plan = _emulated_plan(out)
+x = np.ones((2, 3, 16, 16), np.float32)
+ref = ort.InferenceSession(str(out / "tiny.onnx"), providers=["CPUExecutionProvider"]).run(None, {{"images": x}})[0]
+print(verify_plan(plan, ("images", "logits"), x, ref, Tolerance(), [1, 2], "ones").passed)
+""")
+    assert both.endswith("True"), both
+
+    (cu12 / "libcudart.so.12").unlink()
+    alone = run("from tritonize.convert.builders import gpu_problem; print(gpu_problem())")
+    assert f"{cu13 / 'libcudart.so.13'}: 35 (cudaErrorInsufficientDriver)" in alone, alone

@@ -1,5 +1,5 @@
 """Probes of this machine that several stages need: is a GPU visible, can Docker give containers one,
-which CUDA runtime library Polygraphy will load, and what the GPU is.
+which CUDA runtime library Polygraphy will load (the first that answers), and what the GPU is.
 
 Cheap and side-effect free: nothing here imports torch or TensorRT, and a probe that cannot tell says
 so instead of failing (a build is never refused because its GPU could not be named).
@@ -14,13 +14,14 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-# Where Polygraphy 0.53.6 (polygraphy/cuda/cuda.py, _find_cuda_lib_dirs) looks for libcudart.so*, after
-# LD_LIBRARY_PATH: these, then <sys.path>/nvidia/cuda_runtime/lib (the CUDA 12 wheel). It never looks in
-# <sys.path>/nvidia/cu13/lib, where the CUDA 13 runtime wheel (nvidia-cuda-runtime 13.x, brought by
-# torch and TensorRT for CUDA 13) puts libcudart.so.13.
+# Where Polygraphy 0.53.6 (polygraphy/cuda/cuda.py, _find_cuda_lib_dirs) looks for libcudart.so* on Linux:
+# LD_LIBRARY_PATH, these, then <sys.path>/nvidia/cuda_runtime/lib (the CUDA 12 wheel); it loads the first file it
+# finds and never asks whether it works. It never looks in <sys.path>/nvidia/cu13/lib, where the CUDA 13 runtime
+# wheel (nvidia-cuda-runtime 13.x, brought by torch and TensorRT for CUDA 13) puts libcudart.so.13.
 POLYGRAPHY_SYSTEM_DIRS = ("/usr/local/cuda/lib64", "/usr/lib", "/lib")
 DOCKER_PROBE_TIMEOUT_S = 900  # a first `docker run` pulls the image
 
@@ -70,20 +71,67 @@ def docker_gpu_problem(image: str | None = None) -> str | None:
     return None
 
 
-def cudart_path() -> Path | None:
-    """The CUDA runtime library the plan check should use: one on LD_LIBRARY_PATH, else the pip wheels'
-    (nvidia/cu*/lib or nvidia/cuda_runtime/lib on sys.path, in that order), else the system's."""
+@dataclass(frozen=True)
+class CudaRuntime:
+    """Which CUDA runtime library the plan check and the GPU probes use (`find_cudart`)."""
+
+    path: Path | None  # the first one found that answered cudaGetDeviceCount; None: none did
+    refused: tuple[str, ...] = ()  # "<library>: <code> (<name>)" for each one found that did not
+
+
+def cudart_candidates() -> list[Path]:
+    """The CUDA runtime libraries here, in the order they are tried: LD_LIBRARY_PATH, the pip wheels
+    (nvidia/cu*/lib, newest first, then nvidia/cuda_runtime/lib on sys.path), the system's."""
     dirs = [Path(d) for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
     for entry in sys.path:
         nvidia = Path(entry or ".") / "nvidia"
         if nvidia.is_dir():
             dirs += sorted(nvidia.glob("cu[0-9]*/lib"), reverse=True) + [nvidia / "cuda_runtime" / "lib"]
     dirs += [Path(d) for d in POLYGRAPHY_SYSTEM_DIRS]
+    found: dict[Path, Path] = {}
     for directory in dirs:
-        found = sorted(directory.glob("libcudart.so*")) if directory.is_dir() else []
-        if found:
-            return found[0]
-    return None
+        libraries = sorted(directory.glob("libcudart.so*")) if directory.is_dir() else []
+        if libraries:
+            found.setdefault(libraries[0].resolve(), libraries[0])
+    return list(found.values())
+
+
+def _refusal(library: Path) -> str | None:
+    """None when the runtime answers cudaGetDeviceCount, else why not: its error code and name (a CUDA 13
+    runtime under a driver older than R580 answers 35, cudaErrorInsufficientDriver)."""
+    try:
+        lib = ctypes.CDLL(str(library))
+        count = ctypes.c_int(0)
+        status = lib.cudaGetDeviceCount(ctypes.byref(count))
+    except (OSError, AttributeError) as e:
+        return f"cannot be loaded ({e})"
+    if status == 0:
+        return None
+    name = getattr(lib, "cudaGetErrorName", None)
+    if name is not None:
+        name.restype = ctypes.c_char_p
+        return f"{status} ({(name(status) or b'?').decode(errors='replace')})"
+    return str(status)
+
+
+def find_cudart() -> CudaRuntime:
+    """The first CUDA runtime (`cudart_candidates`) that answers cudaGetDeviceCount. A runtime the driver is too
+    old for loads fine and then refuses every call, so finding the file is not enough: a venv that still holds the
+    CUDA 13 wheel beside the CUDA 12 one must not hide a working GPU."""
+    refused = []
+    for library in cudart_candidates():
+        why = _refusal(library)
+        if why is None:
+            return CudaRuntime(library, tuple(refused))
+        refused.append(f"{library}: {why}")
+    return CudaRuntime(None, tuple(refused))
+
+
+def _no_runtime(found: CudaRuntime) -> str:
+    if found.refused:
+        return "no CUDA runtime answers cudaGetDeviceCount (" + "; ".join(found.refused) + ")"
+    return ("no CUDA runtime library (libcudart.so*) on LD_LIBRARY_PATH, in the nvidia-cuda-runtime wheels or in "
+            "/usr/local/cuda/lib64: pip install nvidia-cuda-runtime-cu12")
 
 
 @contextlib.contextmanager
@@ -100,16 +148,15 @@ def _first_on_library_path(directory: Path) -> Iterator[None]:
 
 
 def cuda_runtime():
-    """Polygraphy's CUDA wrapper (polygraphy.cuda.wrapper()), loaded from `cudart_path()`: Polygraphy
+    """Polygraphy's CUDA wrapper (polygraphy.cuda.wrapper()), loaded from `find_cudart()`'s library: Polygraphy
     searches LD_LIBRARY_PATH first, so that directory goes there for the one moment the wrapper loads
-    its library (it keeps it for the life of the process). Raises RuntimeError when there is none."""
+    its library (it keeps it for the life of the process). Raises RuntimeError when no runtime answers."""
     from polygraphy import cuda
 
-    path = cudart_path()
-    if path is None:
-        raise RuntimeError("no CUDA runtime library (libcudart.so*) on LD_LIBRARY_PATH, in the nvidia-cuda-runtime "
-                           "wheels or in /usr/local/cuda/lib64: pip install nvidia-cuda-runtime-cu12")
-    with _first_on_library_path(path.parent):
+    found = find_cudart()
+    if found.path is None:
+        raise RuntimeError(_no_runtime(found))
+    with _first_on_library_path(found.path.parent):
         return cuda.wrapper()
 
 
@@ -118,6 +165,8 @@ def cuda_gpu() -> dict:
     {"error": why} (no runtime, no driver, no GPU). Never raises."""
     try:
         lib = cuda_runtime().handle
+    except RuntimeError as e:  # none found, or none answers (each named with its code)
+        return {"error": str(e)}
     except Exception as e:  # noqa: BLE001 - Polygraphy's critical errors, OSError from the loader
         return {"error": f"no CUDA runtime: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"}
     count, value = ctypes.c_int(0), ctypes.c_int(0)

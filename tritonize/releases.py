@@ -44,6 +44,8 @@ class Release:
     upstream_container: str | None = None  # the NGC stack it is built on (26.05 and 26.06: the month before)
     tensorrt_pip: str | None = None  # "tensorrt-cu12==10.5.0": TensorRT's Python package for building and checking plans
     torch_tensorrt_pip: str | None = None  # "torch-tensorrt==2.5.0": the release built against exactly that TensorRT
+    torch_pip: str | None = None  # "torch==2.5.0": torch-tensorrt's pin (else the previous row's), a CUDA 12 build
+    torchvision_pip: str | None = None  # "torchvision==0.20.0": the torchvision that pins that torch
 
     @property
     def image(self) -> str:
@@ -110,19 +112,40 @@ def tensorrt_loads(built_with: str, served_by: str, version_compatible: bool = F
     return a[0] == b[0] or (a[0], b[0]) in CROSS_MAJOR
 
 
+GPU_INSTALL = "pip install -e '.[gpu,dev]'"  # run in the tritonize checkout, in a fresh virtual environment
+
+
+def install_command(release: Release) -> str | None:
+    """The one pip command that installs tritonize and builds plans for `release`, or None (no TensorRT wheel):
+    TensorRT's Python package of exactly the release's TensorRT, the torch-tensorrt built against it (where one is),
+    the torch that torch-tensorrt pins and the torchvision built for that torch, resolved together (pinned one after
+    the other, torch-tensorrt would replace torch and leave a torchvision that no longer imports). The pins are
+    checked against the package index by tests/test_gpu_install.py."""
+    if not release.tensorrt_pip:
+        return None
+    pins = (release.tensorrt_pip, release.torch_tensorrt_pip, release.torch_pip, release.torchvision_pip)
+    return " ".join([GPU_INSTALL, *(f"'{p}'" for p in pins if p)])
+
+
 def pins_line(release: Release | None = None) -> str:
-    """The pip pins that build plans for `release` (or, without one, for every release whose pins are known):
-    TensorRT's Python package of its exact TensorRT, and the torch-tensorrt built against it. tritonize's
-    `gpu` extra pins neither: torch-tensorrt's newest release would choose a TensorRT no server runs."""
+    """The GPU install of `release` (or, without one, of every release whose pins are known), one line each.
+    tritonize's `gpu` extra pins none of it: torch-tensorrt's newest release would choose a TensorRT no server runs."""
     def one(r: Release) -> str:
-        torch_trt = f" '{r.torch_tensorrt_pip}'" if r.torch_tensorrt_pip else " (no torch-tensorrt release uses it)"
         if not r.tensorrt_pip:
             return f"Triton {r.release} (TensorRT {r.tensorrt or 'unknown'}): no pip wheel; build with --builder container"
-        return f"Triton {r.release} (TensorRT {r.tensorrt}): pip install '{r.tensorrt_pip}'{torch_trt}"
+        note = "" if r.torch_tensorrt_pip else "  # no torch-tensorrt for this TensorRT: no --builder torch-tensorrt"
+        return f"Triton {r.release} (TensorRT {r.tensorrt}): {install_command(r)}{note}"
 
     if release is not None:
         return one(release)
     return "\n".join(f"    {one(r)}" for r in load_releases() if r.tensorrt_pip)
+
+
+def tensorrt_pip(version: str) -> str | None:
+    """The pip requirement of TensorRT's Python package that loads plans of TensorRT `version`: a release's
+    `tensorrt_pip` whose TensorRT matches (PyPI's versions are not TensorRT's: 10.7.0.post1, 10.8.0.43), or None."""
+    return next((r.tensorrt_pip for r in load_releases()
+                 if r.tensorrt_pip and r.tensorrt and tensorrt_matches(version, r.tensorrt)), None)
 
 
 def host_tensorrt() -> str | None:

@@ -118,8 +118,7 @@ def compare(reference: np.ndarray, candidate: np.ndarray, tol: Tolerance = FP32)
     if reference.shape != candidate.shape:
         raise TritonizeError(f"output shapes differ: reference {reference.shape} vs candidate {candidate.shape}")
     finite = bool(np.isfinite(candidate).all())
-    diff = np.abs(candidate - reference)
-    max_abs = float(diff.max()) if finite else float("inf")
+    max_abs = float(np.abs(candidate - reference).max()) if finite else float("inf")
     scale = float(np.abs(reference).max()) or 1.0
     rel = max_abs / scale
     top1 = float((reference.argmax(1) == candidate.argmax(1)).mean()) if finite else 0.0

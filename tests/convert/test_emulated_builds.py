@@ -112,6 +112,24 @@ def test_the_python_check_names_the_tensorrt_that_would_load_the_plan(emulated_t
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_n31_the_check_names_a_tensorrt_wheel_pip_can_install(emulated_tensorrt, tmp_path):
+    """N31: PyPI's tensorrt-cu12 for 10.7 is 10.7.0.post1 (`==10.7.0` matches nothing) and for 10.8 is
+    10.8.0.43; the pin is the release table's `tensorrt_pip` (resolved against the index in
+    tests/test_gpu_install.py), and a TensorRT with no wheel is said to have none."""
+    from tests.convert.test_plan_check import _emulated_plan
+    from tritonize.convert.plan_check import verify_plan
+    from tritonize.errors import TritonizeError
+
+    plan = _emulated_plan(tmp_path)
+    for built_with, pin in (("10.7.0.23", "tensorrt-cu12==10.7.0.post1"), ("10.8.0.43", "tensorrt-cu12==10.8.0.43")):
+        with pytest.raises(TritonizeError, match=f"pip install '{re.escape(pin)}' to check it here"):
+            verify_plan(plan, ("images", "logits"), None, None, None, [1], "-", built_with=built_with)
+    with pytest.raises(TritonizeError) as error:
+        verify_plan(plan, ("images", "logits"), None, None, None, [1], "-", built_with="8.6.3.1")
+    assert "pip install" not in str(error.value) and "no pip wheel" in str(error.value)
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
 def test_any_failure_of_a_builder_is_recorded_and_the_next_one_builds(emulated_tensorrt, artifacts_copy, monkeypatch):
     """Polygraphy cannot lock or write a timing cache in /proc: a FileNotFoundError out of the `tensorrt`
     builder (N6: a traceback, no record, the plan left) is a recorded failure, and torch-tensorrt builds
@@ -171,7 +189,8 @@ def test_a_host_tensorrt_no_release_runs_gets_the_pins_printed(emulated_tensorrt
                      "--builder", "tensorrt")
     assert result.exit_code == 0, result.output
     assert "no release in tritonize's table runs TensorRT 11.4.0.106" in result.output
-    assert "Triton 24.08 (TensorRT 10.3.0.26): pip install 'tensorrt-cu12==10.3.0' 'torch-tensorrt==2.5.0'" in result.output
+    assert ("Triton 24.08 (TensorRT 10.3.0.26): pip install -e '.[gpu,dev]' 'tensorrt-cu12==10.3.0' 'torch-tensorrt==2.5.0' "
+            "'torch==2.5.0' 'torchvision==0.20.0'") in result.output
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["8.6.3.1"], indirect=True)

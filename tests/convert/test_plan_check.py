@@ -134,6 +134,25 @@ def test_trtexecs_exported_output_is_read_as_float32():
     assert str(error.value) == "trtexec's exported output has no readable tensor 'output' (KeyError: 'output')"
 
 
+def test_n26_nan_in_trtexecs_exported_output_fails_the_comparison():
+    """N26: trtexec prints each value with `os << v` (NVIDIA/TensorRT samples/common/sampleUtils.cpp print(),
+    called by sampleReporting.cpp exportJSONOutput), so an FP16 overflow reaches the file as `nan`/`inf`, which is
+    not JSON. The check reads them and fails the comparison on them, instead of "no readable tensor"."""
+    from tests.nvidia_engines import FACTS
+    from tritonize.convert.plan_check import exported_output
+    from tritonize.verify import Tolerance, verify_runner
+
+    text = (FACTS / "trtexec_exportOutput_nan.json").read_text()
+    values = exported_output(text, "logits")
+    assert values.dtype == np.float32 and values.shape == (2, 5)
+    assert np.isnan(values[0, 2]) and values[0, 4] == np.inf and np.isnan(values[1, 0]) and values[1, 3] == -np.inf
+    assert values[1, 2] == 1e5 and values[0, 0] == 3.25
+    reference = np.nan_to_num(values, nan=0.0, posinf=1.0, neginf=-1.0)
+    report = verify_runner(lambda x: exported_output(text, "logits")[: len(x)], reference, reference, Tolerance(),
+                           batches=[1, 2])
+    assert not report.passed and not report.batches["2"].finite
+
+
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
 def test_trtexec_checks_the_plans_it_can_load(emulated_tensorrt, tmp_path, monkeypatch):
     """verify_with_trtexec runs each batch through the trtexec stand-in (--loadEngine ... --exportOutput):
@@ -189,7 +208,7 @@ def test_without_a_cuda_runtime_the_check_says_where_it_looked(emulated_tensorrt
 
     plan = _emulated_plan(tmp_path)
     purge()
-    monkeypatch.setattr("tritonize.machine.cudart_path", lambda: None)
+    monkeypatch.setattr("tritonize.machine.cudart_candidates", lambda: [])
     with pytest.raises(TritonizeError) as error:
         verify_plan(plan, ("images", "logits"), None, None, None, [1], "-")
     assert str(error.value) == (

@@ -133,6 +133,28 @@ def test_banner_version(banner, version):
     assert parse_banner_version(banner) == version
 
 
+# Real trtexecs' banner lines, each quoted from a log (tests/data/nvidia_facts/trtexec_banners.txt; README.md there
+# names each line's source),
+# in file order, and the TensorRT each names.
+RECORDED_BANNERS = ["8.6.1.6", "8.6.1.6", "10.0.1.6", "10.2.0.19", "10.6.0.26", "10.8.0.43", "10.16.0.72", "11.0.0.114"]
+
+
+def test_banners_as_real_trtexecs_print_them(standin_trtexec, tmp_path):
+    """Build 4 of issue 34: the banner reader on the lines real trtexecs of 8.6, 10.x and 11.x printed (with the build
+    number from 10.4 on), and the trtexec stand-in prints the same banner for each of those versions."""
+    from tests.nvidia_engines import FACTS
+
+    lines = (FACTS / "trtexec_banners.txt").read_text().splitlines()
+    assert len(lines) == len(RECORDED_BANNERS)
+    for line, full in zip(lines, RECORDED_BANNERS):
+        printed = full if tuple(int(p) for p in full.split(".")[:2]) >= (10, 4) else ".".join(full.split(".")[:3])
+        assert parse_banner_version(line) == printed, line
+        done = subprocess.run([str(standin_trtexec), "--help"], env={**os.environ, "STANDIN_TRT_VERSION": full},
+                              cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        tag = line.split("TensorRT.trtexec ", 1)[1].split(" #", 1)[0]
+        assert done.stdout.splitlines()[0].startswith(f"&&&& RUNNING TensorRT.trtexec {tag} # trtexec"), done.stdout[:200]
+
+
 def test_probe_gives_up_on_a_binary_that_hangs(tmp_path):
     hangs = tmp_path / "trtexec"
     hangs.write_text("#!/bin/sh\necho '[TensorRT v100500]'; exec sleep 30\n")

@@ -28,14 +28,16 @@ VERSIONS = ("8.6.3.1", "10.5.0.18", "11.4.0.106")
 RELEASES = {"8.6.3.1": "24.04", "10.5.0.18": "24.10", "11.4.0.106": None}
 
 
-def build_cudart(dest: Path) -> Path:
-    """Compile the CUDA runtime stand-in into `dest`; RuntimeError when there is no C compiler."""
+def build_cudart(dest: Path, device_count_error: int | None = None) -> Path:
+    """Compile the CUDA runtime stand-in into `dest`; RuntimeError when there is no C compiler. With
+    `device_count_error`, a runtime whose cudaGetDeviceCount answers that code (35: the driver is too old for it)."""
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     if compiler is None:
         raise RuntimeError("no C compiler (cc/gcc) to build the CUDA runtime stand-in")
     dest.mkdir(parents=True, exist_ok=True)
     library = dest / CUDART_NAME
-    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(library), str(CUDART_SOURCE), "-lpthread"],
+    defines = [] if device_count_error is None else [f"-DEMU_DEVICE_COUNT_ERROR={int(device_count_error)}"]
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", *defines, "-o", str(library), str(CUDART_SOURCE), "-lpthread"],
                    check=True, capture_output=True, text=True)
     return library
 

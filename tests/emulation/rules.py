@@ -155,6 +155,6 @@ def layer_precision(op_type: str, output_type: str, strongly_typed: bool, flags:
     return output_type
 
 
-def format_datatype(precision: str) -> str:
-    """The inspector's "Format/Datatype" of a linear tensor of DataType `precision`."""
-    return data()["layer_precision"]["format_datatype"][precision]
+def inspector() -> dict:
+    """How the engine inspector presents a built engine (rules 'inspector'): layer types, formats, data types."""
+    return data()["inspector"]

@@ -151,9 +151,21 @@ def test_layer_precision_rule(op, out, strong, flags, pinned, dq, fp32, runs):
     assert rules.layer_precision(op, out, strong, flags, pinned, dq, fp32) == runs
 
 
-def test_format_datatype_names_the_inspectors_formats():
-    assert [rules.format_datatype(p) for p in ("FLOAT", "HALF", "INT8")] == [
-        "Row major linear FP32 format", "Row major linear FP16 format", "Row major linear Int8 format"]
+@pytest.mark.parametrize("source", ["fixtures", "nvidia"])
+def test_the_inspectors_formats_and_layer_types_are_those_of_real_engines(source):
+    """The emulated inspector writes the formats and layer types real engines show: those of our fixtures
+    (tests/data/nvidia_facts/), and of NVIDIA's recorded engines where a copy is at hand (tests/nvidia_engines.py)."""
+    import json
+
+    from tests.nvidia_engines import ENGINES, fixture, nvidia_engine
+
+    texts = [fixture(n) for n in ("fp32", "fp16", "qat")] if source == "fixtures" else [nvidia_engine(n) for n in ENGINES]
+    layers = [layer for text in texts for layer in json.loads(text)["Layers"]]
+    formats = {t["Format/Datatype"] for layer in layers for t in layer["Inputs"] + layer["Outputs"]}
+    types = {layer["LayerType"] for layer in layers}
+    inspector = rules.inspector()
+    assert {inspector["formats"][p] for p in ("FLOAT", "HALF", "INT8")} <= formats
+    assert set(inspector["layer_types"].values()) - types == {"PointWiseV2", "Constant"}  # #66683, #4535 (sources)
 
 
 @pytest.mark.parametrize("index, count, problem", [

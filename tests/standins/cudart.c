@@ -16,7 +16,10 @@
  * The emulated `tensorrt` asks it, through the emu_cuda_* functions (which no real libcudart has),
  * whether the addresses it is given are live device memory. At exit, when $TRITONIZE_EMULATED_CUDA_REPORT
  * names a file, one line is appended to it: "<pid> <live allocations> <live bytes> <live streams> <errors>".
- * Built by tests/emulation (cc -shared -fPIC) into a temporary directory.
+ * Built by tests/emulation (cc -shared -fPIC) into a temporary directory. Built with
+ * -DEMU_DEVICE_COUNT_ERROR=<code>, it is a runtime that cannot reach the GPU: cudaGetDeviceCount answers that
+ * code and 0 devices, and every other call the code, as a CUDA 13 runtime under a driver older than R580 answers
+ * 35 (cudaErrorInsufficientDriver, driver_types.h).
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -25,8 +28,8 @@
 #include <string.h>
 #include <unistd.h>
 
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInvalidDevice = 101,
-       cudaErrorInvalidResourceHandle = 400 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorInsufficientDriver = 35,
+       cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101, cudaErrorInvalidResourceHandle = 400 };
 enum { HostToHost = 0, HostToDevice = 1, DeviceToHost = 2, DeviceToDevice = 3, Default = 4 };
 
 typedef struct { char *ptr; size_t size; } Allocation;
@@ -39,6 +42,13 @@ static size_t stream_count, stream_capacity;
 static int errors;
 static int last_error;
 static char violation[512];
+
+/* A runtime the driver refuses answers every call with that code, as the real one does. */
+#ifdef EMU_DEVICE_COUNT_ERROR
+#define REFUSED_BY_DRIVER() return EMU_DEVICE_COUNT_ERROR
+#else
+#define REFUSED_BY_DRIVER() (void)0
+#endif
 
 static int fail(int code, const char *fmt, ...) {
     va_list args;
@@ -71,6 +81,7 @@ static long find_stream(const void *s) {
 }
 
 int cudaMalloc(void **p, size_t size) {
+    REFUSED_BY_DRIVER();
     if (!p) return cudaErrorInvalidValue;
     pthread_mutex_lock(&lock);
     char *ptr = malloc(size ? size : 1);
@@ -86,6 +97,7 @@ int cudaMalloc(void **p, size_t size) {
 }
 
 int cudaFree(void *p) {
+    REFUSED_BY_DRIVER();
     if (!p) return cudaSuccess; /* documented: freeing 0 does nothing */
     pthread_mutex_lock(&lock);
     for (size_t i = 0; i < allocation_count; i++) {
@@ -132,9 +144,13 @@ static int copy(const char *call, void *dst, const void *src, size_t n, int kind
     return code;
 }
 
-int cudaMemcpy(void *dst, const void *src, size_t n, int kind) { return copy("cudaMemcpy", dst, src, n, kind); }
+int cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
+    REFUSED_BY_DRIVER();
+    return copy("cudaMemcpy", dst, src, n, kind);
+}
 
 int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream) {
+    REFUSED_BY_DRIVER();
     pthread_mutex_lock(&lock);
     int live = stream == NULL || find_stream(stream) >= 0;
     int code = live ? cudaSuccess
@@ -144,6 +160,7 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind, void *stream
 }
 
 int cudaStreamCreate(void **stream) {
+    REFUSED_BY_DRIVER();
     if (!stream) return cudaErrorInvalidValue;
     pthread_mutex_lock(&lock);
     if (stream_count == stream_capacity) {
@@ -158,6 +175,7 @@ int cudaStreamCreate(void **stream) {
 }
 
 int cudaStreamSynchronize(void *stream) {
+    REFUSED_BY_DRIVER();
     pthread_mutex_lock(&lock);
     int code = stream == NULL || find_stream(stream) >= 0
                    ? cudaSuccess
@@ -167,6 +185,7 @@ int cudaStreamSynchronize(void *stream) {
 }
 
 int cudaStreamDestroy(void *stream) {
+    REFUSED_BY_DRIVER();
     pthread_mutex_lock(&lock);
     long i = find_stream(stream);
     int code = cudaSuccess;
@@ -182,16 +201,23 @@ int cudaStreamDestroy(void *stream) {
 
 int cudaGetDeviceCount(int *count) {
     if (!count) return cudaErrorInvalidValue;
+#ifdef EMU_DEVICE_COUNT_ERROR
+    *count = 0;
+    return EMU_DEVICE_COUNT_ERROR;
+#else
     *count = 1;
     return cudaSuccess;
+#endif
 }
 
 int cudaSetDevice(int device) {
+    REFUSED_BY_DRIVER();
     return device == 0 ? cudaSuccess
                        : fail(cudaErrorInvalidDevice, "cudaSetDevice(%d): the emulated machine has one device, 0", device);
 }
 
 int cudaGetDevice(int *device) {
+    REFUSED_BY_DRIVER();
     if (!device) return cudaErrorInvalidValue;
     *device = 0;
     return cudaSuccess;
@@ -206,6 +232,7 @@ static void capability(int *major, int *minor) {
 
 /* cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 (driver_types.h). */
 int cudaDeviceGetAttribute(int *value, int attribute, int device) {
+    REFUSED_BY_DRIVER();
     if (!value || device != 0) return cudaErrorInvalidValue;
     int major, minor;
     capability(&major, &minor);
@@ -217,6 +244,7 @@ int cudaDeviceGetAttribute(int *value, int attribute, int device) {
 
 /* cudaDeviceProp starts with `char name[256]` in every CUDA version; only the name is filled in. */
 int cudaGetDeviceProperties(void *prop, int device) {
+    REFUSED_BY_DRIVER();
     if (!prop || device != 0) return cudaErrorInvalidValue;
     int major, minor;
     capability(&major, &minor);
@@ -231,6 +259,20 @@ int cudaGetLastError(void) {
 }
 
 const char *cudaGetErrorString(int code) { return code ? violation : "no error"; }
+
+/* The enum names of driver_types.h for the codes this stand-in returns. */
+const char *cudaGetErrorName(int code) {
+    switch (code) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    default: return "cudaErrorUnknown";
+    }
+}
 
 /* ---- the emulation's own questions (no real libcudart has these) ---- */
 

@@ -90,8 +90,8 @@ def releases_command(
     installed: Annotated[bool, typer.Option("--installed", help="Print only the release whose TensorRT is the one "
                                                                 "installed in this Python (exit code 1 when none is).")] = False,
 ) -> None:
-    """The Triton releases whose TensorRT tritonize knows, with the pip pins that build plans for each:
-    TensorRT's Python package of exactly that TensorRT and the torch-tensorrt built against it."""
+    """The Triton releases whose TensorRT tritonize knows, each with the one pip install that builds plans for it:
+    TensorRT's Python package of exactly that TensorRT, the torch-tensorrt built against it, its torch and torchvision."""
     from tritonize.releases import host_tensorrt, load_releases, pins_line, releases_for_tensorrt
 
     version = host_tensorrt()
@@ -104,7 +104,7 @@ def releases_command(
                              f"({version or 'not installed'}); install the pins of your target release:\n{pins_line()}")
     for release in load_releases():
         if release.tensorrt:
-            mark = "  <- this Python's TensorRT" if release in matching else ""
+            mark = "  # <- this Python's TensorRT" if release in matching else ""
             typer.echo(pins_line(release) + mark)
 
 

@@ -4,30 +4,56 @@ where it is faster), so the request is not the fact.
 
 The engine inspector's JSON (`IEngineInspector::getEngineInformation(kJSON)`, also what `trtexec
 --profilingVerbosity=detailed --exportLayerInfo=FILE` writes) has, for an engine built with DETAILED profiling
-verbosity, per layer its Name and its Outputs with a "Format/Datatype" such as "Row major linear FP16 format"
-(NVIDIA/TensorRT python/docstrings/infer/pyCoreDoc.h; Polygraphy reads the data type from it by substring,
-polygraphy/backend/trt/util.py). Below DETAILED a layer is its name only: the precisions are then unknown.
-The inspector's names are the same in TensorRT 8.6, 10.x and 11.x (EngineInspector: get_engine_information,
-get_layer_information, execution_context; tests/data/tensorrt_api/); ProfilingVerbosity.DETAILED exists in all
-(8.6's DEFAULT/VERBOSE aliases were removed in 10.0).
+verbosity, per layer its Name, LayerType and Inputs/Outputs, each tensor with its data type: in "Format/Datatype"
+("Channel major FP16 format where channel % 8 == 0") on 8.x and 10.x, in a "Datatype" key of its own ("Half")
+beside "Format" on 11.x. Below DETAILED a layer is its name only: the precisions are then unknown.
+
+What real engines list (NVIDIA's recorded ones; tests/data/nvidia_facts/README.md names them) decides the reading:
+- layers that only move or convert data (the "Reformatting CopyNode ..." TensorRT inserts between formats, NoOp,
+  Shuffle, Constant, Cast; a QuantizeLinear runs as a Reformat) are not counted: their output type is the next
+  layer's, or the engine output's;
+- a layer runs in the type of its first input, as NVIDIA's engine explorer (trex, Layer.precision) reads it: an
+  INT8 convolution may write FP32 (`conv1.weight + QuantizeLinear_7 + Conv_9`), a fused layer (`Conv_3 + Relu_4`)
+  is one layer;
+- TensorRT 8.x lists every layer once per optimization profile, the copies named "... [profile N]" (trex,
+  parser.py import_graph_file): profile 0's layers are counted.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 from tritonize.manifest import LayerPrecisions
 
-# Substrings of "Format/Datatype" (upper case), most specific first -> the precision recorded.
-_DATATYPES = (("BFLOAT16", "BF16"), ("FP8", "FP8"), ("FP16", "FP16"), ("HALF", "FP16"), ("INT8", "INT8"),
-              ("FP32", "FP32"), ("FLOAT", "FP32"), ("INT32", "INT32"), ("INT64", "INT64"), ("BOOL", "BOOL"))
-COMPUTE = ("FP32", "FP16", "BF16", "FP8", "INT8")  # the precisions math runs in; integer/bool layers move shapes
+# Substrings of a tensor's data type (upper case), most specific first -> the precision recorded.
+_DATATYPES = (("BFLOAT16", "BF16"), ("FP8", "FP8"), ("FP16", "FP16"), ("HALF", "FP16"), ("UINT8", "UINT8"),
+              ("INT8", "INT8"), ("FP4", "FP4"), ("INT4", "INT4"), ("FP32", "FP32"), ("FLOAT", "FP32"),
+              ("INT32", "INT32"), ("INT64", "INT64"), ("BOOL", "BOOL"))
+COMPUTE = ("FP32", "FP16", "BF16", "FP8", "INT8", "FP4", "INT4")  # the precisions math runs in
+MOVES_DATA = ("Reformat", "NoOp", "Shuffle", "Constant", "Cast", "Identity")  # LayerTypes that compute nothing
+_OTHER_PROFILE = re.compile(r"\[profile +\d+\]")
 SHOWN = 10  # FP32 layers named in the manifest beyond the counts
 
 
-def precision_of(format_datatype: str) -> str:
-    text = format_datatype.upper()
+def precision_of(datatype: str) -> str:
+    text = datatype.upper()
     return next((name for key, name in _DATATYPES if key in text), "OTHER")
+
+
+def tensor_precision(tensor: dict) -> str:
+    """A tensor's precision: 11.x's "Datatype", else 8.x/10.x's "Format/Datatype"."""
+    return precision_of(str(tensor.get("Datatype") or tensor.get("Format/Datatype") or ""))
+
+
+def layer_precision(layer: dict) -> str | None:
+    """The precision a layer computes in (its first input's, else its first output's), or None for a layer that
+    moves or converts data, or one of another optimization profile's copies."""
+    name = str(layer.get("Name", ""))
+    if layer.get("LayerType") in MOVES_DATA or name.startswith("Reformatting CopyNode") or _OTHER_PROFILE.search(name):
+        return None
+    tensors = layer.get("Inputs") or layer.get("Outputs") or []
+    return tensor_precision(tensors[0]) if tensors and isinstance(tensors[0], dict) else None
 
 
 def from_engine_information(text: str | None, source: str) -> LayerPrecisions | None:
@@ -42,9 +68,7 @@ def from_engine_information(text: str | None, source: str) -> LayerPrecisions | 
     counts: dict[str, int] = {}
     fp32: list[str] = []
     for layer in layers:
-        outputs = layer.get("Outputs") or []
-        described = (outputs[0].get("Format/Datatype") or outputs[0].get("Datatype") or "") if outputs else ""
-        precision = precision_of(described)
+        precision = layer_precision(layer)
         if precision not in COMPUTE:
             continue
         counts[precision] = counts.get(precision, 0) + 1

@@ -17,6 +17,7 @@ that this module works around, each found by running it on the emulated TensorRT
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import numpy as np
 
 from tritonize.convert.trtexec import trtexec_run_argv
 from tritonize.errors import TritonizeError
-from tritonize.releases import tensorrt_loads
+from tritonize.releases import tensorrt_loads, tensorrt_pip
 from tritonize.verify import Tolerance, VerificationReport, verify_runner
 
 
@@ -58,10 +59,11 @@ def verify_plan(plan: Path, engine_io: tuple[str, str], inputs: np.ndarray, refe
         raise TritonizeError(f"cannot verify the plan: {e.name} is not installed (install your target release's TensorRT: "
                              "`tritonize convert releases` prints the pins)") from None
     if built_with and not tensorrt_loads(built_with, trt.__version__, version_compatible):
-        raise TritonizeError(
-            f"the plan check runs plans with this Python's TensorRT {trt.__version__}, which cannot load a plan of "
-            f"TensorRT {built_with}: pip install '{tensorrt_pin(built_with)}' to check it here"
-        )
+        pin = tensorrt_pip(built_with)
+        remedy = (f"pip install '{pin}' to check it here" if pin else
+                  "tritonize knows no pip wheel of that TensorRT: check it with the trtexec or container that built it")
+        raise TritonizeError(f"the plan check runs plans with this Python's TensorRT {trt.__version__}, which cannot "
+                             f"load a plan of TensorRT {built_with}: {remedy}")
     from tritonize.machine import cuda_runtime
 
     try:
@@ -113,11 +115,6 @@ def check_engine_io(inputs: list[str], outputs: list[str], expected: tuple[str, 
         )
 
 
-def tensorrt_pin(version: str) -> str:
-    """The pip requirement of TensorRT's Python package for `version` (PyPI's versions have three parts)."""
-    return f"tensorrt-cu12=={'.'.join(str(version).split('.')[:3])}"
-
-
 def verify_with_trtexec(command: list[str], workdir: Path, plan_file: str, engine_io: tuple[str, str], check: PlanCheck,
                         version_compatible: bool, timeout_s: float, kill: list[str] | None = None,
                         profile: int = 0) -> VerificationReport:
@@ -153,9 +150,16 @@ def verify_with_trtexec(command: list[str], workdir: Path, plan_file: str, engin
                          described=check.described)
 
 
+# trtexec prints each value with `os << v` (samples/common/sampleUtils.cpp), so NaN and infinity reach the file as
+# nan, -nan, inf, -inf: not JSON. Python's json reads NaN, Infinity and -Infinity.
+_NON_FINITE = re.compile(r"(?<=[\[,\s])(-?)(nan|inf)(?=[\s,\]])")
+
+
 def exported_output(text: str, name: str) -> np.ndarray:
     """One output of trtexec's --exportOutput file: a JSON list of {"name", "dimensions": "2x1000",
-    "values": [...]} (NVIDIA/TensorRT samples/common/sampleReporting.cpp, exportJSONOutput)."""
+    "values": [...]} (NVIDIA/TensorRT samples/common/sampleReporting.cpp, exportJSONOutput), NaN and infinity
+    included (the comparison then fails on them)."""
+    text = _NON_FINITE.sub(lambda m: "NaN" if m[2] == "nan" else f"{m[1]}Infinity", text)
     try:
         tensors = {t["name"]: t for t in json.loads(text)}
         tensor = tensors[name]

@@ -700,6 +700,89 @@ def _built_layers(network, flags: set[str]) -> list[dict]:
     return layers
 
 
+def _engine_layers(records: list[dict], io: dict[str, str], profiles: int) -> list[dict]:
+    """The built engine's layers as the inspector lists them (rules 'inspector'), from the network's layers
+    (`_built_layers`): fused, with the reformats TensorRT inserts, once per profile on 8.x. Each layer: name, type
+    (the inspector's LayerType), precision (what it computes in), inputs and outputs as [tensor, precision]."""
+    inspector = rules.inspector()
+    kind = lambda record: inspector["layer_types"].get(record["type"], record["type"].title().replace("_", ""))  # noqa: E731
+    readers: dict[str, int] = {}
+    for record in records:
+        for name, _ in record["inputs"]:
+            readers[name] = readers.get(name, 0) + 1
+    producer = {o: r for r in records for o in r["outputs"]}
+    position = {r["name"]: i for i, r in enumerate(records)}
+    quantizing = ("QUANTIZE", "DEQUANTIZE")
+    # A DequantizeLinear is fused into each layer that reads it, but for one that a Q/DQ or the engine's output reads.
+    fused_dq = {r["name"] for r in records if r["type"] == "DEQUANTIZE" and r["outputs"][0] not in io
+                and not any(o["type"] in quantizing for o in records if any(n == r["outputs"][0] for n, _ in o["inputs"]))}
+    chains, absorbed = {}, set(fused_dq)
+    for record in records:
+        if record["type"] not in ("CONVOLUTION", "MATRIX_MULTIPLY"):
+            continue
+        chain, tensor = [], record["outputs"][0]
+        while readers.get(tensor) == 1 and tensor not in io:
+            follower = next(r for r in records if any(n == tensor for n, _ in r["inputs"]))
+            later = [n for n, _ in follower["inputs"] if n in producer and position[producer[n]["name"]] > position[record["name"]]
+                     and n != tensor and producer[n] not in chain]
+            if follower["type"] not in ("ELEMENTWISE", "ACTIVATION", *quantizing) or later:  # an add joins its later conv
+                break
+            chain.append(follower)
+            tensor = follower["outputs"][0]
+        while chain and chain[-1]["type"] == "DEQUANTIZE":  # a last DequantizeLinear goes with its readers
+            chain.pop()
+        chains[record["name"]] = chain
+        absorbed.update(r["name"] for r in chain)
+    fused = []
+    for record in records:
+        if record["name"] in absorbed:
+            continue
+        members = [record, *chains.get(record["name"], [])]
+        written_inside = {o for r in members for o in r["outputs"]}
+        names, inputs = [], []
+        for member in members:
+            for name, precision in member["inputs"]:
+                dq = producer.get(name)
+                if name in written_inside:
+                    continue
+                if dq is not None and dq["name"] in fused_dq:
+                    names += [dq["name"]] if member is record else []
+                    inputs += dq["inputs"]
+                else:
+                    inputs.append([name, precision])
+        first = record["inputs"][0][0] if record["inputs"] else None
+        through_dq = first in producer and producer[first]["name"] in fused_dq and producer[first]["inputs"]
+        last = members[-1]
+        fused.append({"name": " + ".join(names + [r["name"] for r in members]), "type": kind(record),
+                      "precision": "INT8" if through_dq else record["precision"], "inputs": inputs,
+                      "outputs": [[o, last["precision"]] for o in last["outputs"]]})
+    written, layers = dict(io), []
+    for layer in fused:
+        if layer["type"] not in ("Reformat", "Constant"):
+            for i, (name, _) in enumerate(layer["inputs"]):
+                have = written.get(name, layer["precision"])
+                want = layer["precision"] if i == 0 or layer["precision"] != "INT8" else have
+                if have != want:
+                    copy = f"Reformatted Input Tensor {i} to {layer['name']}"
+                    layers.append({"name": f"Reformatting CopyNode for Input Tensor {i} to {layer['name']}", "type": "Reformat",
+                                   "precision": have, "inputs": [[name, have]], "outputs": [[copy, want]]})
+                    name = copy
+                layer["inputs"][i] = [name, want]
+        layers.append(layer)
+        for name, precision in layer["outputs"]:
+            if name in io and io[name] != precision:
+                copy = f"Reformatted Output Tensor 0 to {layer['name']}"
+                layer["outputs"] = [[copy if n == name else n, p] for n, p in layer["outputs"]]
+                layers.append({"name": f"Reformatting CopyNode for Output Tensor 0 to {layer['name']}", "type": "Reformat",
+                               "precision": precision, "inputs": [[copy, precision]], "outputs": [[name, io[name]]]})
+            written[name] = precision
+    if MAJOR >= 10 or profiles < 2:
+        return layers
+    suffixed = lambda tensors, n: [[f"{t} [profile {n}]", p] for t, p in tensors]  # noqa: E731
+    return layers + [{**layer, "name": f"{layer['name']} [profile {n}]", "inputs": suffixed(layer["inputs"], n),
+                      "outputs": suffixed(layer["outputs"], n)} for n in range(1, profiles) for layer in layers]
+
+
 def _flag_names(flags: int) -> set[str]:
     return {name for name, member in BuilderFlag.__members__.items() if flags & (1 << int(member))}
 
@@ -773,7 +856,9 @@ class Builder(_Object):
             outputs=[_plan.Tensor(t.name, t.dtype.name, list(t.shape)) for t in network._outputs],
             precision={"flags": sorted(flags), "strongly_typed": network._strongly_typed,
                        "layer_precisions": {l._name: l._precision.name for l in network._layers if l._precision},
-                       "layers": _built_layers(network, flags)},
+                       "layers": _engine_layers(_built_layers(network, flags),
+                                                {t.name: t.dtype.name for t in [*network._inputs, *network._outputs]},
+                                                len(profiles))},
             builder={"optimization_level": config._opt_level,
                      "profiling_verbosity": _member_name(ENUMS["ProfilingVerbosity"], config._profiling),
                      "workspace_bytes": config._pools.get(int(ENUMS["MemoryPoolType"].WORKSPACE)),
@@ -923,10 +1008,10 @@ class ICudaEngine(_Object):
 
 
 class EngineInspector(_Object):
-    """IEngineInspector: the built engine's layers as its profiling verbosity allows (rules 'layer_precision').
-    DETAILED: per layer Name, LayerType, Inputs/Outputs (Name, Location, Dimensions, Format/Datatype),
-    TacticValue, StreamId, Metadata; LAYER_NAMES_ONLY: the name; NONE: nothing. The emulation has no
-    intermediate shapes: Dimensions is []. One profile's layers (TensorRT 10+; 8.6 repeats them per profile)."""
+    """IEngineInspector: the built engine's layers (`_engine_layers`) as its profiling verbosity allows (rules
+    'layer_precision', 'inspector'). DETAILED: per layer Name, LayerType, Inputs/Outputs (Name, Location, Dimensions,
+    and "Format/Datatype" on 8.x/10.x, "Datatype" and "Format" on 11.x), TacticValue, StreamId, Metadata;
+    LAYER_NAMES_ONLY: the name; NONE: nothing. The emulation has no intermediate shapes: Dimensions is []."""
 
     _trt_name = "EngineInspector"
 
@@ -947,12 +1032,37 @@ class EngineInspector(_Object):
             return None
         if verbosity != "DETAILED":
             return record["name"]
-        tensor = lambda name, precision: {"Name": name, "Location": "Device", "Dimensions": [],  # noqa: E731
-                                          "Format/Datatype": rules.format_datatype(precision)}
-        return {"Name": record["name"], "LayerType": record["type"].title().replace("_", ""),
+        inspector = rules.inspector()
+
+        def tensor(name: str, precision: str) -> dict:
+            if MAJOR >= 11:
+                typed = {"Datatype": inspector["datatypes"][precision], "Format": inspector["formats"][precision]}
+            else:
+                typed = {"Format/Datatype": inspector["formats"][precision]}
+            return {"Name": name, "Location": "Device", "Dimensions": [], **typed}
+
+        reformat = {"ParameterType": "Reformat", "Origin": "REFORMAT"} if record["type"] == "Reformat" else {}
+        return {"Name": record["name"], "LayerType": record["type"],
                 "Inputs": [tensor(n, p) for n, p in record["inputs"]],
-                "Outputs": [tensor(n, record["precision"]) for n in record["outputs"]],
-                "TacticValue": "0x0000000000000000", "StreamId": 0, "Metadata": ""}
+                "Outputs": [tensor(n, p) for n, p in record["outputs"]],
+                **reformat, "TacticValue": "0x0000000000000000", "StreamId": 0, "Metadata": ""}
+
+    def _io_tensors(self) -> dict:
+        """The engine's I/O: 8.x/10.x "Bindings" (names, each profile's on 8.x); 11.x "I/O Tensors" (objects)."""
+        header = self._engine._header
+        if MAJOR < 11:
+            copies = len(header.profiles) if MAJOR < 10 else 1
+            names = list(self._engine._names)
+            return {"Bindings": names + [f"{n} [profile {i}]" for i in range(1, copies) for n in names]}
+        tensors = []
+        for t, mode in self._engine._tensors.values():
+            linear = "Row major linear FP32 format (kLINEAR)" if t.dtype == "FLOAT" else rules.inspector()["formats"][t.dtype]
+            shapes = [dict(zip(("MinShape", "OptShape", "MaxShape"), p[t.name])) for p in header.profiles if t.name in p]
+            tensors.append({"Name": t.name, "IOMode": "Input" if mode == TensorIOMode.INPUT else "Output",
+                            "DataType": rules.inspector()["datatypes"][t.dtype], "Dimensions": list(t.shape),
+                            "Location": "Device", "IsShapeInferenceIO": False,
+                            "ProfileInfo": [{**s, "Format": linear} for s in shapes] or [{"Format": linear}]})
+        return {"I/O Tensors": tensors}
 
     def get_layer_information(self, layer_index, format):
         layers = self._engine._header.precision.get("layers", [])
@@ -965,9 +1075,8 @@ class EngineInspector(_Object):
 
     def get_engine_information(self, format):
         layers = [l for l in (self._layer(r) for r in self._engine._header.precision.get("layers", [])) if l is not None]
-        bindings = list(self._engine._names)
         if format == LayerInformationFormat.JSON:
-            return json.dumps({"Layers": layers, "Bindings": bindings})
+            return json.dumps({"Layers": layers, **self._io_tensors()})
         return "\n".join(l if isinstance(l, str) else json.dumps(l) for l in layers) + "\n"
 
 
