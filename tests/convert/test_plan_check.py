@@ -106,6 +106,23 @@ def test_a_plan_tensorrt_cannot_run_is_one_line(emulated_tensorrt, tmp_path, mon
                                 "(TensorRT's messages are above)")
 
 
+@pytest.mark.parametrize("emulated_tensorrt", ["8.6.3.1", "10.5.0.18"], indirect=True)
+def test_n33_a_runner_that_fails_half_way_through_activate_leaves_no_stream(emulated_tensorrt, tmp_path):
+    """N33: TrtRunner.activate() makes its stream, then selects the profile; an engine that refuses it (profile 1 of
+    a one-profile plan) leaves the runner inactive, and deactivate() (Polygraphy 0.53.6 BaseRunner) returns at once
+    when inactive: the stream leaked (7c97878: the CUDA stand-in held 1 stream after the failed check)."""
+    from tests.emulation import live_cuda
+    from tritonize.convert.plan_check import verify_plan
+    from tritonize.verify import Tolerance
+
+    plan = _emulated_plan(tmp_path)
+    x, reference = _reference(tmp_path)
+    before = live_cuda()
+    with pytest.raises(TritonizeError, match="^TensorRT could not run tiny.plan: .*profile"):
+        verify_plan(plan, ("images", "logits"), x, reference, Tolerance(0.5, 1.0), [1], "tiny inputs", profile=1)
+    assert live_cuda()[:3] == before[:3]  # (allocations, bytes, streams)
+
+
 def test_without_tensorrt_the_check_says_how_to_get_it(tmp_path):
     from tritonize.convert.plan_check import verify_plan
 
