@@ -80,7 +80,8 @@ step() {
     UNEXPECTED=1
   fi
   local detail
-  detail=$(grep -E "✓|error:|passed|failed|agree|READY" "$log" | tail -n 2 | tr '\n|' '  ' | cut -c1-200)
+  # cut counts bytes: iconv drops a character it cut in two, which would leave report.md invalid UTF-8
+  detail=$(grep -E "✓|error:|passed|failed|agree|READY" "$log" | tail -n 2 | tr '\n|' '  ' | cut -c1-200 | iconv -c -f UTF-8 -t UTF-8)
   ROWS+=("| $name | $result | $(awk "BEGIN { printf \"%.1f\", $end - $start }") | $detail |")
   echo "$name: $result"
   return $code

@@ -264,7 +264,9 @@ def gpu_box(request, monkeypatch, tmp_path):
         return
     cudart = request.getfixturevalue("emulated_cudart")
     request.getfixturevalue("standins")
-    with _emulating(emulated or GPU_BOX_TENSORRT, cudart, monkeypatch, tmp_path) as emulation:
+    version = emulated or GPU_BOX_TENSORRT
+    monkeypatch.setenv("STANDIN_TRT_VERSION", version)  # the box's trtexec has its TensorRT
+    with _emulating(version, cudart, monkeypatch, tmp_path) as emulation:
         yield emulation
 
 

@@ -87,7 +87,7 @@ def test_the_script_runs_end_to_end_on_the_stand_ins(emulated_tensorrt, standins
     out = tmp_path / "acceptance"
     done = subprocess.run(["bash", str(SCRIPT), "--arch", SMALL_ARCH, "--weights", "none", "--out", str(out),
                            "--quick"], env={**os.environ, "PYTHON": sys.executable},
-                          capture_output=True, text=True, timeout=1700)
+                          capture_output=True, text=True, errors="replace", timeout=1700)
     report = (out / "report.md").read_text()
     rows = report_rows(report)
     assert {name: result for name, result in rows.items() if result not in PASSED} == {}, report

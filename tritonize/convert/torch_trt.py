@@ -21,7 +21,8 @@ from 2.13 (TensorRT 11). Its engine names the tensors input_0 / output_0; dynamo
 program's placeholder and `output{i}` (x / output0). Either way the names recorded are read from the built
 engine. The program or module is loaded on the CPU: the converters copy the weights into the engine
 themselves (pytorch/TensorRT tests/py/dynamo/runtime/test_000_convert_module_to_trt_engine.py converts a CPU
-program), and neither is used again.
+program), and neither is used again. torch-tensorrt pins torch (torch==X.Y): an export the manifest says was
+saved under another torch than this one is refused before the build.
 """
 
 from __future__ import annotations
