@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GPU_BOX_TENSORRT, SMALL_ARCH, run_cli
+from tests.conftest import GPU_BOX_TENSORRT, run_cli
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_acceptance.sh"
 
@@ -63,7 +63,20 @@ def test_empty_arrays_expand_under_set_u_before_bash_4_4():
     assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
 
 
+def test_a_test_only_a_gpu_box_runs_must_also_run_here(tmp_path):
+    """N23's lesson: a test marked requires_tensorrt / requires_gpu / requires_docker that does not take the
+    gpu_box fixture (which runs it on the emulation where there is no GPU box) is refused at collection."""
+    test = tmp_path / "test_marked.py"
+    test.write_text("import pytest\n\n\n@pytest.mark.requires_gpu\ndef test_only_on_a_gpu_box():\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-q", "--collect-only", "-p",
+                           "no:cacheprovider", str(test)], cwd=SCRIPT.parent.parent, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 4, done.stdout + done.stderr  # pytest's usage error
+    assert "is marked requires_gpu but does not take the gpu_box fixture" in done.stdout + done.stderr
+
+
 # --quick: one precision per builder (the container's FP16 plan is the one served, as on a GPU box).
+QUICK_ARCH = "squeezenet1_1"  # 5 MB (resnet18: 47 MB): the whole run takes about two thirds of the CPU time
 QUICK_BUILDS = ("container fp16", "trtexec fp32", "tensorrt int8", "torch-tensorrt fp32")
 PASSED = ("ok", "refused (expected)")
 
@@ -75,17 +88,19 @@ def report_rows(report: str) -> dict[str, str]:
 
 
 @pytest.mark.gpu_acceptance
-@pytest.mark.timeout(1800)  # a few minutes alone on 2 cores; several times that beside other work on them
+@pytest.mark.timeout(1800)  # about 140 s of CPU time (2 minutes on 2 idle cores); much longer on busy ones
 @pytest.mark.parametrize("emulated_tensorrt", [GPU_BOX_TENSORRT], indirect=True)
 def test_the_script_runs_end_to_end_on_the_stand_ins(emulated_tensorrt, standins, tmp_path, monkeypatch):
     """Build 2 of issue 34: the whole script on the emulated TensorRT 10.3 (Triton 24.08, whose pins install
     torch-tensorrt 2.5), with the trtexec, docker (serving with the image's Triton) and torch-tensorrt stand-ins,
-    resnet18 with random weights: every row passed or was an expected refusal, and its GPU-test step ran those tests
-    here (on 7c97878 that step skipped all five, a failure, and `repo check --gpu-cc` read no GPU from nvidia-smi)."""
+    squeezenet1_1 with random weights: every row passed or was an expected refusal, its GPU-test step ran those
+    tests here, and report.md is valid UTF-8. On 7c97878 (its full run; it had no --quick) that step skipped all
+    five tests (a failure), `repo check --gpu-cc` read no GPU from nvidia-smi, and a detail cut mid-character left
+    report.md invalid UTF-8."""
     monkeypatch.setenv("STANDIN_DOCKER_SERVE", "1")
     monkeypatch.setenv("STANDIN_TRT_VERSION", emulated_tensorrt.version)  # the host's trtexec: this box's TensorRT
     out = tmp_path / "acceptance"
-    done = subprocess.run(["bash", str(SCRIPT), "--arch", SMALL_ARCH, "--weights", "none", "--out", str(out),
+    done = subprocess.run(["bash", str(SCRIPT), "--arch", QUICK_ARCH, "--weights", "none", "--out", str(out),
                            "--quick"], env={**os.environ, "PYTHON": sys.executable},
                           capture_output=True, text=True, errors="replace", timeout=1700)
     report = (out / "report.md").read_text()
