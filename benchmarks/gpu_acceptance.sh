@@ -6,14 +6,15 @@
 # PATH and Docker with the NVIDIA Container Toolkit:
 #
 #   bash benchmarks/gpu_acceptance.sh [--arch resnet50] [--weights DEFAULT] [--release YY.MM]
-#                                     [--images DIR] [--out DIR]
+#                                     [--images DIR] [--out DIR] [--quick]
 #
 # --release defaults to the release whose TensorRT is this Python's (`tritonize convert releases --installed`);
 # the script stops before any work when there is none, or when pytest is missing.
 # It exports the model once (with torch.export's .pt2), then builds a plan with every builder (container, trtexec,
 # tensorrt, torch-tensorrt: its dynamo frontend from 2.5) for fp32, fp16 and int8 (each build runs the plan check
-# against onnxruntime),
-# runs the tests marked requires_tensorrt / requires_gpu / requires_docker, serves one plan with
+# against onnxruntime; --quick: one precision per builder and a short perf sweep, as `make test` runs the script on
+# the stand-ins),
+# runs the tests marked requires_tensorrt / requires_gpu / requires_docker (on the exported model), serves one plan with
 # the NGC container next to the ONNX and TorchScript models, compares the three backends on the
 # images, sweeps perf over concurrency with system shared memory, and writes one report:
 # <out>/report.md. Exit code 1 when any step failed that was not an expected refusal
@@ -22,6 +23,10 @@
 set -uo pipefail
 
 ARCH=resnet50 WEIGHTS=DEFAULT RELEASE="" IMAGES="" OUT=gpu_acceptance
+BUILDS="container:fp32,container:fp16,container:int8,trtexec:fp32,trtexec:fp16,trtexec:int8,tensorrt:fp32,tensorrt:fp16"
+BUILDS="$BUILDS,tensorrt:int8,torch-tensorrt:fp32,torch-tensorrt:fp16,torch-tensorrt:int8"
+PERF=(--models onnx_model,torch_model,trt_model --concurrency 1,4,16 --batch 8 --duration 5)
+PERF_LATENCY=(--concurrency 1,4 --batch 2 --duration 5)
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) ARCH=$2; shift 2 ;;
@@ -29,7 +34,10 @@ while [ $# -gt 0 ]; do
     --release) RELEASE=$2; shift 2 ;;
     --images) IMAGES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --quick) BUILDS="container:fp16,trtexec:fp32,tensorrt:int8,torch-tensorrt:fp32"
+             PERF=(--models trt_model --concurrency 1,2 --batch 2 --requests 8) PERF_LATENCY=(--concurrency 1,2 --batch 2 --requests 8)
+             shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -72,7 +80,8 @@ step() {
     UNEXPECTED=1
   fi
   local detail
-  detail=$(grep -E "✓|error:|passed|failed|agree|READY" "$log" | tail -n 2 | tr '\n|' '  ' | cut -c1-200)
+  # cut counts bytes: iconv drops a character it cut in two, which would leave report.md invalid UTF-8
+  detail=$(grep -E "✓|error:|passed|failed|agree|READY" "$log" | tail -n 2 | tr '\n|' '  ' | cut -c1-200 | iconv -c -f UTF-8 -t UTF-8)
   ROWS+=("| $name | $result | $(awk "BEGIN { printf \"%.1f\", $end - $start }") | $detail |")
   echo "$name: $result"
   return $code
@@ -102,7 +111,7 @@ CALIB=$(( COUNT > 40 ? 32 : COUNT * 2 / 3 ))
   echo "# tritonize GPU acceptance ($(date -u +%Y-%m-%dT%H:%MZ))"
   echo
   echo "- tritonize: $(git rev-parse --short HEAD 2>/dev/null || echo '?'); model $ARCH ($WEIGHTS); Triton release $RELEASE"
-  echo "- GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n1 || echo 'no nvidia-smi')"
+  echo "- GPU: $("$PY" -c 'from tritonize.machine import gpu_facts; print(gpu_facts())')"
   echo "- TensorRT (Python): $("$PY" -c 'import tensorrt; print(tensorrt.__version__)' 2>/dev/null || echo 'not installed')"
   echo "- trtexec: $(trtexec --help 2>/dev/null | grep -o 'TensorRT v[0-9]*\]\( \[b[0-9]*\]\)\?' | head -n1 || echo 'not on PATH')"
   echo "- torch-tensorrt: $("$PY" -c 'import torch_tensorrt; print(torch_tensorrt.__version__)' 2>/dev/null || echo 'not installed')"
@@ -113,9 +122,11 @@ CALIB=$(( COUNT > 40 ? 32 : COUNT * 2 / 3 ))
 
 step export - "${TRITONIZE[@]}" export --arch "$ARCH" --weights "$WEIGHTS" --artifacts "$OUT/base" --max-batch 32 \
   --format all
-# On the GPU box a skipped GPU test means a missing part: count it as a failure.
-step gpu-tests - bash -c 'out=$("$0" -m pytest -p no:logging -q -rs -m "requires_tensorrt or requires_gpu or requires_docker")
-  code=$?; echo "$out"; if grep -q skipped <<<"$out"; then exit 1; fi; exit $code' "$PY"
+# On the GPU box a skipped GPU test means a missing part: count it as a failure. They run on the model exported
+# above (TRITONIZE_TEST_ARTIFACTS, tests/conftest.py small_artifacts).
+step gpu-tests - env TRITONIZE_TEST_ARTIFACTS="$OUT/base" bash -c 'out=$("$0" -m pytest -p no:logging -q -rs \
+  --basetemp "$1" -m "requires_tensorrt or requires_gpu or requires_docker"); code=$?; echo "$out"
+  if grep -q skipped <<<"$out"; then exit 1; fi; exit $code' "$PY" "$OUT/tests"
 
 # --triton-release auto picks the release whose TensorRT is this box's, and names its pins.
 rm -rf "$OUT/art-auto" && cp -r "$OUT/base" "$OUT/art-auto"
@@ -123,18 +134,19 @@ step "convert trt --triton-release auto (dry run)" - env RELEASE="$RELEASE" bash
   '"$@" 2>&1 | tee /dev/stderr | grep -q "auto: Triton $RELEASE,"' bash "${TRITONIZE[@]}" convert trt --artifacts "$OUT/art-auto" --triton-release auto --dry-run
 
 SERVED=""
-for builder in container trtexec tensorrt torch-tensorrt; do
-  for precision in fp32 fp16 int8; do
-    art="$OUT/art-$builder-$precision"
-    rm -rf "$art" && cp -r "$OUT/base" "$art"
-    calib=()
-    [ "$precision" = int8 ] && calib=(--calib-images "$IMAGES" --calib-count "$CALIB")
-    if step "convert $builder $precision" "cannot honour" "${TRITONIZE[@]}" convert trt --artifacts "$art" \
-        --builder "$builder" --precision "$precision" --triton-release "$RELEASE" --max-batch 32 ${calib[@]+"${calib[@]}"}; then
-      # Serve the container's FP16 plan when it built (it matches the release by construction), else the first plan.
-      if [ -z "$SERVED" ] || [ "$builder-$precision" = container-fp16 ]; then SERVED=$art; fi
-    fi
-  done
+BUILDERS=()
+for build in ${BUILDS//,/ }; do
+  builder=${build%%:*} precision=${build#*:}
+  [[ " ${BUILDERS[*]-} " == *" $builder "* ]] || BUILDERS+=("$builder")
+  art="$OUT/art-$builder-$precision"
+  rm -rf "$art" && cp -r "$OUT/base" "$art"
+  calib=()
+  [ "$precision" = int8 ] && calib=(--calib-images "$IMAGES" --calib-count "$CALIB")
+  if step "convert $builder $precision" "cannot honour" "${TRITONIZE[@]}" convert trt --artifacts "$art" \
+      --builder "$builder" --precision "$precision" --triton-release "$RELEASE" --max-batch 32 ${calib[@]+"${calib[@]}"}; then
+    # Serve the container's FP16 plan when it built (it matches the release by construction), else the first plan.
+    if [ -z "$SERVED" ] || [ "$builder-$precision" = container-fp16 ]; then SERVED=$art; fi
+  fi
 done
 
 # torch-tensorrt's frontend: dynamo (the .pt2) where the installed version has it, its engine names read from the
@@ -179,7 +191,7 @@ sys.exit(1 if missing or not found else 0)' "$OUT"
   step "repo build --context-memory on-profile-change" "does not read execution_context_allocation_strategy" \
     "${TRITONIZE[@]}" repo build "$OUT/models-memory" --artifacts "$SERVED" --force --context-memory on-profile-change
   # One GPU kind per box: its plan is found for its own compute capability, and a kind it lacks is named.
-  CC=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' ')
+  CC=$("$PY" -c 'from tritonize.machine import gpu_facts; print(gpu_facts().get("compute_capability", ""))')
   step "repo check --gpu-cc (this GPU, $CC)" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --gpu-cc "${CC:-0.0}"
   step "repo check --gpu-cc 1.0 names the missing plan" "no plan for this GPU's compute capability 1.0" \
     "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --gpu-cc 1.0
@@ -191,17 +203,18 @@ sys.exit(1 if missing or not found else 0)' "$OUT"
   step "serve (docker, $RELEASE)" - bash -c "for i in \$(seq 900); do grep -q '^log ' '$SERVE_LOG' && grep -q 'trt_model *READY' '$SERVE_LOG' && exit 0; kill -0 $SERVER 2>/dev/null || exit 1; sleep 1; done; exit 1"
   step "client compare (3 backends)" - "${TRITONIZE[@]}" client compare "$IMAGES"/* --models onnx_model,torch_model,trt_model \
     --min-top1-agreement 0.9 --url "127.0.0.1:$GRPC"
-  step "client perf (sweep, shared memory)" - "${TRITONIZE[@]}" client perf --models onnx_model,torch_model,trt_model \
-    --concurrency 1,4,16 --batch 8 --duration 5 --shared-memory system --url "127.0.0.1:$GRPC" --output-dir "$OUT/perf"
+  step "client perf (sweep, shared memory)" - "${TRITONIZE[@]}" client perf "${PERF[@]}" --shared-memory system --url "127.0.0.1:$GRPC" --output-dir "$OUT/perf"
   kill -TERM "$SERVER" 2>/dev/null
   wait "$SERVER" 2>/dev/null
   # A second, latency optimization profile: built and checked in both profiles by every builder that can (trtexec
   # 8.x and torch-tensorrt refuse it, expected), served with a latency instance group (instance_group.profile),
   # linted against the plan's recorded profiles, and small batches served through it.
   LATENCY=""
-  for builder in container trtexec tensorrt torch-tensorrt; do
+  FP16="$OUT/base"  # artifacts whose FP16 ONNX is prepared and verified already: the builds reuse it
+  for art in "$OUT"/art-*-fp16; do [ -f "$art/model_fp16.onnx" ] && FP16=$art; done
+  for builder in ${BUILDERS[@]+"${BUILDERS[@]}"}; do
     art="$OUT/art-latency-$builder"
-    rm -rf "$art" && cp -r "$OUT/base" "$art"
+    rm -rf "$art" && cp -r "$FP16" "$art"
     if step "convert $builder --latency-profile 1,2,4" "makes one optimization profile\|builds one optimization profile" \
         "${TRITONIZE[@]}" convert trt --artifacts "$art" --builder "$builder" --precision fp16 --triton-release "$RELEASE" \
         --max-batch 32 --latency-profile 1,2,4; then
@@ -219,8 +232,8 @@ sys.exit(1 if missing or not found else 0)' "$OUT"
     step "serve (latency profile)" - bash -c "for i in \$(seq 900); do grep -q 'trt_model *READY' '$OUT/logs/serve-latency.log' && exit 0; kill -0 $SERVER 2>/dev/null || exit 1; sleep 1; done; exit 1"
     step "client compare (latency profile)" - "${TRITONIZE[@]}" client compare "$IMAGES"/* --models onnx_model,trt_model \
       --min-top1-agreement 0.9 --url "127.0.0.1:$GRPC"
-    step "client perf (batch 2, latency instances)" - "${TRITONIZE[@]}" client perf --models trt_model --concurrency 1,4 \
-      --batch 2 --duration 5 --url "127.0.0.1:$GRPC" --output-dir "$OUT/perf-latency"
+    step "client perf (batch 2, latency instances)" - "${TRITONIZE[@]}" client perf --models trt_model "${PERF_LATENCY[@]}" \
+      --url "127.0.0.1:$GRPC" --output-dir "$OUT/perf-latency"
     kill -TERM "$SERVER" 2>/dev/null
     wait "$SERVER" 2>/dev/null
   fi

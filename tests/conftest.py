@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import importlib.util
 import json
 import os
 import shlex
@@ -232,10 +234,15 @@ def emulated_tensorrt(request, emulated_cudart, monkeypatch, tmp_path):
     """This process and its children on the EMULATED TensorRT of the parameter's version (tests/emulation,
     tests/standins/emulated): `import tensorrt` is the emulation, Polygraphy's CUDA wrapper loads the CUDA
     runtime stand-in. At teardown the stand-in must hold no allocation or stream the test did not start with."""
+    with _emulating(request.param, emulated_cudart, monkeypatch, tmp_path) as emulation:
+        yield emulation
+
+
+@contextlib.contextmanager
+def _emulating(version: str, cudart: Path, monkeypatch, tmp_path):
     from tests.emulation import EMULATED, RELEASES, REPORT_ENV, environment, live_cuda, purge
 
-    version = request.param
-    for name, value in environment(version, emulated_cudart).items():
+    for name, value in environment(version, cudart).items():
         monkeypatch.setenv(name, value)
     if os.environ.get("MUTANT_UNDER_TEST") == "stats":
         # `make mutation`'s first pass records calls through mutmut's config, which the stand-ins' processes
@@ -245,10 +252,46 @@ def emulated_tensorrt(request, emulated_cudart, monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(EMULATED))
     purge()
     before = live_cuda()
-    yield Emulation(version, RELEASES.get(version), emulated_cudart)
+    yield Emulation(version, RELEASES.get(version), cudart)
     after = live_cuda()
     purge()
     assert after[:3] == before[:3], f"the CUDA stand-in holds (allocations, bytes, streams) {after[:3]}, was {before[:3]}"
+
+
+# What a test that only a GPU box can run is marked with. Such a test takes the `gpu_box` fixture, so that it runs
+# here too, on the emulation (pytest_collection_modifyitems refuses one that does not).
+GPU_BOX_MARKERS = ("requires_tensorrt", "requires_gpu", "requires_docker")
+# The GPU box emulated where none is: Triton 24.08, whose pins (tensorrt-cu12==10.3.0, torch-tensorrt==2.5.0)
+# make a consistent install; TRITONIZE_EMULATED_TENSORRT (gpu_acceptance.sh on the stand-ins) names another.
+GPU_BOX_TENSORRT = "10.3.0.26"
+
+
+@pytest.fixture
+def gpu_box(request, monkeypatch, tmp_path):
+    """What a test marked requires_tensorrt / requires_gpu / requires_docker runs on. On a machine with an NVIDIA
+    GPU (a user's GPU box): the real TensorRT, GPU and Docker; one that is missing skips the test, saying which
+    (benchmarks/gpu_acceptance.sh counts that as a failure). Elsewhere, or where the emulation is already on
+    (gpu_acceptance.sh run on the stand-ins): the EMULATED TensorRT of TRITONIZE_EMULATED_TENSORRT (else
+    GPU_BOX_TENSORRT) with the CUDA, trtexec, docker and torch-tensorrt stand-ins, so that what a GPU box runs
+    has run here first. Yields the Emulation, or None on the real GPU box."""
+    from tests.emulation import VERSION_ENV
+    from tritonize.machine import docker_gpu_problem, gpu_visible
+
+    emulated = os.environ.get(VERSION_ENV)
+    if gpu_visible() and not emulated:
+        markers = {m.name for m in request.node.iter_markers()}
+        if "requires_tensorrt" in markers and importlib.util.find_spec("tensorrt") is None:
+            pytest.skip("requires TensorRT on this GPU box (`tritonize convert releases` prints the pins)")
+        if "requires_docker" in markers and docker_gpu_problem():
+            pytest.skip(f"requires Docker with the GPU: {docker_gpu_problem()}")
+        yield None
+        return
+    cudart = request.getfixturevalue("emulated_cudart")
+    request.getfixturevalue("standins")
+    version = emulated or GPU_BOX_TENSORRT
+    monkeypatch.setenv("STANDIN_TRT_VERSION", version)  # the box's trtexec has its TensorRT
+    with _emulating(version, cudart, monkeypatch, tmp_path) as emulation:
+        yield emulation
 
 
 @pytest.fixture(autouse=True)
@@ -259,13 +302,18 @@ def _golden_calls_per_test():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests on the emulated TensorRT carry the marker `emulated_tensorrt` (`pytest -m emulated_tensorrt`).
+    """Tests on the emulated TensorRT carry the marker `emulated_tensorrt` (`pytest -m emulated_tensorrt`); a test
+    marked for the GPU box takes `gpu_box`.
 
     Under `make mutation` (mutmut sets MUTANT_UNDER_TEST): the fastest tests first, by the durations mutmut
     recorded, so that a mutant costs only the tests up to the first that fails (mutmut runs pytest with -x)."""
     for item in items:
         if "emulated_tensorrt" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.emulated_tensorrt)
+        marked = [m for m in GPU_BOX_MARKERS if item.get_closest_marker(m)]
+        if marked and "gpu_box" not in getattr(item, "fixturenames", ()):
+            raise pytest.UsageError(f"{item.nodeid} is marked {marked[0]} but does not take the gpu_box fixture: a test "
+                                    "that only a GPU box can run must also run here, on the emulation (tests/conftest.py)")
     stats = Path("mutmut-stats.json")  # mutmut runs the tests in its mutants/ copy
     if "MUTANT_UNDER_TEST" not in os.environ or not stats.is_file():
         return

@@ -155,6 +155,7 @@ class ExportedArtifact(Entry):
     verification: VerificationReport
     options: Mapping[str, Any]  # what, besides the spec, decided the content (export's up-to-date check)
     created: str
+    tools: Mapping[str, str] = field(default_factory=dict)  # what exported it: torch's version (torch-tensorrt reads it)
 
     _nested: ClassVar[dict[str, Any]] = {"verification": VerificationReport}
 

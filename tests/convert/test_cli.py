@@ -163,6 +163,7 @@ def test_reproducer_runs_with_stand_in_trtexec(fp16_dry_run, standin_trtexec, tm
     log = (out / "convert.log").read_text()
     assert "--stronglyTyped" in log and "--memPoolSize=workspace:4096 " in log  # stand-in reports TensorRT 10.5
     assert (out / "model.plan").is_file() and not (out / ".model.plan.partial").exists()
+    assert not list(out.glob("*.lock"))  # N30: trtexec's timing-cache lock file is not left behind
     (out / "model.plan").unlink()
     env["STANDIN_MODE"] = "fail"
     done = subprocess.run(["bash", str(out / "convert.sh")], env=env, capture_output=True, text=True, timeout=60)

@@ -48,7 +48,7 @@ def test_every_builder_that_can_builds_and_checks_both_profiles(emulated_tensorr
     assert "is up to date" in convert(artifacts_copy, builder, *target(emulated_tensorrt, standins, monkeypatch)).output
 
 
-@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+@pytest.mark.parametrize("emulated_tensorrt", ["10.3.0.26"], indirect=True)  # torch-tensorrt 2.5 pins it
 def test_refusals_of_a_latency_profile(emulated_tensorrt, artifacts_copy):
     refused = convert(artifacts_copy, "torch-tensorrt")
     assert refused.exit_code == 1

@@ -106,6 +106,51 @@ def test_a_plan_tensorrt_cannot_run_is_one_line(emulated_tensorrt, tmp_path, mon
                                 "(TensorRT's messages are above)")
 
 
+@pytest.mark.parametrize("emulated_tensorrt", ["8.6.3.1", "10.5.0.18"], indirect=True)
+def test_n33_a_runner_that_fails_half_way_through_activate_leaves_no_stream(emulated_tensorrt, tmp_path):
+    """N33: TrtRunner.activate() makes its stream, then selects the profile; an engine that refuses it (profile 1 of
+    a one-profile plan) leaves the runner inactive, and deactivate() (Polygraphy 0.53.6 BaseRunner) returns at once
+    when inactive: the stream leaked (7c97878: the CUDA stand-in held 1 stream after the failed check)."""
+    from tests.emulation import live_cuda
+    from tritonize.convert.plan_check import verify_plan
+    from tritonize.verify import Tolerance
+
+    plan = _emulated_plan(tmp_path)
+    x, reference = _reference(tmp_path)
+    before = live_cuda()
+    with pytest.raises(TritonizeError, match="^TensorRT could not run tiny.plan: .*profile"):
+        verify_plan(plan, ("images", "logits"), x, reference, Tolerance(0.5, 1.0), [1], "tiny inputs", profile=1)
+    assert live_cuda()[:3] == before[:3]  # (allocations, bytes, streams)
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_n33_a_tensorrt_backend_instance_that_fails_to_load_leaves_no_stream(emulated_tensorrt, tmp_path, monkeypatch):
+    """N33, in the served backend (serve/backends/tensorrt): an instance whose group names profile 1 of a one-profile
+    plan fails its load after making its stream; the stream is freed then, not left to a finalize() that a failed
+    initialize() need not get."""
+    import types
+
+    from tests.emulation import live_cuda
+
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
+    for name in ("tritonize.serve.backends.batching", "tritonize.serve.backends.tensorrt.model"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    from tritonize.serve.backends.batching import Placement, TensorSpec
+    from tritonize.serve.backends.tensorrt.model import TritonPythonModel
+
+    model = TritonPythonModel()
+    model.config, model.instance_name = {"instance_group": [{"name": "latency", "profile": ["1"]}]}, "latency_0"
+    model.inputs = [TensorSpec("images", np.dtype(np.float32), (3, 16, 16))]
+    model.outputs = [TensorSpec("logits", np.dtype(np.float32), (10,))]
+    plan = _emulated_plan(tmp_path)
+    before = live_cuda()
+    with pytest.raises(RuntimeError, match="Can not set the specified optimization profile 1 for latency_0"):
+        model.load(plan, Placement("GPU", 0, 1))
+    assert live_cuda()[:3] == before[:3]
+    for name in ("tritonize.serve.backends.batching", "tritonize.serve.backends.tensorrt.model"):
+        sys.modules.pop(name, None)  # imported here with the stand-in module above
+
+
 def test_without_tensorrt_the_check_says_how_to_get_it(tmp_path):
     from tritonize.convert.plan_check import verify_plan
 

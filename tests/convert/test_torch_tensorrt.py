@@ -19,6 +19,15 @@ BUILD = ["convert", "trt", "--precision", "fp32", "--min-batch", "1", "--opt-bat
          "--triton-release", "24.10", "--builder", "torch-tensorrt"]
 
 
+@pytest.fixture(autouse=True)
+def _pairs_otherwise(monkeypatch):
+    """Why these tests may pair torch-tensorrt with a TensorRT its version does not pin (the stand-in refuses to import
+    otherwise); the tests of N28 and N29 emulate the TensorRT their version pins."""
+    monkeypatch.setenv("STANDIN_TORCH_TENSORRT_PAIRING", "each recorded frontend's signature, options, refusals and "
+                       "engine names do not depend on the TensorRT minor it is built against: tested on the TensorRT the "
+                       "other builders use (24.10's 10.5, which no torch-tensorrt pins; 11.4, which none pins yet)")
+
+
 def params(version: str) -> list[str]:
     return RECORDED[version]["positional"] + RECORDED[version]["keyword_only"]
 
@@ -178,3 +187,54 @@ def test_a_dynamo_plan_is_served_and_answers_like_onnx(emulated_tensorrt, artifa
         assert all(a.exit_code == 0 for a in answers), answers[0].output
         labels = [[t["label"] for t in json.loads(a.stdout)["predictions"][0]["top_k"]] for a in answers]
         assert labels[0] == labels[1] and len(labels[0]) == 5
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.3.0.26"], indirect=True)  # 24.08: torch-tensorrt 2.5.0 pins it
+def test_n28_a_program_exported_under_another_torch_is_refused_in_one_line(emulated_tensorrt, artifacts_copy):
+    """N28: torch-tensorrt pins torch==X.Y; a .pt2 saved under another torch (exported on one machine, compiled on the
+    GPU box) fails in torch.export.load or in the conversion with an opaque error. The export's torch is in the
+    manifest: a different X.Y is refused before the build, naming the export to run here (on 7c97878 it built)."""
+    import torch
+
+    data = json.loads((artifacts_copy / "manifest.json").read_text())
+    data["artifacts"]["exported_program"]["tools"]["torch"] = "2.5.1+cu124"
+    (artifacts_copy / "manifest.json").write_text(json.dumps(data))
+    result = run_cli("convert", "trt", "--precision", "fp32", "--min-batch", "1", "--opt-batch", "2", "--max-batch", "4",
+                     "--triton-release", "24.08", "--builder", "torch-tensorrt", "--artifacts", artifacts_copy)
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert errors == [f"error: --builder torch-tensorrt: model.pt2 was exported under torch 2.5.1+cu124, and torch-tensorrt "
+                      f"2.5.0 runs under torch {torch.__version__} here: export it again on this machine (`tritonize export "
+                      f"--format exported_program --artifacts {artifacts_copy}`)"]
+    assert not (artifacts_copy / "model.plan").exists()
+    data["artifacts"]["exported_program"]["tools"]["torch"] = torch.__version__.split("+")[0]  # a patch release: same pin
+    (artifacts_copy / "manifest.json").write_text(json.dumps(data))
+    assert run_cli("convert", "trt", "--precision", "fp32", "--min-batch", "1", "--opt-batch", "2", "--max-batch", "4",
+                   "--triton-release", "24.08", "--builder", "torch-tensorrt", "--artifacts", artifacts_copy).exit_code == 0
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["11.0.0.114"], indirect=True)  # torch-tensorrt 2.13.0 pins 11.0
+def test_n29_a_failed_conversion_from_2_12_is_a_runtime_error_and_a_recorded_failure(emulated_tensorrt, artifacts_copy,
+                                                                                      monkeypatch):
+    """N29: from 2.12 the dynamo frontend re-raises a failed conversion as RuntimeError("While interpreting the module
+    got an error: ...") (pytorch/TensorRT v2.12.0 and v2.13.0 py/torch_tensorrt/dynamo/_compiler.py); before, it fell on
+    its unbound interpreter_result (UnboundLocalError), which is all tritonize caught. On 7c97878 the stand-in of 2.13
+    raised the old error, and the real one's RuntimeError was recorded as "torch-tensorrt failed: RuntimeError: ..."."""
+    import torch
+    import torch_tensorrt
+
+    monkeypatch.setenv("STANDIN_TORCH_TENSORRT_MODE", "raise")
+    assert torch_tensorrt.__version__ == "2.13.0"
+    program = torch.export.export(torch.nn.Linear(4, 2).eval(), (torch.zeros(2, 4),))
+    spec = [torch_tensorrt.Input(min_shape=(2, 4), opt_shape=(2, 4), max_shape=(2, 4), dtype=torch.float32)]
+    with pytest.raises(RuntimeError, match="^While interpreting the module got an error: stand-in: Conversion"):
+        torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(program, inputs=spec)
+    result = run_cli("convert", "trt", "--precision", "fp32", "--min-batch", "1", "--opt-batch", "2", "--max-batch", "4",
+                     "--builder", "torch-tensorrt", "--artifacts", artifacts_copy)
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert errors == ["error: torch-tensorrt 2.13.0 could not convert model.pt2: While interpreting the module got an "
+                      "error: stand-in: Conversion of function torch._ops.aten.stand_in not currently supported!; no plan "
+                      "written"]
+    entry = json.loads((artifacts_copy / "manifest.json").read_text())["artifacts"]["tensorrt"]
+    assert entry["status"] == "failed" and not (artifacts_copy / "model.plan").exists()

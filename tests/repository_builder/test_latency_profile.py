@@ -139,3 +139,37 @@ def test_instance_group_profiles_are_linted_against_the_plan(emulated_tensorrt, 
     (repo / "onnx_model" / "config.pbtxt").write_text(text_format.MessageToString(onnx_config))
     assert any(l.startswith("warning: onnx_model: instance_group #1 lists profile in a model of the onnxruntime "
                             "backend") for l in lint(["0"], ["1", "0"]))
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_n32_cuda_graphs_with_latency_instances_are_captured_only_where_every_context_runs_them(emulated_tensorrt,
+                                                                                                 artifacts_copy, tmp_path):
+    """N32: tensorrt_backend captures every graph_spec in every execution context of an instance, one per profile of
+    its group (src/instance_state.cc InitializeCudaGraph); in the latency group's profile-1 context a batch above that
+    profile's max fails setInputShape and TRTv3Interface::BuildCudaGraph logs an ERROR at each load. graph_spec is
+    the model's (no group has its own), so `repo build --cuda-graphs` keeps the graphs to the batches every profile
+    runs (7c97878: also batch 4, outside profile 1's 1..2), and `repo check` warns of a config that does not."""
+    from google.protobuf import text_format
+
+    from tritonize.model_repository import parse_config
+
+    convert(emulated_tensorrt, artifacts_copy, "--latency-profile", "1,2,2")  # profile 0: 1/4/4; profile 1: 1/2/2
+    repo = tmp_path / "models"
+    assert build(artifacts_copy, repo, "--cuda-graphs").exit_code == 0
+    config = parse_config(repo / "trt_model" / "config.pbtxt")
+    assert [list(g.profile) for g in config.instance_group] == [["0"], ["1", "0"]]
+    assert [g.batch_size for g in config.optimization.cuda.graph_spec] == [1, 2]
+    checked = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "8.6")
+    assert checked.exit_code == 0 and "0 error(s), 0 warning(s)" in checked.output, checked.output
+    graph = config.optimization.cuda.graph_spec.add(batch_size=4)
+    graph.input[config.input[0].name].dim.extend([3, 224, 224])
+    (repo / "trt_model" / "config.pbtxt").write_text(text_format.MessageToString(config))
+    checked = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "8.6")
+    assert [l for l in checked.output.splitlines() if l.startswith(("error:", "warning:"))] == [
+        "warning: trt_model: instance_group trt_model_latency runs in profile 1 (batch 1..2), where Triton's tensorrt "
+        "backend also captures the CUDA graphs of batch 4 and fails, logging an ERROR for each at every load -> fix: "
+        "capture graphs only for batch sizes every group's profiles run, or rebuild with `tritonize repo build --force` "
+        "--cuda-graphs"]
+    assert build(artifacts_copy, repo, "--cuda-graphs", "--latency-instances", "0", "--force").exit_code == 0
+    config = parse_config(repo / "trt_model" / "config.pbtxt")
+    assert [g.batch_size for g in config.optimization.cuda.graph_spec] == [1, 2, 4]  # one profile: all it runs

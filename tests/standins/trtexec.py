@@ -8,7 +8,9 @@ read in NVIDIA/TensorRT's sources (tests/data/trtexec_options.json names tag, co
   "Unknown option" and exit 1;
 - --memPoolSize (or 8.x's --workspace) is read with that version's unit rule and the result is
   printed as "stand-in workspace limit: <MiB> MiB";
-- the ONNX is read from --onnx, the timing cache from/to --timingCacheFile, and the output is
+- the ONNX is read from --onnx, the timing cache from/to --timingCacheFile (locked with the file
+  `<cache>.lock`, which trtexec creates and never removes: samples/utils/fileLock.cpp in 10.x, FileLock in
+  8.6's samples/common/common.h), and the output is
   written only at --saveEngine, the engine inspector's JSON at --exportLayerInfo, all through the container's view of the file system when the docker
   stand-in runs it (STANDIN_MOUNTS).
 
@@ -311,6 +313,8 @@ def main():
     cache = host_path(options["--timingCacheFile"]) if "--timingCacheFile" in options else None
     if "--timingCacheFile" in options and (cache is None or not cache.parent.is_dir()):
         fail(f"[E] stand-in: timing cache {options['--timingCacheFile']} cannot be written (not mounted)")
+    if cache is not None:  # FileLock: fopen(<cache>.lock, "wb+"), lockf; unlocked and closed, never removed
+        open(f"{cache}.lock", "wb+").close()
     mode = os.environ.get("STANDIN_MODE", "ok")
     if mode == "fail":
         fail("[E] Error[4]: stand-in parse failure")

@@ -13,6 +13,7 @@ on the host or in the same image; the others with this Python's TensorRT, throug
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -21,6 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from tritonize.convert.layers import read_engine
 from tritonize.convert.plan_check import PlanCheck, verify_plan, verify_with_trtexec
@@ -225,7 +227,8 @@ def container_argv(image: str, workdir: Path | None, trtexec_args: list[str], *,
 
 def _run(argv, job, out, timeout_s, version, kill=None) -> Built:
     (out / job.layer_info).unlink(missing_ok=True)  # a stale one must not describe this build
-    run = run_trtexec(argv, out, job, LOG_NAME, timeout_s, kill=kill)
+    with cache_lock_removed(out / job.timing_cache):
+        run = run_trtexec(argv, out, job, LOG_NAME, timeout_s, kill=kill)
     if run.timed_out:
         raise TritonizeError(f"trtexec timed out after {timeout_s:.0f} s and was stopped; no plan written (log: {run.log})")
     if run.returncode != 0:
@@ -238,6 +241,20 @@ def _run(argv, job, out, timeout_s, version, kill=None) -> Built:
     return Built(tensorrt_version=version, seconds=run.seconds, engine_io=(job.input_name, job.output_name),
                  log=run.log.name, argv=argv, layer_info=exported.read_text() if exported.is_file() else None,
                  layer_source="trtexec --exportLayerInfo")
+
+
+@contextlib.contextmanager
+def cache_lock_removed(cache: Path) -> Iterator[None]:
+    """trtexec and Polygraphy lock the timing cache with the file <cache>.lock and leave it behind (trtexec's FileLock
+    unlocks and closes it, never unlinks it: NVIDIA/TensorRT samples/utils/fileLock.cpp, 8.6's samples/common/common.h):
+    removed after the build, unless it was there before (another build's lock is not ours to remove)."""
+    lock = Path(f"{cache}.lock")
+    ours = not lock.exists()
+    try:
+        yield
+    finally:
+        if ours:
+            lock.unlink(missing_ok=True)
 
 
 class TensorRTApiBuilder(Builder):
@@ -262,13 +279,11 @@ class TensorRTApiBuilder(Builder):
         build = plan_from_onnx(job, out, trt)
         start = time.perf_counter()
         try:
-            engine = build()
+            with cache_lock_removed(out / job.timing_cache):
+                engine = build()
         except PolygraphyException as e:  # raised after Polygraphy logged TensorRT's own errors
             raise TritonizeError(f"TensorRT could not build {job.onnx_file}: {str(e).strip().splitlines()[-1]}; "
                                  "no plan written (TensorRT's messages are above)") from None
-        finally:
-            # Polygraphy locks the timing cache with <cache>.lock and leaves that file behind.
-            Path(f"{out / job.timing_cache}.lock").unlink(missing_ok=True)
         seconds = round(time.perf_counter() - start, 3)
         with atomic_path(out / job.plan_file) as tmp:
             tmp.write_bytes(bytes(engine))
@@ -315,14 +330,15 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
     return EngineBytesFromNetwork(network, config=config, save_timing_cache=cache)
 
 
-def pick_builders(choice: str, builders: dict[str, Builder], job: BuildJob) -> tuple[list[Builder], str]:
+def pick_builders(choice: str, builders: dict[str, Builder], job: BuildJob,
+                  problems: dict[str, str | None] | None = None) -> tuple[list[Builder], str]:
     """The builders to try, in order (`auto`: each one that can run here and honour `job`), and a
     sentence saying why (or, with none, why nothing can build here). A builder asked for by name
-    that can run but cannot honour `job` is an error."""
+    that can run but cannot honour `job` is an error. `problems`: the builders' `why_not()`, where already asked."""
     names = list(builders) if choice == "auto" else [choice]
     usable, refused = [], []
     for name in names:
-        reason = builders[name].why_not()
+        reason = problems[name] if problems and name in problems else builders[name].why_not()
         if reason is None:
             one = builders[name].one_profile
             reason = f"{one}: it cannot build --latency-profile" if one and job.latency else builders[name].refuses(job)

@@ -11,7 +11,8 @@ that this module works around, each found by running it on the emulated TensorRT
 - TrtRunner has no output metadata: the engine's own tensor list says what is an input and an output;
 - infer() returns views of host buffers it reuses and resizes: verify_runner copies each result;
 - EngineFromPath reads through trt.IStreamReader(V2), which 8.6 lacks: the plan's bytes are read here;
-- deactivate() leaves the output allocator's device buffers allocated: they are freed here.
+- deactivate() leaves the output allocator's device buffers allocated: they are freed here;
+- an activate() that fails after making its stream leaves the runner inactive, and deactivate() frees nothing.
 """
 
 from __future__ import annotations
@@ -91,8 +92,14 @@ def engine_tensors(engine, trt) -> tuple[list[str], list[str]]:
 
 
 def _deactivate(runner) -> None:
-    """End the runner's session and free the output buffers Polygraphy 0.53.6 leaves allocated."""
+    """End the runner's session and free the output buffers Polygraphy 0.53.6 leaves allocated. An activate() that
+    failed part-way (a profile the engine refuses: it is selected after the stream is made) left the runner
+    inactive, and deactivate() then frees nothing: its stream is freed here."""
     if not runner.is_active:
+        stream = getattr(runner, "stream", None)
+        if stream is not None:
+            stream.free()
+            runner.stream = None
         return
     leftover = list(runner.output_allocator.buffers.values())
     runner.deactivate()

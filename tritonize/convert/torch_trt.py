@@ -21,7 +21,8 @@ from 2.13 (TensorRT 11). Its engine names the tensors input_0 / output_0; dynamo
 program's placeholder and `output{i}` (x / output0). Either way the names recorded are read from the built
 engine. The program or module is loaded on the CPU: the converters copy the weights into the engine
 themselves (pytorch/TensorRT tests/py/dynamo/runtime/test_000_convert_module_to_trt_engine.py converts a CPU
-program), and neither is used again.
+program), and neither is used again. torch-tensorrt pins torch (torch==X.Y): an export the manifest says was
+saved under another torch than this one is refused before the build.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -91,9 +93,26 @@ class TorchTensorRTBuilder(Builder):
         return str(getattr(self._torch_tensorrt(), "__version__", "?"))
 
     def refuses(self, job):
+        other_torch = self._other_torch()
+        if other_torch:
+            return other_torch
         if self.dynamo() is not None:
             return dynamo_frontend_refuses(job, self.version(), inspect.signature(self.dynamo()).parameters)
         return torchscript_frontend_refuses(job, self.tensorrt_version())
+
+    def _other_torch(self) -> str | None:
+        """Why the export cannot be compiled here: it was saved under another torch than this one, which torch-tensorrt
+        pins (torch==X.Y), and a program or module of another torch fails to load or convert with no useful message."""
+        import torch
+
+        key = "exported_program" if self.dynamo() is not None else "torchscript"
+        source = self._export(key)
+        saved = source.tools.get("torch") if source is not None else None
+        if not saved or _minor(saved) == _minor(torch.__version__):
+            return None
+        return (f"{source.file} was exported under torch {saved}, and torch-tensorrt {self.version()} runs under torch "
+                f"{torch.__version__} here: export it again on this machine (`tritonize export --format {key} "
+                f"--artifacts {self.manifest.directory}`)")
 
     def tensorrt_version(self):
         import tensorrt as trt
@@ -134,8 +153,11 @@ class TorchTensorRTBuilder(Builder):
         logging.getLogger("torch_tensorrt").addHandler(errors)
         try:
             return torch_tensorrt.dynamo.convert_exported_program_to_serialized_trt_engine(program, **options)
-        except UnboundLocalError:  # it logs a conversion error, then fails on its unbound interpreter_result (2.5-2.14)
-            why = errors.messages[-1].strip().splitlines()[0] if errors.messages else "it logged no error"
+        except (UnboundLocalError, RuntimeError) as e:
+            # It logs the conversion error, then fails on its unbound interpreter_result (2.5-2.11) or re-raises the
+            # error as a RuntimeError (2.12+, _compiler.py): the logged error says why either way.
+            said = (errors.messages[-1] if errors.messages else str(e)).strip()
+            why = said.splitlines()[0] if said else "it logged no error"
             raise TritonizeError(f"torch-tensorrt {self.version()} could not convert {file}: {why}; no plan written") from None
         finally:
             logging.getLogger("torch_tensorrt").removeHandler(errors)
@@ -161,6 +183,11 @@ class _LoggedErrors(logging.Handler):
 
     def emit(self, record):
         self.messages.append(record.getMessage())
+
+
+def _minor(version: str) -> tuple[int, ...]:
+    """torch's "2.9.1+cu128" -> (2, 9)."""
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:2])
 
 
 def _input(job: BuildJob):

@@ -57,8 +57,11 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         + (f", latency profile {options.latency.min}/{options.latency.opt}/{options.latency.max}" if options.latency else ""))
     say(f"  pins: {pins_line(release)}")
 
+    # Probed before the ONNX is prepared (no probing on a dry run: the container's first probe pulls its image).
+    candidates = {} if options.dry_run else candidate_builders(release, manifest)
+    problems = {name: b.why_not() for name, b in candidates.items() if options.builder.value in ("auto", name)}
     source = fp32_onnx
-    opset = opset_for_tensorrt(release.tensorrt)
+    opset = opset_for_tensorrt(release.tensorrt) if release.tensorrt else builders_opset(candidates, problems)
     if opset is not None:
         source = prepare_opset(manifest, network, fp32_onnx, opset, options)
     prepared = prepare_precision(manifest, network, source, options)
@@ -90,11 +93,10 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         f"Full build with verification and manifest entry: {gpu_command}",
     ]
     script = write_reproducer(out, job, release.image, header)
-    if options.dry_run:  # no probing (the container builder's first probe pulls its image)
+    if options.dry_run:
         builders, why = [], "--dry-run"
     else:
-        candidates = candidate_builders(release, manifest)
-        builders, why = pick_builders(options.builder.value, candidates, job)
+        builders, why = pick_builders(options.builder.value, candidates, job, problems)
     waiting = f"on the GPU box run: {gpu_command}   (or by hand: bash {script})"
 
     entry = Plan(
@@ -223,6 +225,17 @@ def _timing_cache(out: Path, options: ConvertOptions) -> str:
         return str(path.relative_to(out.resolve()))
     except ValueError:
         return str(path)  # reused across builds from wherever it lives
+
+
+def builders_opset(candidates: dict[str, Builder], problems: dict[str, str | None]) -> int | None:
+    """The ONNX opset for a target whose TensorRT the release table does not know (23.10-24.01 ship 8.6): the one the
+    oldest parser among the builders that can run here reads, from each one's probed TensorRT (N27)."""
+    versions = [candidates[name].tensorrt_version() for name, problem in problems.items() if problem is None]
+    opsets = [o for o in map(opset_for_tensorrt, versions) if o is not None]
+    if opsets:
+        say(f"  Triton's TensorRT is unknown to tritonize; the builder's is {min(versions, key=version_tuple)}: "
+            f"the ONNX is converted to opset {min(opsets)}")
+    return min(opsets, default=None)
 
 
 def candidate_builders(release: Release, manifest: Manifest) -> dict[str, Builder]:

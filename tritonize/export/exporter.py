@@ -106,6 +106,7 @@ def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = 
                 verification=report,
                 options=options.fingerprint(fmt),
                 created=now_iso(),
+                tools=fields.pop("tools"),
                 details={**fields, "timings": {**common, **timings}},
             )
             manifest.publish(fmt, entry, staged)

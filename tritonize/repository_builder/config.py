@@ -104,8 +104,9 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
     cfg.dynamic_batching.preferred_batch_size.extend(options.preferred_for(max_batch))
     cfg.dynamic_batching.max_queue_delay_microseconds = options.queue_delay_us
 
+    latency = latency_instances(entry, options)
     if options.cuda_graphs and isinstance(entry, Plan):
-        add_cuda_graphs(cfg, cuda_graph_batches(entry, cfg), spec.input_shape)
+        add_cuda_graphs(cfg, cuda_graph_batches(entry, cfg, bool(latency)), spec.input_shape)
     if options.context_memory and isinstance(entry, Plan):
         release = entry.target.triton_release
         if not release_has_allocation_strategy(release):
@@ -116,7 +117,6 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
 
     kinds = {"auto": pb.ModelInstanceGroup.KIND_AUTO, "gpu": pb.ModelInstanceGroup.KIND_GPU,
              "cpu": pb.ModelInstanceGroup.KIND_CPU}
-    latency = latency_instances(entry, options)
     if latency:  # the plan's two profiles: named groups, each instance with the profiles it runs (profile_groups)
         for name, count, profiles in profile_groups(backend.name, options.instances, latency, entry.latency, max_batch):
             cfg.instance_group.add(name=name, count=count, kind=kinds[kind], profile=profiles)
@@ -176,12 +176,17 @@ def release_has_allocation_strategy(release: str) -> bool:
     return tuple(int(p) for p in release.split(".")) >= tuple(int(p) for p in ALLOCATION_FROM_RELEASE.split("."))
 
 
-def cuda_graph_batches(plan: Plan, cfg: pb.ModelConfig) -> list[int]:
+def cuda_graph_batches(plan: Plan, cfg: pb.ModelConfig, latency_instances: bool = False) -> list[int]:
     """The batch sizes to capture CUDA graphs for: those Triton's tensorrt backend would pick by default (1, the
     preferred batch sizes, max_batch_size; src/instance_state.cc InitializeGraphSpecs), kept within the plan's
-    profile, which the engine cannot run outside."""
-    wanted = {1, *cfg.dynamic_batching.preferred_batch_size, cfg.max_batch_size}
-    return sorted(b for b in wanted if plan.profile.min <= b <= min(plan.profile.max, cfg.max_batch_size))
+    profile, which the engine cannot run outside. With latency instances, also within the latency profile (and its
+    opt and max): the backend captures every graph_spec in every execution context, one per profile of an instance
+    (InitializeCudaGraph), and a batch outside a context's profile fails there with an ERROR line at each load
+    (TRTv3Interface::BuildCudaGraph). Graphs help small batches most (InitializeGraphSpecs says so), which that
+    profile takes; graph_spec is the model's, so no group can have graphs of its own."""
+    profiles = [plan.profile, *([plan.latency] if latency_instances and plan.latency else [])]
+    wanted = {1, *cfg.dynamic_batching.preferred_batch_size, cfg.max_batch_size, *(b for p in profiles[1:] for b in (p.opt, p.max))}
+    return sorted(b for b in wanted if b <= cfg.max_batch_size and all(p.min <= b <= p.max for p in profiles))
 
 
 def add_cuda_graphs(cfg: pb.ModelConfig, batches: list[int], input_shape) -> None:

@@ -68,6 +68,26 @@ class PlanOptionChecks:
                 elif any(d >= 0 and g != d for g, d in zip(shape.dim, inputs[name])) or len(shape.dim) != len(inputs[name]):
                     self.add(Severity.error, f"graph_spec batch_size {spec.batch_size}: input {name!r} shape {list(shape.dim)} is "
                                       f"not the config's {inputs[name]}", f"{REBUILD} --cuda-graphs")
+        if plan is not None and plan.status is Status.built:
+            self._check_graphs_in_each_context(cfg, plan.profiles)
+
+    def _check_graphs_in_each_context(self, cfg, profiles) -> None:
+        """tensorrt_backend captures every graph_spec in every execution context of an instance, one per profile its
+        group lists (src/instance_state.cc InitializeCudaGraph); a batch outside a context's profile fails its
+        setInputShape there, and TRTv3Interface::BuildCudaGraph logs an ERROR at each load (N32 of issue 34)."""
+        batches = sorted({spec.batch_size for spec in cfg.optimization.cuda.graph_spec})
+        for number, group in enumerate(cfg.instance_group):
+            if not all(p.strip().isdigit() for p in group.profile):
+                continue  # _check_profiles names it
+            for index in sorted({int(p) for p in group.profile if 0 < int(p) < len(profiles)}):  # 0: checked above
+                profile = profiles[index]
+                outside = [b for b in batches if not profile.min <= b <= profile.max]
+                if outside:
+                    self.add(Severity.warning, f"instance_group {group.name or f'#{number + 1}'} runs in profile {index} "
+                                               f"(batch {profile.min}..{profile.max}), where Triton's tensorrt backend "
+                                               f"also captures the CUDA graphs of batch {_ranges(outside)} and fails, "
+                                               "logging an ERROR for each at every load",
+                             f"capture graphs only for batch sizes every group's profiles run, or {REBUILD} --cuda-graphs")
 
     def _check_allocation_strategy(self, cfg, backend: str | None) -> None:
         if ALLOCATION_PARAMETER not in cfg.parameters:

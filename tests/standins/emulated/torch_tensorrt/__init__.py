@@ -1,10 +1,12 @@
 """STAND-IN for torch-tensorrt, for tritonize's tests only: it runs on the emulated TensorRT (../tensorrt) and
 loads only where that does (TRITONIZE_EMULATED_TENSORRT set).
 
-Its version is $STANDIN_TORCH_TENSORRT_VERSION, else the release built against the emulated TensorRT's major:
-2.2.0 for 8.x (TorchScript frontend only), 2.9.0 for 10.x, 2.13.0 for 11.x. From 2.5 it has the dynamo
-frontend's `dynamo.convert_exported_program_to_serialized_trt_engine` (./dynamo.py); every version has the
-TorchScript frontend. It enforces what tritonize relies on, from pytorch/TensorRT's sources (the signature
+Its version is $STANDIN_TORCH_TENSORRT_VERSION, else the release that pins the emulated TensorRT
+(tests/data/torch_tensorrt_pins.json, from each tag's requirements: 2.2.0 pins 8.6, 2.5.0 10.3.0, 2.9.0 10.13,
+2.13.0 11.0), else by major (2.2.0, 2.9.0, 2.13.0). It pairs only with a TensorRT its version pins, as pip installs
+them; a test that pairs it otherwise says why in $STANDIN_TORCH_TENSORRT_PAIRING, else it does not import. From 2.5
+it has the dynamo frontend's `dynamo.convert_exported_program_to_serialized_trt_engine` (./dynamo.py); every
+version has the TorchScript frontend. It enforces what tritonize relies on, from pytorch/TensorRT's sources (the signature
 files in tests/data name tag, file and lines):
 - `ts.convert_method_to_trt_engine` takes exactly its real parameters (no **kwargs: any other keyword
   is a TypeError, as in Python), a torch.jit.ScriptModule that has the method, and Input specs;
@@ -32,10 +34,28 @@ import tensorrt as _trt  # noqa: E402 - the emulated TensorRT it is built agains
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 SIGNATURE = json.loads((DATA / "torch_tensorrt_ts_signature.json").read_text())
+PINS = json.loads((DATA / "torch_tensorrt_pins.json").read_text())["versions"]
 VERSION_ENV = "STANDIN_TORCH_TENSORRT_VERSION"
+PAIRING_ENV = "STANDIN_TORCH_TENSORRT_PAIRING"  # why a test pairs it with a TensorRT its version does not pin
+
+
+def pins(version: str, tensorrt: str) -> bool:
+    """Whether torch-tensorrt `version` pins TensorRT `tensorrt` (tests/data/torch_tensorrt_pins.json)."""
+    from packaging.specifiers import SpecifierSet
+
+    pin = PINS.get(version)
+    return pin is not None and SpecifierSet(pin["tensorrt"]).contains(".".join(tensorrt.split(".")[:3]))
+
+
 _MAJOR = int(_trt.__version__.split(".")[0])
-__version__ = os.environ.get(VERSION_ENV) or {8: "2.2.0", 10: "2.9.0"}.get(_MAJOR, "2.13.0")
+__version__ = (os.environ.get(VERSION_ENV) or next((v for v in PINS if pins(v, _trt.__version__)), None)
+               or {8: "2.2.0", 10: "2.9.0"}.get(_MAJOR, "2.13.0"))
 VERSION = tuple(int(p) for p in __version__.split("+")[0].split(".")[:2])
+if not pins(__version__, _trt.__version__) and not os.environ.get(PAIRING_ENV):
+    _pin = PINS.get(__version__, {"tensorrt": "(no recorded pin)", "where": "tests/data/torch_tensorrt_pins.json"})
+    raise ImportError(f"stand-in: torch-tensorrt {__version__} pins tensorrt{_pin['tensorrt']} (pytorch/TensorRT "
+                      f"{_pin['where']}), and pip would never install it beside the emulated TensorRT {_trt.__version__}: "
+                      f"emulate the TensorRT it pins, or say in ${PAIRING_ENV} why the test pairs them otherwise")
 
 
 class Input:

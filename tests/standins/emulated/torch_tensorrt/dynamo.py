@@ -14,7 +14,8 @@ What it enforces, from that file's sources (py/torch_tensorrt/dynamo/_compiler.p
   hardware_compatible AMPERE_PLUS, optimization_level, workspace_size, disable_tf32, the FP16 flag from
   enabled_precisions unless explicitly typed, profiling verbosity LAYER_NAMES_ONLY (the layers' precisions
   cannot be read back), network flags by version, and the timing cache read from and saved to timing_cache_path;
-- a conversion that fails is logged and then surfaces as the real function's UnboundLocalError.
+- a conversion that fails is logged and then surfaces as the real function's UnboundLocalError (to 2.11), or is
+  re-raised as a RuntimeError (from 2.12).
 """
 
 from __future__ import annotations
@@ -113,8 +114,11 @@ def _convert(recorded: dict, args: dict) -> bytes:
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         with open(cache, "wb") as f:
             f.write(memoryview(configured[0].get_timing_cache().serialize()))
-    except Exception as e:  # noqa: BLE001 - the real function logs and carries on (_compiler.py v2.9.0:1330-1341)
+    except Exception as e:  # noqa: BLE001 - logged, then as each version's _compiler.py ends
         _LOG.error(f"While interpreting the module got an error: {e}")
+        if VERSION >= (2, 12):  # re-raised (v2.12.0 _compiler.py:1626, v2.13.0:1558)
+            raise RuntimeError(f"While interpreting the module got an error: {e}") from e
+        # it carries on to its unbound interpreter_result (v2.9.0 _compiler.py:1330-1343, v2.11.0:1466-1479)
         raise UnboundLocalError("cannot access local variable 'interpreter_result' where it is not associated with a "
                                 "value") from None
     return bytes(engine)

@@ -62,7 +62,11 @@ class TritonPythonModel(BatchingModel):
         if missing:
             raise RuntimeError(f"config tensors {missing} are not in the plan, which has {sorted(engine_tensors)}")
         self.stream = cuda.Stream()
-        self.contexts = self._contexts(instance_profiles(self.config, self.instance_name))
+        try:
+            self.contexts = self._contexts(instance_profiles(self.config, self.instance_name))
+        except Exception:  # a profile the plan lacks: no stream outlives the failed load (no finalize() may follow)
+            self.finalize()
+            raise
         self.context = self.contexts[0][1]
         self.ran: set[tuple[int, int]] = set()
         self.buffers = {t.name: cuda.DeviceArray(dtype=DataType.from_dtype(t.dtype)) for t in self.inputs}
