@@ -33,28 +33,28 @@ def test_loopback(host, loopback):
     assert is_loopback(host) == loopback
 
 
-def test_serve_restricts_off_loopback_with_a_new_key_per_start():
-    assert server_key("127.0.0.1", None, False) is None
-    first, second = server_key("0.0.0.0", None, False), server_key("0.0.0.0", None, False)
+def test_serve_restricts_on_every_address_with_a_new_key_per_start():
+    """Loopback too: a model load may carry files the server runs (issue 35)."""
+    first, second = server_key(None, False), server_key(None, False)
     assert first.value != second.value and len(first.value) >= 32 and first.file is None
     assert KEY not in repr(ControlKey(KEY))  # the value never shows in a repr (logs, tracebacks)
 
 
 def test_a_given_key_restricts_on_any_host(tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
-    assert server_key("127.0.0.1", None, False).value == KEY
+    assert server_key(None, False).value == KEY
     assert client_key(None).value == KEY
     file = tmp_path / "key"
     file.write_text("f" * 20 + "\n")
     file.chmod(0o600)
-    assert server_key("0.0.0.0", file, False) == ControlKey("f" * 20, file)  # the file wins over the environment
+    assert server_key(file, False) == ControlKey("f" * 20, file)  # the file wins over the environment
 
 
 def test_open_control_apis(tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
-    assert server_key("0.0.0.0", None, True) is None
+    assert server_key(None, True) is None
     with pytest.raises(TritonizeError, match="contradict"):
-        server_key("0.0.0.0", tmp_path / "key", True)
+        server_key(tmp_path / "key", True)
 
 
 def test_a_key_file_others_can_read_is_refused(tmp_path):

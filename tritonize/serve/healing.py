@@ -1,0 +1,112 @@
+"""What `tritonize serve` needs to start tritonserver again after it died (SIGSEGV, the OOM killer, kill -9) as
+the clients left it: the state the model repository API made, recorded while the server serves.
+
+Explicit model control makes that state: the models loaded, unloaded or given up (serve/supervisor.py), and the
+config each READY model serves, which `tritonize tune` and `models load --config` change with a load that carries
+a config. A `Recorder` reads the repository index and the READY models' configs every RECORD_S; after a crash
+the new server loads the models that were loaded (or whose load had failed: the reason comes back), then
+`restore` loads again, with its recorded config, each model that serves another config than it did, and the
+supervisor gives up again on those it had given up.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from tritonize.access import ControlKey
+from tritonize.repository_index import clean_reason, model_states
+from tritonize.serve.supervisor import RELOADED
+
+RECORD_S = 0.5
+TIMEOUT_S = 10.0
+NOT_ASKED = ("unloaded", "not loaded")  # the index's reasons for a model no one asked to be loaded
+
+
+@dataclass(frozen=True)
+class Served:
+    """The server as the model repository API left it."""
+
+    configs: dict[str, dict] = field(default_factory=dict)  # READY model -> the config it serves (Triton's JSON)
+    failed: tuple[str, ...] = ()  # models whose load failed, or that were loading
+
+    def to_load(self, given_up: tuple[str, ...] = ()) -> tuple[str, ...]:
+        """The models a new server loads at start, in order."""
+        return tuple(sorted(set(self.configs) | set(self.failed) - set(given_up)))
+
+
+def config(http_url: str, name: str) -> dict:
+    with urllib.request.urlopen(f"{http_url}/v2/models/{name}/config", timeout=TIMEOUT_S) as response:
+        return json.loads(response.read())
+
+
+def read(http_url: str, key: ControlKey | None) -> Served:
+    """What the server at `http_url` serves now (OSError, ValueError while it is not answering)."""
+    configs, failed = {}, []
+    for name, (state, reason) in model_states(http_url, key).items():
+        if state == "READY":
+            try:
+                configs[name] = config(http_url, name)
+            except urllib.error.HTTPError:  # unloaded meanwhile
+                continue
+        elif state == "LOADING" or state == "UNAVAILABLE" and reason not in NOT_ASKED:
+            failed.append(name)
+    return Served(configs, tuple(failed))
+
+
+class Recorder:
+    """Reads the state of one server every RECORD_S in a daemon thread; `served` is the last one read."""
+
+    def __init__(self, http_url: str, key: ControlKey | None, served: Served):
+        self.http_url, self.key, self.served = http_url, key, served
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tritonize-recorder", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(TIMEOUT_S * 2)
+
+    def _run(self) -> None:
+        while not self._stop.wait(RECORD_S):
+            try:
+                served = read(self.http_url, self.key)
+            except (OSError, ValueError):  # the server is stopping or dead: keep what it served last
+                continue
+            if not self._stop.is_set():
+                self.served = served
+
+
+def restore(http_url: str, key: ControlKey | None, served: Served) -> list[str]:
+    """Load again with its recorded config each model of `served` that a new server serves otherwise; the
+    errors, one line each."""
+    errors = []
+    for name, wanted in served.configs.items():
+        try:
+            now = config(http_url, name)
+        except (OSError, ValueError):
+            now = None
+        if now is not None and _unmarked(now) == _unmarked(wanted):
+            continue
+        body = json.dumps({"parameters": {"config": json.dumps(_unmarked(wanted))}}).encode()
+        request = urllib.request.Request(f"{http_url}/v2/repository/models/{name}/load", data=body,
+                                         headers=key.http_headers if key else {})
+        try:
+            urllib.request.urlopen(request, timeout=120).close()
+        except urllib.error.HTTPError as e:
+            errors.append(f"{name}: {clean_reason(json.loads(e.read() or b'{}').get('error', str(e)))}")
+        except OSError as e:
+            errors.append(f"{name}: {e}")
+    return errors
+
+
+def _unmarked(config: dict) -> dict:
+    """Without the supervisor's mark of a reload after a stub crash: a new server has none."""
+    parameters = {k: v for k, v in config.get("parameters", {}).items() if k != RELOADED}
+    return {**config, "parameters": parameters}
