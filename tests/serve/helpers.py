@@ -62,15 +62,17 @@ class Serve:
 
     def stop(self) -> None:
         """SIGTERM, as a user's Ctrl-C: `tritonize serve` stops its server and removes its files (SIGKILL
-        after 60 s). What a test killed itself is ended too."""
+        after 60 s). What a test killed itself is ended too, and the server serve started again, if it did."""
+        servers = {self.server_pid, *(pid for pid, cmd in children(self.process.pid).items() if "bin/tritonserver" in cmd)}
         self.process.terminate()
         try:
             self.process.wait(60)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.server_pid, signal.SIGKILL)  # the server's group: tritonserver and its stubs
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # the server's group: tritonserver and its stubs
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> "Serve":

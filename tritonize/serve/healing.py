@@ -3,16 +3,18 @@ the clients left it: the state the model repository API made, recorded while the
 
 Explicit model control makes that state: the models loaded, unloaded or given up (serve/supervisor.py), and the
 config each READY model serves, which `tritonize tune` and `models load --config` change with a load that carries
-a config. A `Recorder` reads the repository index and the READY models' configs every RECORD_S; after a crash
-the new server loads the models that were loaded (or whose load had failed: the reason comes back), then
-`restore` loads again, with its recorded config, each model that serves another config than it did, and the
-supervisor gives up again on those it had given up.
+a config. A `Recorder` reads the repository index and the READY models' configs every RECORD_S. After a crash the
+new server starts with no model, and `restore` loads each READY model with the config it served, without its
+warmup (heal first, as the supervisor does after a stub crash: at batch 32 the warmup took most of a load), the
+ensembles once their steps are loaded, and again each model whose load had failed (its reason comes back); the
+supervisor then gives up again on those it had given up.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -23,6 +25,7 @@ from tritonize.serve.supervisor import RELOADED
 
 RECORD_S = 0.5
 TIMEOUT_S = 10.0
+LOAD_TIMEOUT_S = 300.0  # a torch model on a busy machine
 NOT_ASKED = ("unloaded", "not loaded")  # the index's reasons for a model no one asked to be loaded
 
 
@@ -32,10 +35,6 @@ class Served:
 
     configs: dict[str, dict] = field(default_factory=dict)  # READY model -> the config it serves (Triton's JSON)
     failed: tuple[str, ...] = ()  # models whose load failed, or that were loading
-
-    def to_load(self, given_up: tuple[str, ...] = ()) -> tuple[str, ...]:
-        """The models a new server loads at start, in order."""
-        return tuple(sorted(set(self.configs) | set(self.failed) - set(given_up)))
 
 
 def config(http_url: str, name: str) -> dict:
@@ -83,30 +82,34 @@ class Recorder:
                 self.served = served
 
 
-def restore(http_url: str, key: ControlKey | None, served: Served) -> list[str]:
-    """Load again with its recorded config each model of `served` that a new server serves otherwise; the
-    errors, one line each."""
-    errors = []
-    for name, wanted in served.configs.items():
-        try:
-            now = config(http_url, name)
-        except (OSError, ValueError):
-            now = None
-        if now is not None and _unmarked(now) == _unmarked(wanted):
-            continue
-        body = json.dumps({"parameters": {"config": json.dumps(_unmarked(wanted))}}).encode()
-        request = urllib.request.Request(f"{http_url}/v2/repository/models/{name}/load", data=body,
+def restore(http_url: str, key: ControlKey | None, served: Served, skip: tuple[str, ...] = ()) -> list[str]:
+    """Load `served` into a new server that started with no model, but for `skip`; the errors of the models
+    that were READY, one line each."""
+    plain = {n: c for n, c in served.configs.items() if c.get("platform") != "ensemble"}
+    ensembles = {n: c for n, c in served.configs.items() if n not in plain}
+    failed = {n: None for n in served.failed if n not in skip}
+
+    def load(item: tuple[str, dict | None]) -> str | None:
+        name, config = item
+        body = {"parameters": {"config": json.dumps(_fresh(config))}} if config else {}
+        request = urllib.request.Request(f"{http_url}/v2/repository/models/{name}/load", data=json.dumps(body).encode(),
                                          headers=key.http_headers if key else {})
         try:
-            urllib.request.urlopen(request, timeout=120).close()
+            urllib.request.urlopen(request, timeout=LOAD_TIMEOUT_S).close()
         except urllib.error.HTTPError as e:
-            errors.append(f"{name}: {clean_reason(json.loads(e.read() or b'{}').get('error', str(e)))}")
+            return f"{name}: {clean_reason(json.loads(e.read() or b'{}').get('error', str(e)))}"
         except OSError as e:
-            errors.append(f"{name}: {e}")
+            return f"{name}: {e}"
+        return None
+
+    errors = []
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for group in ({**plain, **failed}, ensembles):  # an ensemble loads its steps from their files otherwise
+            errors += [e for (name, _), e in zip(group.items(), pool.map(load, group.items())) if e and name in served.configs]
     return errors
 
 
-def _unmarked(config: dict) -> dict:
-    """Without the supervisor's mark of a reload after a stub crash: a new server has none."""
+def _fresh(config: dict) -> dict:
+    """The config as a new server loads it: without warmup, nor the supervisor's mark of a reload after a stub crash."""
     parameters = {k: v for k, v in config.get("parameters", {}).items() if k != RELOADED}
-    return {**config, "parameters": parameters}
+    return {k: v for k, v in {**config, "parameters": parameters}.items() if k != "model_warmup"}

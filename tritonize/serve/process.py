@@ -323,9 +323,9 @@ class ServerHandle:
         self.server.stop()  # what is left of its group: the stubs
         shm.remove_owned(self.region_prefix)
         time.sleep(RELOAD_DELAYS_S[len(self.crashes) - 1])
-        self.server.command = self.command(served.to_load(tuple(given_up)))
+        self.server.command = self.command(load=())
         info = self.server.start(append=True)
-        errors = restore(info.http_url, self.control_key, served)
+        errors = restore(info.http_url, self.control_key, served, skip=tuple(given_up))
         self.restarts += 1
         self.serving(info, served, given_up)
         say(f"tritonserver serves again, {time.monotonic() - seen:.1f} s after it was seen dead"
