@@ -19,7 +19,7 @@ from tritonize.serve.process import choose_ports
 class Serve:
     """`tritonize serve REPOSITORY [OPTIONS]` (embedded engine, free ports on `host`) in a child process,
     ready once constructed; clients reach it on 127.0.0.1. Its stderr lines are collected as they come;
-    `expect` waits for the next ones."""
+    `expect` waits for the next ones. `key_file`: where its control key is (None with --open-control-apis)."""
 
     def __init__(self, repository: Path, *options: str, host: str = "127.0.0.1"):
         ports = choose_ports(host, None, None, None)
@@ -41,6 +41,9 @@ class Serve:
                 break
         assert self.table and self.table[-1].startswith("log "), "\n".join(self.stderr)
         self.workdir = Path(self.table[-1].split()[1]).parent
+        control = next(line for line in self.table if line.startswith("control "))
+        # The control key's file, unless --open-control-apis: "control  model-repository, ... need the key in FILE: ..."
+        self.key_file = Path(control.split(" need the key in ")[1].split(": ")[0]) if " need the key in " in control else None
         self.expect("serving; Ctrl-C or SIGTERM stops")
         self.server_pid = next(pid for pid, cmd in children(self.process.pid).items() if "bin/tritonserver" in cmd)
 

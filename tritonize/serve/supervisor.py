@@ -372,8 +372,10 @@ def failure_counts(metrics_url: str) -> dict[str, float]:
         text = response.read().decode()
     counts: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == FAILURES and "model" in sample.labels:
+        if family.name != FAILURES:
+            continue
+        for sample in family.samples:  # named FAILURES + "_total" by the parser, as a counter's samples are
+            if "model" in sample.labels:
                 model = sample.labels["model"]
                 counts[model] = counts.get(model, 0.0) + sample.value
     return counts
