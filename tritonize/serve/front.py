@@ -21,7 +21,7 @@ import re
 import threading
 from typing import Callable
 
-MAX_BODY = 64 * 2**20  # Triton's own --http-max-input-size default (r25.07 on); 2.51 has no limit
+MAX_BODY = 64 * 2**20  # Triton's own --http-max-input-size default (25.06 on); 2.51 has no limit
 MAX_HEAD = 64 * 2**10
 PIECE = 2**20  # bytes copied at a time
 LINGER_S = 5.0  # how long the body of a refused request is read and dropped
