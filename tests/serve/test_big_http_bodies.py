@@ -1,4 +1,5 @@
-"""One HTTP request never takes the real embedded server down, whatever its size and headers.
+"""One HTTP request never takes the real embedded server down, whatever its size and headers: the embedded engine's
+front (serve/front.py) passes requests on to tritonserver, and refuses what it cannot pass on safely.
 
 tritonserver's HTTP library (libevhtp) parses a body sent as `Content-Type: application/x-www-form-urlencoded`
 (curl's default for --data-binary) into query arguments, in two arrays of the body's size on the HTTP thread's
@@ -12,8 +13,11 @@ from __future__ import annotations
 import http.client
 import json
 import shutil
+import socket
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +117,61 @@ def test_the_docs_curl_recipe_classifies_a_10_mb_photo(server, tmp_path):
     lines = result.stdout.splitlines()
     assert len(lines) == 5 and all(len(line.split(":")) >= 3 for line in lines), (result.stdout, time.monotonic() - started)
     _serves(server)
+
+
+def _raw(http_url: str, data: bytes) -> bytes:
+    """What the front answers to `data` sent on a new connection."""
+    host, port = http_url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        connection.sendall(data)
+        return connection.recv(65536)
+
+
+def test_the_front_refuses_what_it_cannot_pass_on_safely(server):
+    from tritonize.serve.front import MAX_BODY, MAX_HEAD
+
+    infer = f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\n"
+    big_head = _raw(server.http_url, f"{infer}X-Big: {'a' * MAX_HEAD}\r\n\r\n".encode())
+    assert big_head.startswith(b"HTTP/1.1 431 "), big_head[:100]
+    both = _raw(server.http_url, f"{infer}Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+    assert both.startswith(b"HTTP/1.1 400 "), both[:100]
+    # A client that asks before sending (curl above 1 MB) is told at once, and sends nothing.
+    expect = _raw(server.http_url, f"{infer}Content-Length: {MAX_BODY + 1}\r\nExpect: 100-continue\r\n\r\n".encode())
+    assert expect.startswith(b"HTTP/1.1 413 "), expect[:100]
+    # A chunked body is counted as it comes: passed on up to the limit, refused at the chunk that passes it.
+    chunk = b"%x\r\n" % MIB + b" " * MIB + b"\r\n"
+    chunked = _raw(server.http_url, f"{infer}Transfer-Encoding: chunked\r\n\r\n".encode() + chunk * 65)
+    assert chunked.startswith(b"HTTP/1.1 413 "), chunked[:100]
+    _serves(server)
+
+
+def test_the_front_keeps_a_connection_for_several_requests(server):
+    host, port = server.http_url.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        for body in (_body(700_000, MODEL), _body(5_000_000, MODEL)):
+            connection.request("POST", f"/v2/models/{MODEL}/infer", body, {"Content-Type": FORM})
+            response = connection.getresponse()
+            assert response.status == 200 and json.loads(response.read())["outputs"][0]["shape"] == [1, 1000]
+        connection.request("GET", "/v2/health/ready")
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+
+
+def test_the_front_answers_while_no_tritonserver_listens():
+    """Between a crash and the new server: 503 on HTTP, tritonize's own metrics on the metrics port."""
+    from tritonize.serve.front import Front
+    from tritonize.serve.process import choose_ports
+
+    ports, nobody = choose_ports("127.0.0.1", None, None, None), choose_ports("127.0.0.1", None, None, None)
+    front = Front("127.0.0.1", ports.http, ports.metrics, (nobody.http, nobody.metrics), lambda: "tritonize_x 1\n")
+    front.start()
+    try:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{ports.http}/v2/health/ready", timeout=30)
+        assert refused.value.code == 503 and "retry" in json.loads(refused.value.read())["error"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports.metrics}/metrics", timeout=30) as response:
+            assert response.read() == b"tritonize_x 1\n"
+    finally:
+        front.stop()

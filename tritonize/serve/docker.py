@@ -199,11 +199,13 @@ class DockerServer(ServerHandle):
         self.log_path = Path(log_path).resolve() if log_path else None
         self.models = models  # loaded at start; empty: all
         self.supervise = supervise  # reload a model whose backend stub died (off: to do it by hand)
+        self.runs = 0  # containers started
 
     def command(self, load: tuple[str, ...] | None = None) -> list[str]:
         """`docker run` of a container of a new name (a container that died may still be being removed), loading
         `load` at start (None: `models`)."""
-        self.name = f"tritonize-serve-{self.workdir.name.removeprefix(WORKDIR_PREFIX)}" + (f"-{self.restarts}" * bool(self.restarts))
+        self.runs += 1
+        self.name = f"tritonize-serve-{self.workdir.name.removeprefix(WORKDIR_PREFIX)}" + (f"-{self.runs}" * (self.runs > 1))
         command = docker_command(self.repository, self.release, host=self.host, http_port=self.ports.http,
                                  grpc_port=self.ports.grpc, metrics_port=self.ports.metrics,
                                  model_config_name=self.model_config_name, models=self.models if load is None else load,

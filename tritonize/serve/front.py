@@ -177,13 +177,14 @@ class Front:
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Until `reader` ends; then `writer` is closed."""
+    """Until `reader` ends (or either side breaks); then `writer` is closed. Cancelled, it leaves `writer` open."""
     try:
         while data := await reader.read(PIECE):
             writer.write(data)
             await writer.drain()
-    finally:
-        writer.close()
+    except OSError:
+        pass
+    writer.close()
 
 
 async def _exactly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, length: int) -> None:
