@@ -164,7 +164,7 @@ def local_key(url: str) -> ControlKey | None:
         if (info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or start_time(pid) != started
                 or int(port) not in record["ports"].values() or not record["key_file"]):
             continue
-        if is_loopback(host) or host in (record["host"], "localhost"):
+        if is_loopback(host) or host == record["host"]:
             return read_key_file(Path(record["key_file"]))
     return None
 

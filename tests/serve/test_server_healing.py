@@ -140,15 +140,49 @@ def test_a_killed_tritonserver_serves_again_as_the_clients_left_it(repo, tmp_pat
         assert "tritonize_server_restarts_total 1\n" in metrics and "nv_inference_request_success" in metrics
 
 
+def _stub(serve: Serve, instance: str, old: int | None = None) -> int:
+    from tritonize.serve.supervisor import stub_processes
+
+    deadline = time.monotonic() + 120
+    while (pid := stub_processes(_server_pid(serve)).get(instance)) in (None, old):
+        assert time.monotonic() < deadline, f"no new stub for {instance}"
+        time.sleep(0.05)
+    return pid
+
+
+def _left_over(reason: str) -> list[Path]:
+    """The /tmp/folderXXXXXX Triton wrote for a load whose model.py says `reason` (the supervisor's give-up)."""
+    found = []
+    for folder in Path("/tmp").glob("folder*"):
+        try:
+            if reason in (folder / "1" / "model.py").read_text(errors="replace"):
+                found.append(folder)
+        except OSError:
+            continue
+    return found
+
+
 def test_serve_ends_when_tritonserver_keeps_dying(repo):
+    """A model the supervisor gave up on stays given up in each new server, and no give-up leaves its files in
+    /tmp; the crash after the back-offs ends serve."""
     from tritonize.serve.supervisor import RELOAD_DELAYS_S
 
-    serve = Serve(repo)
-    with serve:
+    with Serve(repo) as serve:
+        pid = None
+        for _ in range(len(RELOAD_DELAYS_S) + 1):
+            pid = _stub(serve, "onnx_idle_0_0", pid)
+            os.kill(pid, signal.SIGKILL)
+            line = serve.expect("onnx_idle: ")
+        reason = line.removeprefix("onnx_idle: UNAVAILABLE: ")
+        assert "crashed 4 times within 10 min" in reason and _left_over(reason) == []
         for crash in range(1, len(RELOAD_DELAYS_S) + 1):
             os.kill(_server_pid(serve), signal.SIGKILL)
             serve.expect(f"tritonserver was killed by SIGKILL while serving; starting it again (crash {crash} ")
             serve.expect("tritonserver serves again, ", timeout=120)
+            listed = run_cli("models", "list", "--url", serve.grpc_url, "--json")
+            states = {m["name"]: (m["state"], m["reason"]) for m in json.loads(listed.stdout)}
+            assert states["onnx_idle"][0] == "UNAVAILABLE" and reason in states["onnx_idle"][1], states
+            assert states["onnx_model"] == ("READY", "") and _left_over(reason) == []
         os.kill(_server_pid(serve), signal.SIGKILL)
         assert serve.process.wait(120) == 1
         line = serve.expect("error: tritonserver was killed by SIGKILL while serving, 4 times within 10 min")
