@@ -317,15 +317,15 @@ class ServerHandle:
                                  "tritonize serve stopped starting it again: find the cause (memory? see `dmesg`)\n" + tail)
         say(f"tritonserver {how} while serving; starting it again (crash {len(self.crashes)} within {WINDOW}; crash "
             f"{len(RELOAD_DELAYS_S) + 1} ends tritonize serve)\n{tail}")
-        served = self.recorder.served if self.recorder else Served()
+        served = self.recorder.served if self.recorder else None  # None: not supervised, so as asked at start
         given_up = dict(self.supervisor.given_up) if self.supervisor else {}
         self._unwatch()
         self.server.stop()  # what is left of its group: the stubs
         shm.remove_owned(self.region_prefix)
         time.sleep(RELOAD_DELAYS_S[len(self.crashes) - 1])
-        self.server.command = self.command(load=())
+        self.server.command = self.command(load=None if served is None else ())
         info = self.server.start(append=True)
-        errors = restore(info.http_url, self.control_key, served, skip=tuple(given_up))
+        errors = restore(info.http_url, self.control_key, served, skip=tuple(given_up)) if served else []
         self.restarts += 1
         self.serving(info, served, given_up)
         say(f"tritonserver serves again, {time.monotonic() - seen:.1f} s after it was seen dead"
