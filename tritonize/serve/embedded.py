@@ -285,6 +285,7 @@ def embedded_server(
     model_config_name: str | None = None,
     ready_timeout: float = 120.0,
     log_path: Path | None = None,
+    control_key: ControlKey | None = None,
 ) -> Iterator[ServerInfo]:
     """Serve `repository` with the bundled tritonserver for the duration of the block.
 
@@ -292,9 +293,10 @@ def embedded_server(
     configs/cpu.pbtxt variants when no GPU is visible); "config" forces config.pbtxt. Yields the
     ServerInfo of a ready server; on exit the whole process group is stopped and temporary files
     are removed. Failures raise TritonizeError (with the log's relevant tail when the server failed).
+    `control_key`: restrict the control APIs to it (tritonize's own clients on this machine find it).
     """
     with EmbeddedServer(
         repository, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-        model_config_name=model_config_name, ready_timeout=ready_timeout, log_path=log_path,
+        model_config_name=model_config_name, ready_timeout=ready_timeout, log_path=log_path, control_key=control_key,
     ) as info:
         yield info
