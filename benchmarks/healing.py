@@ -2,7 +2,8 @@
 
 Each run: a fresh `tritonize serve` (embedded engine) of resnet18 (random init) as onnx_model (`repo build` defaults,
 CPU), `tritonize client perf --load-generator builtin --concurrency C --duration D` against it, and KILL_AT seconds
-after perf started (inside its window) a kill -9 of tritonserver or of the model's stub. Measured:
+into its window (once the server answered more than the warm-up) a kill -9 of tritonserver or of the model's stub.
+Measured:
 - answered: from the kill to the first inference answered, a probe sending one request every 50 ms, each on a new
   connection (a gRPC channel that lost its server waits out a back-off before it connects again);
 - serve: what `tritonize serve` says it took (its `serves again, X s` or `reloaded in X s` line);
@@ -35,7 +36,7 @@ from tests.serve.helpers import Serve, children  # noqa: E402
 from tritonize.repository_builder import RepoOptions, build_repository  # noqa: E402
 from tritonize.serve.supervisor import stub_processes  # noqa: E402
 
-KILL_AT = 8.0  # seconds after `client perf` started: past its start and warm-up, inside its window
+KILL_AT = 3.0  # seconds into the level's window
 
 
 def _probe(url: str, since: float, limit: float = 120.0) -> float | None:
@@ -60,6 +61,7 @@ def run(repo: Path, fault: str, concurrency: int, duration: float, out: Path) ->
             [str(Path(sys.executable).parent / "tritonize"), "client", "perf", "--url", serve.grpc_url, "--concurrency",
              str(concurrency), "--duration", str(duration), "--warmup-requests", "2", "--load-generator", "builtin",
              "--output-dir", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        serve.wait_answered("onnx_model", 3 * concurrency)  # past the warm-up (2 per worker): in the window
         time.sleep(KILL_AT)
         server = next(pid for pid, cmd in children(serve.process.pid).items() if "bin/tritonserver" in cmd)
         victim = server if fault == "tritonserver" else stub_processes(server)["onnx_model_0_0"]

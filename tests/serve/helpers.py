@@ -63,6 +63,23 @@ class Serve:
             if line.startswith(start):
                 return line
 
+    def wait_answered(self, model: str, count: int, limit: float = 120.0) -> None:
+        """Until `model` answered `count` requests (Triton's success counter, on the metrics port)."""
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        deadline = time.monotonic() + limit
+        while True:
+            with urllib.request.urlopen(self.metrics_url, timeout=30) as response:
+                families = text_string_to_metric_families(response.read().decode())
+            done = sum(s.value for f in families if f.name == "nv_inference_request_success" for s in f.samples
+                       if s.labels.get("model") == model)
+            if done >= count:
+                return
+            assert time.monotonic() < deadline, f"{model} answered {done} requests in {limit} s"
+            time.sleep(0.1)
+
     def stop(self) -> None:
         """SIGTERM, as a user's Ctrl-C: `tritonize serve` stops its server and removes its files (SIGKILL
         after 60 s). What a test killed itself is ended too, and the server serve started again, if it did."""

@@ -115,7 +115,7 @@ def test_a_killed_tritonserver_serves_again_as_the_clients_left_it(repo, tmp_pat
             [str(Path(sys.executable).parent / "tritonize"), "client", "perf", "--url", serve.grpc_url, "--concurrency", "8",
              "--duration", "15", "--warmup-requests", "1", "--load-generator", "builtin", "--output-dir", str(tmp_path / "perf")],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(6)  # into the level's window
+        serve.wait_answered("onnx_model", 50)  # past its 8 warm-up requests: in the level's window
         old = _server_pid(serve)
         killed = time.monotonic()
         os.kill(old, signal.SIGKILL)

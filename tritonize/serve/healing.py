@@ -13,11 +13,13 @@ supervisor then gives up again on those it had given up.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tritonize.access import ControlKey
 from tritonize.repository_index import clean_reason, model_states
@@ -27,6 +29,7 @@ RECORD_S = 0.5
 TIMEOUT_S = 10.0
 LOAD_TIMEOUT_S = 300.0  # a torch model on a busy machine
 NOT_ASKED = ("unloaded", "not loaded")  # the index's reasons for a model no one asked to be loaded
+LOADED = re.compile(r"successfully loaded '([^']+)'")  # Triton's log line of each model it loaded
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,16 @@ def config(http_url: str, name: str) -> dict:
         return json.loads(response.read())
 
 
-def read(http_url: str, key: ControlKey | None) -> Served:
-    """What the server at `http_url` serves now (OSError, ValueError while it is not answering)."""
+def read(http_url: str, key: ControlKey | None, known: dict[str, dict] | None = None, loaded: set[str] = frozenset()) -> Served:
+    """What the server at `http_url` serves now (OSError, ValueError while it is not answering). The config of a
+    READY model is taken from `known` unless the model is new there or in `loaded` (loaded again since)."""
+    known = known or {}
     configs, failed = {}, []
     for name, (state, reason) in model_states(http_url, key).items():
         if state == "READY":
+            if name in known and name not in loaded:
+                configs[name] = known[name]
+                continue
             try:
                 configs[name] = config(http_url, name)
             except urllib.error.HTTPError:  # unloaded meanwhile
@@ -57,10 +65,13 @@ def read(http_url: str, key: ControlKey | None) -> Served:
 
 
 class Recorder:
-    """Reads the state of one server every RECORD_S in a daemon thread; `served` is the last one read."""
+    """Reads the state of one server every RECORD_S in a daemon thread; `served` is the last one read. A model's
+    config is read again only when the server's log says it loaded (`successfully loaded 'NAME'`): a load with
+    another config leaves the index as it was."""
 
-    def __init__(self, http_url: str, key: ControlKey | None, served: Served):
-        self.http_url, self.key, self.served = http_url, key, served
+    def __init__(self, http_url: str, key: ControlKey | None, served: Served, log_path: Path):
+        self.http_url, self.key, self.served, self.log_path = http_url, key, served, log_path
+        self._read_to = self._log_size()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tritonize-recorder", daemon=True)
 
@@ -75,11 +86,26 @@ class Recorder:
     def _run(self) -> None:
         while not self._stop.wait(RECORD_S):
             try:
-                served = read(self.http_url, self.key)
+                loaded = self._loaded_since()
+                served = read(self.http_url, self.key, self.served.configs, loaded)
             except (OSError, ValueError):  # the server is stopping or dead: keep what it served last
                 continue
             if not self._stop.is_set():
                 self.served = served
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _loaded_since(self) -> set[str]:
+        """The models the log says loaded since the last call."""
+        with open(self.log_path, "rb") as log:
+            log.seek(self._read_to)
+            text = log.read()
+        self._read_to += len(text)
+        return set(LOADED.findall(text.decode(errors="replace")))
 
 
 def restore(http_url: str, key: ControlKey | None, served: Served, skip: tuple[str, ...] = ()) -> list[str]:

@@ -23,7 +23,7 @@ from tritonize.progress import say
 from tritonize.repository_index import model_states
 from tritonize.serve import shm
 from tritonize.serve.front import Front
-from tritonize.serve.healing import Recorder, Served, read, restore
+from tritonize.serve.healing import LOADED, Recorder, Served, read, restore
 # A server that keeps dying is started again after the back-off of a model that keeps crashing.
 from tritonize.serve.supervisor import CRASH_WINDOW_S, RELOAD_DELAYS_S, WINDOW, Supervisor
 
@@ -177,7 +177,6 @@ def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, ti
         time.sleep(0.1)
 
 
-_LOADED = re.compile(r"successfully loaded '([^']+)'")
 _FAILED = re.compile(r"failed to load '([^']+)'")
 
 
@@ -189,7 +188,7 @@ def loading_progress(log_path: Path, not_built: dict[str, str] | None = None) ->
     except OSError:
         return "starting"
     not_built = not_built or {}
-    loaded, failed = list(dict.fromkeys(_LOADED.findall(text))), list(dict.fromkeys(_FAILED.findall(text)))
+    loaded, failed = list(dict.fromkeys(LOADED.findall(text))), list(dict.fromkeys(_FAILED.findall(text)))
     if not loaded and not failed:
         return "starting, no model loaded yet"
     line = f"{len(loaded)} model(s) loaded" + (f", latest {', '.join(loaded[-3:])}" if loaded else "")
@@ -303,7 +302,8 @@ class ServerHandle:
             if name not in (served.configs if served else {}):
                 self.supervisor.mark_unavailable(name, reason)
         self.supervisor.start()
-        self.recorder = Recorder(info.http_url, self.control_key, served or read(info.http_url, self.control_key))
+        self.recorder = Recorder(info.http_url, self.control_key, served or read(info.http_url, self.control_key),
+                                 self.server.log_path)
         self.recorder.start()
 
     def heal(self, code: int) -> None:
