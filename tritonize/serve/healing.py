@@ -111,8 +111,9 @@ class Recorder:
 def restore(http_url: str, key: ControlKey | None, served: Served, skip: tuple[str, ...] = ()) -> list[str]:
     """Load `served` into a new server that started with no model, but for `skip`; the errors of the models
     that were READY, one line each."""
-    plain = {n: c for n, c in served.configs.items() if c.get("platform") != "ensemble"}
-    ensembles = {n: c for n, c in served.configs.items() if n not in plain}
+    configs = {n: c for n, c in served.configs.items() if n not in skip}
+    plain = {n: c for n, c in configs.items() if c.get("platform") != "ensemble"}
+    ensembles = {n: c for n, c in configs.items() if n not in plain}
     failed = {n: None for n in served.failed if n not in skip}
 
     def load(item: tuple[str, dict | None]) -> str | None:

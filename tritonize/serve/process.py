@@ -298,9 +298,8 @@ class ServerHandle:
         if not self.supervise:
             return
         self.supervisor = Supervisor(self.server_pid(info), info.http_url, info.metrics_url, self.control_key)
-        for name, reason in (given_up or {}).items():
-            if name not in (served.configs if served else {}):
-                self.supervisor.mark_unavailable(name, reason)
+        for name, reason in (given_up or {}).items():  # the supervisor's word is newer than the recorder's
+            self.supervisor.mark_unavailable(name, reason)
         self.supervisor.start()
         self.recorder = Recorder(info.http_url, self.control_key, served or read(info.http_url, self.control_key),
                                  self.server.log_path)
