@@ -103,8 +103,8 @@ def docker_command(
         "docker", "run", "--gpus", "all", "--rm", "--ipc=host", *publish, *mounts,
         *(["-e", KEY_ENV] if restricted else []),
         image,
-        *container_command(repository, release, host=host, model_config_name=model_config_name, models=models, load_all=load_all,
-                           restricted=restricted, tls=tls is not None),
+        *container_command(repository, release, host=host, model_config_name=model_config_name, models=models,
+                           load_all=load_all, restricted=restricted, tls=tls is not None),
     ]
 
 
@@ -130,8 +130,8 @@ def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", 
     if restricted:
         if release < HTTP_RESTRICTION_FROM:
             raise TritonizeError(f"Triton {release} cannot restrict its HTTP API (--http-restricted-api from "
-                                 f"{HTTP_RESTRICTION_FROM} on): use release {HTTP_RESTRICTION_FROM} or newer, or --open-control-apis "
-                                 "on a machine where you trust everyone who reaches the server")
+                                 f"{HTTP_RESTRICTION_FROM} on): use release {HTTP_RESTRICTION_FROM} or newer, or "
+                                 "--open-control-apis on a machine where you trust everyone who reaches the server")
         steps.append(f': "${{{KEY_ENV}:?must hold the control key}}"')
         start += "".join(f' "{flag}"' for flag in restriction_flags(f"${KEY_ENV}"))
     requirements = python_requirements(repository)
@@ -205,7 +205,8 @@ class DockerServer(ServerHandle):
         """`docker run` of a container of a new name (a container that died may still be being removed), loading
         `load` at start (None: `models`)."""
         self.runs += 1
-        self.name = f"tritonize-serve-{self.workdir.name.removeprefix(WORKDIR_PREFIX)}" + (f"-{self.runs}" * (self.runs > 1))
+        self.name = f"tritonize-serve-{self.workdir.name.removeprefix(WORKDIR_PREFIX)}"
+        self.name += f"-{self.runs}" * (self.runs > 1)
         command = docker_command(self.repository, self.release, host=self.host, http_port=self.ports.http,
                                  grpc_port=self.ports.grpc, metrics_port=self.ports.metrics,
                                  model_config_name=self.model_config_name, models=self.models if load is None else load,
@@ -231,7 +232,8 @@ class DockerServer(ServerHandle):
         try:
             self.control_key = self.key_with_file()
             env = {**os.environ, KEY_ENV: self.control_key.value} if self.control_key else None
-            self.server = RunningServer(self.command(), urls=endpoints(self.host, self.ports), ready_timeout=self.ready_timeout,
+            self.server = RunningServer(self.command(), urls=endpoints(self.host, self.ports),
+                                        ready_timeout=self.ready_timeout,
                                         log_path=self.log_path or self.workdir / "tritonserver.log",
                                         model_config_name=self.model_config_name, env=env,
                                         control_key=self.control_key, tls=self.tls is not None)

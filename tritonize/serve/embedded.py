@@ -244,8 +244,8 @@ class EmbeddedServer(ServerHandle):
             self.server = RunningServer(
                 self.command(), urls=(grpc_url, *endpoints("127.0.0.1", self.inner)[1:]),
                 log_path=self.log_path or self.workdir / "tritonserver.log", ready_timeout=self.ready_timeout, env=env,
-                cwd=self.workdir, model_config_name=self.config_name, control_key=self.control_key, tls=self.tls is not None,
-                not_built=notes,
+                cwd=self.workdir, model_config_name=self.config_name, control_key=self.control_key,
+                tls=self.tls is not None, not_built=notes,
             )
             info = self.server.start()
             self.serving(info)

@@ -219,7 +219,8 @@ async def _chunks(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
         await _exactly(reader, writer, int(size, 16) + 2)  # the data and its CRLF
 
 
-async def _answer(writer: asyncio.StreamWriter, status: int, message: str, reader: asyncio.StreamReader | None = None) -> None:
+async def _answer(writer: asyncio.StreamWriter, status: int, message: str,
+                  reader: asyncio.StreamReader | None = None) -> None:
     """An error in Triton's form ({"error": ...}); the connection closes after it. What the client still sends
     meanwhile (`reader`: the body of a refused request) is read and dropped for up to LINGER_S, as a server's
     lingering close does: closed at once, the connection would be reset before the client read the answer."""

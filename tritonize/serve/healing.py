@@ -45,7 +45,8 @@ def config(http_url: str, name: str) -> dict:
         return json.loads(response.read())
 
 
-def read(http_url: str, key: ControlKey | None, known: dict[str, dict] | None = None, loaded: set[str] = frozenset()) -> Served:
+def read(http_url: str, key: ControlKey | None, known: dict[str, dict] | None = None,
+         loaded: set[str] = frozenset()) -> Served:
     """What the server at `http_url` serves now (OSError, ValueError while it is not answering). The config of a
     READY model is taken from `known` unless the model is new there or in `loaded` (loaded again since)."""
     known = known or {}
@@ -132,7 +133,8 @@ def restore(http_url: str, key: ControlKey | None, served: Served, skip: tuple[s
     errors = []
     with ThreadPoolExecutor(max_workers=8) as pool:
         for group in ({**plain, **failed}, ensembles):  # an ensemble loads its steps from their files otherwise
-            errors += [e for (name, _), e in zip(group.items(), pool.map(load, group.items())) if e and name in served.configs]
+            results = zip(group.items(), pool.map(load, group.items()))
+            errors += [error for (name, _), error in results if error and name in served.configs]
     return errors
 
 
