@@ -209,6 +209,34 @@ def _shared_memory_as_found():
     assert not left, f"the tests left {len(left)} shared-memory region(s) in {shm.SHM}: {left}"
 
 
+OVERRIDE_FOLDERS = Path("/tmp")  # where Triton writes a load's `file:` overrides, whatever TMPDIR says
+_FOLDERS = pytest.StashKey[set]()
+
+
+def _override_folders() -> set[str]:
+    return {p.name for p in OVERRIDE_FOLDERS.glob("folder??????")}
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the one process, or xdist's controller (its workers share /tmp)
+        session.config.stash[_FOLDERS] = _override_folders()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Tests leave no /tmp/folderXXXXXX: the folder Triton writes a model load's files to, which it never removes
+    when the load fails (the supervisor's give-up is such a load). Checked once every worker is done."""
+    before = session.config.stash.get(_FOLDERS, None)
+    if before is None:
+        return
+    left = sorted(_override_folders() - before)
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"\nerror: the tests left {len(left)} model-load folder(s) in {OVERRIDE_FOLDERS}: {left} "
+                                "(each one's config.pbtxt names its model)", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def emulated_cudart(tmp_path_factory) -> Path:
     """The CUDA runtime STAND-IN (tests/standins/cudart.c), compiled once per session."""

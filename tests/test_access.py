@@ -9,6 +9,7 @@ import pytest
 
 from tritonize.access import (
     KEY_ENV,
+    WORKDIR_PREFIX,
     ControlKey,
     client_key,
     is_loopback,
@@ -16,6 +17,7 @@ from tritonize.access import (
     restriction_flags,
     server_key,
     server_tls,
+    write_addresses,
 )
 from tritonize.errors import TritonizeError
 
@@ -33,28 +35,28 @@ def test_loopback(host, loopback):
     assert is_loopback(host) == loopback
 
 
-def test_serve_restricts_off_loopback_with_a_new_key_per_start():
-    assert server_key("127.0.0.1", None, False) is None
-    first, second = server_key("0.0.0.0", None, False), server_key("0.0.0.0", None, False)
+def test_serve_restricts_on_every_address_with_a_new_key_per_start():
+    """Loopback too: a model load may carry files the server runs (issue 35)."""
+    first, second = server_key(None, False), server_key(None, False)
     assert first.value != second.value and len(first.value) >= 32 and first.file is None
     assert KEY not in repr(ControlKey(KEY))  # the value never shows in a repr (logs, tracebacks)
 
 
 def test_a_given_key_restricts_on_any_host(tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
-    assert server_key("127.0.0.1", None, False).value == KEY
+    assert server_key(None, False).value == KEY
     assert client_key(None).value == KEY
     file = tmp_path / "key"
     file.write_text("f" * 20 + "\n")
     file.chmod(0o600)
-    assert server_key("0.0.0.0", file, False) == ControlKey("f" * 20, file)  # the file wins over the environment
+    assert server_key(file, False) == ControlKey("f" * 20, file)  # the file wins over the environment
 
 
 def test_open_control_apis(tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
-    assert server_key("0.0.0.0", None, True) is None
+    assert server_key(None, True) is None
     with pytest.raises(TritonizeError, match="contradict"):
-        server_key("0.0.0.0", tmp_path / "key", True)
+        server_key(tmp_path / "key", True)
 
 
 def test_a_key_file_others_can_read_is_refused(tmp_path):
@@ -102,3 +104,43 @@ def test_tls_files(tmp_path):
         server_tls(cert, cert)
     with pytest.raises(TritonizeError, match="--tls-cert .*: cannot read it"):
         server_tls(tmp_path / "missing.pem", key)
+
+
+@pytest.fixture
+def served_here(tmp_path, monkeypatch):
+    """A server directory of this user, as `tritonize serve` leaves it, in a temporary directory of the test's own."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    directory = tmp_path / f"{WORKDIR_PREFIX}abcd1234"
+    directory.mkdir(mode=0o700)
+    key = ControlKey(KEY).written_to(directory)
+    write_addresses(directory, "127.0.0.1", {"http": 18000, "grpc": 18001, "metrics": 18002}, key)
+    return directory
+
+
+def test_own_commands_find_the_key_of_a_local_server_by_its_port(served_here):
+    for url in ("127.0.0.1:18001", "localhost:18001", "http://127.0.0.1:18000", "[::1]:18001"):
+        assert client_key(None, url).value == KEY, url
+    for url in ("127.0.0.1:18009", "10.1.2.3:18001", "nonsense"):
+        assert client_key(None, url) is None, url
+
+
+def test_a_given_key_wins_over_the_one_found(served_here, tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "e" * 20)
+    assert client_key(None, "127.0.0.1:18001").value == "e" * 20
+    file = tmp_path / "mine"
+    file.write_text("f" * 20)
+    file.chmod(0o600)
+    assert client_key(file, "127.0.0.1:18001").value == "f" * 20
+
+
+def test_no_key_is_found_for_a_server_that_is_gone_or_a_directory_others_could_write(served_here):
+    import json
+
+    record = json.loads((served_here / "addresses.json").read_text())
+    (served_here / "addresses.json").write_text(json.dumps({**record, "owner": [record["owner"][0], "1"]}))
+    assert client_key(None, "127.0.0.1:18001") is None  # the pid's process started at another time
+    (served_here / "addresses.json").write_text(json.dumps(record))
+    served_here.chmod(0o777)
+    assert client_key(None, "127.0.0.1:18001") is None

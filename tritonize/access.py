@@ -14,28 +14,38 @@ changes nothing, and Triton puts nothing else in that group: restricting it woul
 every client. The metrics endpoint (/metrics) has no restriction option at all.
 
 The key: given in a file (`--control-key-file`, readable only by its owner) or in TRITONIZE_CONTROL_KEY,
-never as a value on a command line; `tritonize serve` generates one per start when it listens on
-anything but loopback and none was given. tritonserver 2.51 takes the key only on its own command
-line (no file or environment form), so `ps` on the serving machine shows it in tritonserver's
-arguments (for the docker engine, in the container's tritonserver, not in `docker run`).
+never as a value on a command line; `tritonize serve` generates one per start when none was given, on
+loopback too: a model load may carry files (`file:1/model.py`) that the server runs, so holding the key is
+running code as the serving user (docs/serving-other-machines.md). `--open-control-apis` leaves them open.
+tritonserver 2.51 takes the key only on its own command line (no file or environment form), so `ps` on the
+serving machine shows it in tritonserver's arguments (for the docker engine, in the container's tritonserver,
+not in `docker run`).
+
+tritonize's own commands find the key of a `tritonize serve` of the same user on this machine by themselves:
+each server's directory (mode 700, the user's) holds ADDRESSES_FILE, naming its ports and its key file.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 import secrets
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
+from tritonize.processes import start_time
 
 KEY_ENV = "TRITONIZE_CONTROL_KEY"
 KEY_HEADER = "tritonize-control-key"  # HTTP header name; gRPC clients send GRPC_KEY_HEADER
 GRPC_KEY_HEADER = f"triton-grpc-protocol-{KEY_HEADER}"  # Triton's prefix for restricted gRPC protocols
 KEY_FILE = "control-key"  # in the server's temporary directory when serve generated or was given the key
+WORKDIR_PREFIX = "tritonize-serve-"  # each server's temporary directory: tempfile.gettempdir()/<prefix>XXXXXXXX
+ADDRESSES_FILE = "addresses.json"  # in it: who serves there, on which ports, with which key file
 RESTRICTED_APIS = ("model-repository", "statistics", "trace", "logging", "shared-memory")
 HTTP_RESTRICTION_FROM = "23.11"  # --http-restricted-api (r23.11, commit 4b481a6f6); gRPC's is older than r23.10
 MIN_KEY_CHARS = 16
@@ -109,24 +119,53 @@ def read_key_file(path: Path) -> ControlKey:
     return ControlKey(text, path)
 
 
-def client_key(key_file: Path | None) -> ControlKey | None:
-    """The key a client sends: from --control-key-file, else from TRITONIZE_CONTROL_KEY, else none."""
+def client_key(key_file: Path | None, url: str | None = None) -> ControlKey | None:
+    """The key a client sends: from --control-key-file, else from TRITONIZE_CONTROL_KEY, else the key of
+    the user's own `tritonize serve` on this machine that listens at `url` (HOST:PORT or http://HOST:PORT), else none."""
     if key_file is not None:
         return read_key_file(key_file)
     value = os.environ.get(KEY_ENV, "").strip()
-    return ControlKey(value) if value else None
+    if value:
+        return ControlKey(value)
+    return local_key(url) if url else None
 
 
-def server_key(host: str, key_file: Path | None, open_control_apis: bool) -> ControlKey | None:
-    """The key `tritonize serve` restricts the control APIs with: the one given (file, else
-    environment), else a new one when `host` is not loopback; None leaves them open."""
+def server_key(key_file: Path | None, open_control_apis: bool) -> ControlKey | None:
+    """The key `tritonize serve` restricts the control APIs with, on every address: the one given (file,
+    else environment), else a new one; None (--open-control-apis) leaves them open."""
     if open_control_apis:
         if key_file is not None:
             raise TritonizeError("--open-control-apis and --control-key-file contradict each other: give one")
         return None
-    given = client_key(key_file)
-    if given or not is_loopback(host):
-        return given or ControlKey.generate()
+    return client_key(key_file) or ControlKey.generate()
+
+
+def write_addresses(directory: Path, host: str, ports: dict[str, int], key: ControlKey | None) -> None:
+    """Tell this user's clients on this machine where the server of `directory` listens and where its key is."""
+    owner = [os.getpid(), start_time(os.getpid())]
+    record = {"owner": owner, "host": host, "ports": ports, "key_file": str(key.file) if key and key.file else None}
+    (Path(directory) / ADDRESSES_FILE).write_text(json.dumps(record) + "\n")
+
+
+def local_key(url: str) -> ControlKey | None:
+    """The key of a live server of this user whose directory names `url`'s port, where `url`'s host is on this
+    machine (loopback, or the address the server listens on)."""
+    host, _, port = url.removeprefix("http://").removeprefix("https://").rpartition(":")
+    host = host.strip("[]")
+    if not port.isdigit():
+        return None
+    for directory in sorted(Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*")):
+        try:
+            info = directory.stat()
+            record = json.loads((directory / ADDRESSES_FILE).read_text())
+            pid, started = record["owner"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if (info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or start_time(pid) != started
+                or int(port) not in record["ports"].values() or not record["key_file"]):
+            continue
+        if is_loopback(host) or host == record["host"]:
+            return read_key_file(Path(record["key_file"]))
     return None
 
 

@@ -25,7 +25,7 @@ from tritonize.files import sha256_file
 from tritonize.serve.embedded import (
     BundledTriton, EmbeddedServer, assemble_backend_dir, check_stub_environment, stub_environment,
 )
-from tritonize.serve.process import RunningServer, choose_ports
+from tritonize.serve.process import RunningServer, choose_ports, endpoints
 
 PREFIX = "resnet"
 
@@ -163,9 +163,10 @@ class _triton_on_store:
         backends = assemble_backend_dir(triton, self.workdir / "backends")
         check_stub_environment(triton, backends / "python" / triton.stub.name, env)
         ports = choose_ports("127.0.0.1", None, None, None)
-        command = EmbeddedServer(self.workdir, models=("onnx_model",)).command(triton.binary, backends, ports, None)
-        command = [self.flag if arg.startswith("--model-repository=") else arg for arg in command]
-        self.server = RunningServer(command, host="127.0.0.1", ports=ports, log_path=self.workdir / "triton.log",
+        embedded = EmbeddedServer(self.workdir, models=("onnx_model",))  # its command line, without its front
+        embedded.triton, embedded.backend_dir, embedded.ports, embedded.inner, embedded.config_name = triton, backends, ports, ports, None
+        command = [self.flag if arg.startswith("--model-repository=") else arg for arg in embedded.command()]
+        self.server = RunningServer(command, urls=endpoints("127.0.0.1", ports), log_path=self.workdir / "triton.log",
                                     ready_timeout=120, env=env, cwd=self.workdir)
         return self.server.start()
 

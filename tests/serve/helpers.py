@@ -19,7 +19,7 @@ from tritonize.serve.process import choose_ports
 class Serve:
     """`tritonize serve REPOSITORY [OPTIONS]` (embedded engine, free ports on `host`) in a child process,
     ready once constructed; clients reach it on 127.0.0.1. Its stderr lines are collected as they come;
-    `expect` waits for the next ones."""
+    `expect` waits for the next ones. `key_file`: where its control key is (None with --open-control-apis)."""
 
     def __init__(self, repository: Path, *options: str, host: str = "127.0.0.1"):
         ports = choose_ports(host, None, None, None)
@@ -41,6 +41,9 @@ class Serve:
                 break
         assert self.table and self.table[-1].startswith("log "), "\n".join(self.stderr)
         self.workdir = Path(self.table[-1].split()[1]).parent
+        control = next(line for line in self.table if line.startswith("control "))
+        # The control key's file, unless --open-control-apis: "control  model-repository, ... need the key in FILE: ..."
+        self.key_file = Path(control.split(" need the key in ")[1].split(": ")[0]) if " need the key in " in control else None
         self.expect("serving; Ctrl-C or SIGTERM stops")
         self.server_pid = next(pid for pid, cmd in children(self.process.pid).items() if "bin/tritonserver" in cmd)
 
@@ -60,17 +63,36 @@ class Serve:
             if line.startswith(start):
                 return line
 
+    def wait_answered(self, model: str, count: int, limit: float = 120.0) -> None:
+        """Until `model` answered `count` requests (Triton's success counter, on the metrics port)."""
+        import urllib.request
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        deadline = time.monotonic() + limit
+        while True:
+            with urllib.request.urlopen(self.metrics_url, timeout=30) as response:
+                families = text_string_to_metric_families(response.read().decode())
+            done = sum(s.value for f in families if f.name == "nv_inference_request_success" for s in f.samples
+                       if s.labels.get("model") == model)
+            if done >= count:
+                return
+            assert time.monotonic() < deadline, f"{model} answered {done} requests in {limit} s"
+            time.sleep(0.1)
+
     def stop(self) -> None:
         """SIGTERM, as a user's Ctrl-C: `tritonize serve` stops its server and removes its files (SIGKILL
-        after 60 s). What a test killed itself is ended too."""
+        after 60 s). What a test killed itself is ended too, and the server serve started again, if it did."""
+        servers = {self.server_pid, *(pid for pid, cmd in children(self.process.pid).items() if "bin/tritonserver" in cmd)}
         self.process.terminate()
         try:
             self.process.wait(60)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.server_pid, signal.SIGKILL)  # the server's group: tritonserver and its stubs
+        for pid in servers:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # the server's group: tritonserver and its stubs
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> "Serve":

@@ -165,3 +165,32 @@ def test_the_docker_engine_heals_a_crashed_stub_like_the_embedded_one(ensemble_r
             time.sleep(0.1)
         assert classify(info.http_url)["outputs"][0]["data"] == expected
     assert not group_alive(pid) and not [r for r in regions if r.exists()]
+
+
+def test_a_dead_container_is_replaced_with_the_models_as_they_were(ensemble_repo, standins, monkeypatch, capfd):
+    """`tritonize serve --engine docker` heals the server the way the embedded engine does (ServerHandle.heal): the
+    container's tritonserver killed, `docker run` returns, and a container of a new name serves the same models."""
+    import os
+    import signal
+
+    import tritonclient.grpc as grpcclient
+
+    from tritonize.serve.docker import DockerServer
+
+    monkeypatch.setenv("STANDIN_DOCKER_SERVE", "1")
+    server = DockerServer(ensemble_repo, "24.10", model_config_name="cpu", ready_timeout=120)
+    with server as info:
+        first, pid = server.name, server.supervisor.server_pid
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while (code := server.server.exit_code()) is None:
+            assert time.monotonic() < deadline, "docker run did not end with its container"
+            time.sleep(0.1)
+        server.heal(code)
+        assert server.name == f"{first}-2" and server.restarts == 1
+        assert "--load-model" not in " ".join(server.server.command)  # the models come from what was served
+        assert server.supervisor.server_pid not in (None, pid)
+        with grpcclient.InferenceServerClient(info.grpc_url) as client:
+            index = client.get_model_repository_index(as_json=True)["models"]
+        assert {m["name"] for m in index if m.get("state") == "READY"} == set(info.ready_models)
+    assert "tritonserver serves again, " in capfd.readouterr().err

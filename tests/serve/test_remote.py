@@ -35,9 +35,15 @@ def remote(small_artifacts, tmp_path_factory, tls):
     repo = tmp_path_factory.mktemp("remote") / "models"
     build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model",), warmup=False, ensembles=False))
     with Serve(repo, "--tls-cert", str(tls / "server.pem"), "--tls-key", str(tls / "server.key"), host="0.0.0.0") as serve:
-        control = next(line for line in serve.table if line.startswith("control "))
-        serve.key_file = Path(control.split(" need the key in ")[1].split(": ")[0])
         yield serve
+
+
+@pytest.fixture
+def elsewhere(monkeypatch):
+    """tritonize's commands as on another machine: no server directory of this user to find a key in."""
+    import tritonize.access
+
+    monkeypatch.setattr(tritonize.access, "local_key", lambda url: None)
 
 
 def _client(serve: Serve, tls: Path, **kwargs):
@@ -65,7 +71,7 @@ def test_the_key_is_in_a_file_only_the_user_reads_and_on_no_command_line_but_tri
     assert holders == [remote.server_pid]  # tritonserver 2.51 takes the key on its command line only
 
 
-def test_unload_without_the_key_is_refused_and_with_it_works(remote, tls, monkeypatch):
+def test_unload_without_the_key_is_refused_and_with_it_works(remote, tls, monkeypatch, elsewhere):
     from tritonclient.utils import InferenceServerException
 
     key = remote.key_file.read_text().strip()
@@ -94,7 +100,7 @@ def test_unload_without_the_key_is_refused_and_with_it_works(remote, tls, monkey
     assert "is not this server's" in error_line(run_cli("models", "list", *url))
 
 
-def test_inference_metadata_config_and_health_need_no_key(remote, tls, tmp_path):
+def test_inference_metadata_config_and_health_need_no_key(remote, tls, tmp_path, elsewhere):
     with _client(remote, tls) as client:
         assert client.is_server_ready() and client.get_model_metadata("onnx_model").name == "onnx_model"
         assert client.get_model_config("onnx_model").config.max_batch_size > 0

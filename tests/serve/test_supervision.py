@@ -24,6 +24,7 @@ import pytest
 from tests.client.conftest import PHOTO
 from tests.conftest import error_line, run_cli
 from tests.serve.helpers import Serve, stub_regions
+from tritonize.access import GRPC_KEY_HEADER
 from tritonize.serve.supervisor import RELOAD_DELAYS_S, stub_processes
 
 
@@ -89,6 +90,13 @@ class _Traffic:
         self._stop.set()
         for thread in self._threads:
             thread.join()
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _new_stub(serve: Serve, instance: str, old: int | None = None, timeout: float = 60.0) -> int:
@@ -178,6 +186,9 @@ def test_repeated_crashes_back_off_then_leave_the_model_unavailable_with_its_rea
     os.kill(_new_stub(serve, "onnx_crashy_0_0", pid), signal.SIGKILL)
     line = serve.expect("onnx_crashy: ")
     assert line.startswith("onnx_crashy: UNAVAILABLE: stub onnx_crashy_0_0") and "crashed 4 times within 10 min" in line
+    # The give-up is a load that fails by design, with a model.py: Triton leaves such a load's files in /tmp/folderXXXXXX.
+    reason = line.removeprefix("onnx_crashy: UNAVAILABLE: ")
+    assert [f for f in Path("/tmp").glob("folder*") if reason in _text(f / "1" / "model.py")] == []
     error = error_line(run_cli("client", "classify", PHOTO, "--model", "onnx_crashy", "--url", serve.grpc_url))
     assert error.startswith("error: model 'onnx_crashy' is UNAVAILABLE: ") and "crashed 4 times within 10 min" in error
     assert "onnx_model (READY)" in error
@@ -195,7 +206,7 @@ def test_a_config_loaded_with_fewer_instances_is_not_a_crash(serve):
         config = client.get_model_config("onnx_tuned", as_json=True)["config"]
         for count in (2, 1):
             config["instance_group"] = [{"count": count, "kind": "KIND_CPU"}]
-            client.load_model("onnx_tuned", config=json.dumps(config))
+            client.load_model("onnx_tuned", config=json.dumps(config), headers={GRPC_KEY_HEADER: serve.key_file.read_text().strip()})
             time.sleep(10 * 0.5)  # ten rounds of the supervisor
             # Triton updates the instances in place: which one a smaller count keeps is its choice.
             assert len([i for i in stub_processes(serve.server_pid) if i.startswith("onnx_tuned_")]) == count

@@ -338,3 +338,17 @@ def test_failure_counts_read_label_values_with_spaces_tabs_and_timestamps(world)
     ])
     triton.metrics_text = lambda: text
     assert supervisor.failure_counts(f"{triton.url}/metrics") == {"solo": 5.0, "pair": 2.5}
+
+
+def test_failure_counts_read_escaped_quotes_and_backslashes_in_label_values(world):
+    """A label value holds `"` and `\\` escaped (`\\"`, `\\\\`), a model's name too (a directory name may hold
+    either): the counts go to the names as Triton knows them (issue 35: a regular expression misread them)."""
+    triton, _, _, _ = world
+    text = "\n".join([
+        "# TYPE nv_inference_request_failure counter",
+        'nv_inference_request_failure{model="we\\"ird",reason="OTHER \\"x\\", },",version="1"} 3',
+        'nv_inference_request_failure{model="back\\\\slash",version="1"} 2',
+        "",
+    ])
+    triton.metrics_text = lambda: text
+    assert supervisor.failure_counts(f"{triton.url}/metrics") == {'we"ird': 3.0, "back\\slash": 2.0}

@@ -165,7 +165,7 @@ class Connection:
         self.url, self.timeout = check_url(url), timeout
         self._grpc = grpcclient
         self._error = InferenceServerException
-        self.key = client_key(key_file)
+        self.key = client_key(key_file, url)
         self.control_headers = self.key.grpc_headers if self.key else None
         self.channel = {"ssl": True, "root_certificates": str(pem_file(tls_ca, "--tls-ca", "CERTIFICATE"))} if tls_ca else {}
         self.index_restricted = False  # set when the server refused its repository index for want of the key

@@ -26,6 +26,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tritonize.access import ControlKey
 from tritonize.client.connection import Connection
 from tritonize.client.perf import LOAD_GENERATORS, UNJUDGED, PerfOptions, run_perf
 from tritonize.convert import precision as prec
@@ -171,7 +172,8 @@ def speed_figures_of(manifest: Manifest, variant: PrecisionVariant, spec, option
         repo = Path(tmp) / "models"
         for name, path in models.values():
             _gate_model(repo / name, name, path, spec, variant, options.batch, threads)
-        with embedded_server(repo, model_config_name="config") as server, Connection(server.grpc_url, timeout=600) as connection:
+        with (embedded_server(repo, model_config_name="config", control_key=ControlKey.generate()) as server,
+              Connection(server.grpc_url, timeout=600) as connection):  # the connection finds the key itself
             for round_ in range(options.rounds):
                 for which in (("fp32", "variant") if round_ % 2 == 0 else ("variant", "fp32")):
                     (level,) = run_perf(connection, [models[which][0]], perf).levels

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from tritonize.access import ControlKey
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest, Status
 from tritonize.model_repository import BACKENDS
@@ -59,7 +60,7 @@ def _demo(args) -> int:
 
     photo = _sample_images(args.artifacts / "demo_images")
     _section("Starting the embedded Triton server (real tritonserver 2.51 binary, Python-based backends)")
-    with embedded_server(args.repository) as server:
+    with embedded_server(args.repository, control_key=ControlKey.generate()) as server:  # `client` finds the key itself
         ready = [name for name in BACKENDS if server.models.get(name, ("",))[0] == "READY"]  # the classifiers
         for name, (state, reason) in sorted(server.models.items()):
             print(f"  {name:22s} {state}{'  ' + reason if reason else ''}")

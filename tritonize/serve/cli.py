@@ -41,8 +41,9 @@ def serve_command(
     models: Models = None,
     control_key_file: ControlKeyFile = None,
     open_control_apis: Annotated[bool, typer.Option(
-        "--open-control-apis", help="Leave the control APIs open to anyone who reaches the ports (a warning off "
-                                    "loopback).")] = False,
+        "--open-control-apis", help="Leave the control APIs open to anyone who reaches the ports, on loopback: anyone "
+                                    "on this machine (a model load can carry code the server runs). For a private "
+                                    "machine.")] = False,
     tls_cert: Annotated[Optional[Path], typer.Option(
         "--tls-cert", help="Serve gRPC over TLS with this certificate (PEM; clients verify it with --tls-ca). "
                            "HTTP stays plain: Triton has no TLS for it.", show_default=False)] = None,
@@ -54,8 +55,9 @@ def serve_command(
 
     --models: load only these at start (default: all); load the others later with `tritonize models load NAME`.
     --config-name: default `cpu` when no GPU is visible and the repository has cpu variants (embedded engine),
-    else config.pbtxt. --control-key-file (readable only by you): without it and $TRITONIZE_CONTROL_KEY, a --host
-    off loopback gets a new key per start, written to a file only you can read (the table says where).
+    else config.pbtxt. --control-key-file (readable only by you): without it and $TRITONIZE_CONTROL_KEY, each start
+    makes a new key, on loopback too, written to a file only you can read (the table says where); tritonize's own
+    commands on this machine find it themselves.
     --triton-release: the NGC container for the docker engine."""
     from tritonize.serve.serving import ServeOptions, docker_command_line, serve
 

@@ -16,7 +16,7 @@ from tritonize.machine import docker_gpu_problem
 from tritonize.progress import say
 from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.serve import shm
-from tritonize.serve.process import WORKDIR_PREFIX, RunningServer, ServerHandle, choose_ports
+from tritonize.serve.process import WORKDIR_PREFIX, RunningServer, ServerHandle, choose_ports, endpoints
 from tritonize.serve.repository import model_control_flags, python_requirements, tensorrt_models, validate_repository
 
 
@@ -81,6 +81,7 @@ def docker_command(
     metrics_port: int = 8002,
     model_config_name: str | None = None,
     models: tuple[str, ...] = (),
+    load_all: bool = True,
     restricted: bool = False,
     tls: ServerTLS | None = None,
 ) -> list[str]:
@@ -103,12 +104,12 @@ def docker_command(
         *(["-e", KEY_ENV] if restricted else []),
         image,
         *container_command(repository, release, host=host, model_config_name=model_config_name, models=models,
-                           restricted=restricted, tls=tls is not None),
+                           load_all=load_all, restricted=restricted, tls=tls is not None),
     ]
 
 
 def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", model_config_name: str | None = None,
-                      models: tuple[str, ...] = (), model_repository: str = "/models",
+                      models: tuple[str, ...] = (), load_all: bool = True, model_repository: str = "/models",
                       requirements_dir: str = "/models", restricted: bool = False, tls: bool = False) -> list[str]:
     """What the NGC container of `release` runs: tritonserver on `model_repository` (docker: the
     repository mounted at /models; Kubernetes: its s3:// release), in explicit model control, loading
@@ -121,14 +122,16 @@ def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", 
     `tls`: gRPC over TLS with the certificate and key mounted at TLS_CERT and TLS_KEY.
     """
     command = ["tritonserver", f"--model-repository={model_repository}",
-               *tritonserver_flags(repository, release, host=host, model_config_name=model_config_name, models=models)]
+               *tritonserver_flags(repository, release, host=host, model_config_name=model_config_name, models=models,
+                                  load_all=load_all)]
     if tls:
         command += ServerTLS(Path(TLS_CERT), Path(TLS_KEY)).flags()
     steps, start = [], 'exec "$@"'
     if restricted:
         if release < HTTP_RESTRICTION_FROM:
             raise TritonizeError(f"Triton {release} cannot restrict its HTTP API (--http-restricted-api from "
-                                 f"{HTTP_RESTRICTION_FROM} on): serve on 127.0.0.1, or use release {HTTP_RESTRICTION_FROM} or newer")
+                                 f"{HTTP_RESTRICTION_FROM} on): use release {HTTP_RESTRICTION_FROM} or newer, or "
+                                 "--open-control-apis on a machine where you trust everyone who reaches the server")
         steps.append(f': "${{{KEY_ENV}:?must hold the control key}}"')
         start += "".join(f' "{flag}"' for flag in restriction_flags(f"${KEY_ENV}"))
     requirements = python_requirements(repository)
@@ -140,13 +143,13 @@ def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", 
 
 
 def tritonserver_flags(repository: Path, release: str, *, host: str = "0.0.0.0", model_config_name: str | None = None,
-                       models: tuple[str, ...] = ()) -> list[str]:
+                       models: tuple[str, ...] = (), load_all: bool = True) -> list[str]:
     """tritonserver's options for `repository` in `release`, after --model-repository.
 
     tritonserver exits on options it does not know, so release-dependent ones go only to releases
     that have them (command_line_parser.cc).
     """
-    flags = model_control_flags(models)
+    flags = model_control_flags(models, load_all)
     if any(p.version_compatible for p in tensorrt_models(repository)):
         # Version-compatible plans embed host code that the tensorrt backend runs only when trusted.
         flags.append("--backend-config=tensorrt,version-compatible=true")
@@ -180,7 +183,10 @@ class DockerServer(ServerHandle):
     """The NGC container serving `repository` on the given host ports; same life cycle as
     EmbeddedServer (start() -> ServerInfo once ready, stop() ends it: `docker run` forwards the
     SIGTERM to the container, and --rm removes it), and the same supervision: the container's processes
-    are this machine's where the Docker engine runs here, and its /dev/shm is the host's (--ipc=host)."""
+    are this machine's where the Docker engine runs here, and its /dev/shm is the host's (--ipc=host).
+    A container that dies is replaced by `heal()` as the embedded server is, not by docker's restart policy:
+    docker would start the original command (the models loaded at start, not as the clients left them), and
+    its policy cannot go with --rm."""
 
     def __init__(self, repository: Path, release: str, *, host: str = "127.0.0.1", http_port: int = 8000,
                  grpc_port: int = 8001, metrics_port: int = 8002, model_config_name: str | None = None,
@@ -193,6 +199,27 @@ class DockerServer(ServerHandle):
         self.log_path = Path(log_path).resolve() if log_path else None
         self.models = models  # loaded at start; empty: all
         self.supervise = supervise  # reload a model whose backend stub died (off: to do it by hand)
+        self.runs = 0  # containers started
+
+    def command(self, load: tuple[str, ...] | None = None) -> list[str]:
+        """`docker run` of a container of a new name (a container that died may still be being removed), loading
+        `load` at start (None: `models`)."""
+        self.runs += 1
+        self.name = f"tritonize-serve-{self.workdir.name.removeprefix(WORKDIR_PREFIX)}"
+        self.name += f"-{self.runs}" * (self.runs > 1)
+        command = docker_command(self.repository, self.release, host=self.host, http_port=self.ports.http,
+                                 grpc_port=self.ports.grpc, metrics_port=self.ports.metrics,
+                                 model_config_name=self.model_config_name, models=self.models if load is None else load,
+                                 load_all=load is None, restricted=self.control_key is not None, tls=self.tls)
+        command[2:2] = ["--name", self.name]  # docker run --name NAME ...
+        return command + [shm.prefix_flag(self.region_prefix)]  # tritonserver's last option
+
+    def server_pid(self, info) -> int | None:
+        pid = container_pid(self.name)
+        if pid is None:
+            say(f"container {self.name}: its processes are not visible here (a Docker engine on another machine?): "
+                "a crashed backend stub is found only by the requests that fail on it")
+        return pid
 
     def start(self):
         validate_repository(self.repository, self.models)
@@ -200,31 +227,19 @@ class DockerServer(ServerHandle):
         if problem:
             raise TritonizeError(f"the docker engine cannot run here: {problem}; use --engine embedded, "
                                  "or --print-command to get the command for a GPU machine")
-        ports = choose_ports(self.host, *self.requested_ports)
+        self.ports = choose_ports(self.host, *self.requested_ports)
         self.prepare()
         try:
             self.control_key = self.key_with_file()
-            command = docker_command(self.repository, self.release, host=self.host, http_port=ports.http,
-                                     grpc_port=ports.grpc, metrics_port=ports.metrics,
-                                     model_config_name=self.model_config_name, models=self.models,
-                                     restricted=self.control_key is not None, tls=self.tls)
-            name = f"tritonize-serve-{self.workdir.name.removeprefix(WORKDIR_PREFIX)}"
-            command[2:2] = ["--name", name]  # docker run --name NAME ...
-            command.append(shm.prefix_flag(self.region_prefix))  # tritonserver's last option
             env = {**os.environ, KEY_ENV: self.control_key.value} if self.control_key else None
-            self.server = RunningServer(command, host=self.host, ports=ports, ready_timeout=self.ready_timeout,
+            self.server = RunningServer(self.command(), urls=endpoints(self.host, self.ports),
+                                        ready_timeout=self.ready_timeout,
                                         log_path=self.log_path or self.workdir / "tritonserver.log",
                                         model_config_name=self.model_config_name, env=env,
                                         control_key=self.control_key, tls=self.tls is not None)
             info = self.server.start()
-            if self.supervise:
-                pid = container_pid(name)
-                if pid is None:
-                    say(f"container {name}: its processes are not visible here (a Docker engine on another machine?): "
-                        "a crashed backend stub is found only by the requests that fail on it")
-                self.start_supervisor(pid, info)
+            self.serving(info)
             return info
         except BaseException:
             self.stop()
             raise
-

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import importlib.metadata
 import importlib.util
 import os
@@ -42,7 +43,8 @@ from tritonize.serve.repository import (
     model_control_flags,
     validate_repository,
 )
-from tritonize.serve.process import Ports, RunningServer, ServerHandle, ServerInfo, choose_ports
+from tritonize.serve.front import Front
+from tritonize.serve.process import RunningServer, ServerHandle, ServerInfo, choose_ports, endpoints
 
 
 PACKAGE_ROOT = Path(tritonize.__file__).resolve().parent.parent
@@ -159,7 +161,8 @@ def resolve_config_name(repository: Path, requested: str | None) -> str | None:
 class EmbeddedServer(ServerHandle):
     """The bundled tritonserver on one repository. `start()` returns a ServerInfo once the server is
     ready; `stop()` ends the process group (stubs included) and removes the temporary files.
-    Also a context manager; `embedded_server()` is the usual way in."""
+    Also a context manager; `embedded_server()` is the usual way in. Clients reach its HTTP and metrics
+    ports through the front (serve/front.py), its gRPC port directly."""
 
     def __init__(
         self,
@@ -187,20 +190,22 @@ class EmbeddedServer(ServerHandle):
         self.supervise = supervise  # reload a model whose backend stub died (off: to do it by hand)
         self.control_key = control_key  # restrict the control APIs to it (access.py); None: open
         self.tls = tls  # serve gRPC over TLS with this certificate
+        self.not_built: Path | None = None  # the repository of the models `repo build` left out with a note
 
-    def command(self, binary: Path, backend_dir: Path, ports: Ports, config_name: str | None,
-                not_built: Path | None = None) -> list[str]:
-        """tritonserver's command line. With a control key it holds the key: 2.51 takes it nowhere else."""
-        host = self.host
+    def command(self, load: tuple[str, ...] | None = None) -> list[str]:
+        """tritonserver's command line, loading `load` at start (None: `models`). HTTP and metrics listen on
+        loopback behind the front (serve/front.py), gRPC where the user asked. With a control key it holds the
+        key: 2.51 takes it nowhere else."""
+        host, ports, inner = self.host, self.ports, self.inner
         command = [
-            str(binary),
+            str(self.triton.binary),
             f"--model-repository={self.repository}",
-            *([f"--model-repository={not_built}"] if not_built else []),
-            f"--backend-directory={backend_dir}",
-            f"--http-port={ports.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={ports.metrics}",
-            f"--http-address={host}", f"--grpc-address={host}", f"--metrics-address={host}",
+            *([f"--model-repository={self.not_built}"] if self.not_built else []),
+            f"--backend-directory={self.backend_dir}",
+            f"--http-port={inner.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={inner.metrics}",
+            "--http-address=127.0.0.1", f"--grpc-address={host}", "--metrics-address=127.0.0.1",
             "--disable-auto-complete-config",  # the repository's configs are complete; serve them as written
-            *model_control_flags(self.models),
+            *model_control_flags(self.models if load is None else load, all_when_empty=load is None),
             "--exit-on-error=false",  # a model that cannot load here is UNAVAILABLE; the others serve
             "--strict-readiness=false",
             "--allow-gpu-metrics=false",
@@ -209,8 +214,8 @@ class EmbeddedServer(ServerHandle):
         ]
         if self.region_prefix:
             command.append(shm.prefix_flag(self.region_prefix))
-        if config_name:
-            command.append(f"--model-config-name={config_name}")
+        if self.config_name:
+            command.append(f"--model-config-name={self.config_name}")
         if self.control_key:
             command += restriction_flags(self.control_key.value)
         if self.tls:
@@ -219,27 +224,33 @@ class EmbeddedServer(ServerHandle):
 
     def start(self) -> ServerInfo:
         validate_repository(self.repository, self.models)
-        config_name = resolve_config_name(self.repository, self.requested_config_name)
-        triton = BundledTriton.find()
-        env = stub_environment(triton)
-        ports = choose_ports(self.host, *self.requested_ports)
+        self.config_name = resolve_config_name(self.repository, self.requested_config_name)
+        self.triton = BundledTriton.find()
+        env = stub_environment(self.triton)
+        self.ports = choose_ports(self.host, *self.requested_ports)
+        self.inner = choose_ports("127.0.0.1", None, None, None)  # tritonserver's own HTTP and metrics ports
         self.prepare()
         atexit.register(self.stop)
         try:
             self.control_key = self.key_with_file()
-            backend_dir = assemble_backend_dir(triton, self.workdir / "backends")
-            check_stub_environment(triton, backend_dir / "python" / triton.stub.name, env)
+            self.backend_dir = assemble_backend_dir(self.triton, self.workdir / "backends")
+            check_stub_environment(self.triton, self.backend_dir / "python" / self.triton.stub.name, env)
             notes = self._not_built_notes()
+            self.not_built = self._not_built_repository(notes)
+            self.front = Front(self.host, self.ports.http, self.ports.metrics, (self.inner.http, self.inner.metrics),
+                               self.samples)
+            self.front.start()
+            grpc_url = endpoints(self.host, self.ports)[0]
             self.server = RunningServer(
-                self.command(triton.binary, backend_dir, ports, config_name, self._not_built_repository(notes)),
-                host=self.host, ports=ports, log_path=self.log_path or self.workdir / "tritonserver.log",
-                ready_timeout=self.ready_timeout, env=env, cwd=self.workdir, model_config_name=config_name,
-                control_key=self.control_key, tls=self.tls is not None, not_built=notes,
+                self.command(), urls=(grpc_url, *endpoints("127.0.0.1", self.inner)[1:]),
+                log_path=self.log_path or self.workdir / "tritonserver.log", ready_timeout=self.ready_timeout, env=env,
+                cwd=self.workdir, model_config_name=self.config_name, control_key=self.control_key,
+                tls=self.tls is not None, not_built=notes,
             )
             info = self.server.start()
-            if self.supervise:
-                self.start_supervisor(info.pid, info)
-            return info
+            self.serving(info)
+            _, http_url, metrics_url = endpoints(self.host, self.ports)
+            return dataclasses.replace(info, http_url=http_url, metrics_url=metrics_url)
         except BaseException:
             self.stop()
             raise
@@ -274,6 +285,7 @@ def embedded_server(
     model_config_name: str | None = None,
     ready_timeout: float = 120.0,
     log_path: Path | None = None,
+    control_key: ControlKey | None = None,
 ) -> Iterator[ServerInfo]:
     """Serve `repository` with the bundled tritonserver for the duration of the block.
 
@@ -281,9 +293,10 @@ def embedded_server(
     configs/cpu.pbtxt variants when no GPU is visible); "config" forces config.pbtxt. Yields the
     ServerInfo of a ready server; on exit the whole process group is stopped and temporary files
     are removed. Failures raise TritonizeError (with the log's relevant tail when the server failed).
+    `control_key`: restrict the control APIs to it (tritonize's own clients on this machine find it).
     """
     with EmbeddedServer(
         repository, host=host, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-        model_config_name=model_config_name, ready_timeout=ready_timeout, log_path=log_path,
+        model_config_name=model_config_name, ready_timeout=ready_timeout, log_path=log_path, control_key=control_key,
     ) as info:
         yield info

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -15,16 +16,18 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tritonize.access import ControlKey
+from tritonize.access import WORKDIR_PREFIX, ControlKey, write_addresses
 from tritonize.errors import TritonizeError
 from tritonize.processes import die_with_parent, start_time, stop_process_group
 from tritonize.progress import Ticker, say
 from tritonize.repository_index import model_states
 from tritonize.serve import shm
-from tritonize.serve.supervisor import Supervisor
+from tritonize.serve.front import Front
+from tritonize.serve.healing import LOADED, Recorder, Served, read, restore
+# A server that keeps dying is started again after the back-off of a model that keeps crashing.
+from tritonize.serve.supervisor import CRASH_WINDOW_S, RELOAD_DELAYS_S, WINDOW, Supervisor
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
-WORKDIR_PREFIX = "tritonize-serve-"
 OWNER_FILE = "owner"  # in each workdir: "<pid> <start time>" of the process that made it
 
 
@@ -108,26 +111,28 @@ def endpoints(host: str, ports: Ports) -> tuple[str, str, str]:
 
 class RunningServer:
     """A tritonserver process (bundled binary or `docker run`) in its own process group: `start()`
-    launches it and returns its ServerInfo once ready; `stop()` ends the whole group."""
+    launches it and returns its ServerInfo once ready; `stop()` ends the whole group. `urls`: where it listens
+    (gRPC HOST:PORT, HTTP and metrics URLs), as endpoints() gives them."""
 
-    def __init__(self, command: list[str], *, host: str, ports: Ports, log_path: Path, ready_timeout: float,
+    def __init__(self, command: list[str], *, urls: tuple[str, str, str], log_path: Path, ready_timeout: float,
                  env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None,
                  control_key: ControlKey | None = None, tls: bool = False, not_built: dict[str, str] | None = None):
-        self.command, self.host, self.ports, self.log_path = command, host, ports, Path(log_path)
+        self.command, self.urls, self.log_path = command, urls, Path(log_path)
         self.ready_timeout, self.env, self.cwd, self.model_config_name = ready_timeout, env, cwd, model_config_name
         self.control_key, self.tls = control_key, tls
         self.not_built = not_built or {}  # model -> the note `repo build` left: served UNAVAILABLE with it, by design
         self.process: subprocess.Popen | None = None
 
-    def start(self) -> ServerInfo:
-        with open(self.log_path, "wb") as log:
+    def start(self, append: bool = False) -> ServerInfo:
+        """`append`: to the log (a start after a crash keeps the log of the crash)."""
+        with open(self.log_path, "ab" if append else "wb") as log:
             self.process = subprocess.Popen(
                 self.command, env=self.env, cwd=self.cwd,
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: stopping it reaches every stub
                 preexec_fn=die_with_parent,
             )
-        grpc_url, http_url, metrics_url = endpoints(self.host, self.ports)
+        grpc_url, http_url, metrics_url = self.urls
         try:
             wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path, not_built=self.not_built)
             models = model_states(http_url, self.control_key)
@@ -176,7 +181,6 @@ def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, ti
         ticker.done()
 
 
-_LOADED = re.compile(r"successfully loaded '([^']+)'")
 _FAILED = re.compile(r"failed to load '([^']+)'")
 
 
@@ -188,7 +192,7 @@ def loading_progress(log_path: Path, not_built: dict[str, str] | None = None) ->
     except OSError:
         return "starting"
     not_built = not_built or {}
-    loaded, failed = list(dict.fromkeys(_LOADED.findall(text))), list(dict.fromkeys(_FAILED.findall(text)))
+    loaded, failed = list(dict.fromkeys(LOADED.findall(text))), list(dict.fromkeys(_FAILED.findall(text)))
     if not loaded and not failed:
         return "starting, no model loaded yet"
     line = f"{len(loaded)} model(s) loaded" + (f", latest {', '.join(loaded[-3:])}" if loaded else "")
@@ -248,15 +252,22 @@ def make_workdir() -> Path:
 
 
 class ServerHandle:
-    """The life cycle both engines share: `start()` (the engine's own) calls `prepare()`, sets `server`
-    and returns a ServerInfo; `stop()` ends the server and removes its temporary `workdir` and its
-    shared-memory regions; as a context manager, `with Engine(...) as info:`."""
+    """The life cycle both engines share: `start()` (the engine's own) calls `prepare()`, sets `server`, calls
+    `serving()` and returns a ServerInfo; `stop()` ends the server and removes its temporary `workdir` and its
+    shared-memory regions; as a context manager, `with Engine(...) as info:`. `heal()` starts the server again
+    after it died (`tritonize serve` calls it), with the models as the clients left them (serve/healing.py)."""
 
     server: RunningServer | None = None
     workdir: Path | None = None
     region_prefix: str | None = None  # names the server's shared-memory regions (serve/shm.py)
     control_key: ControlKey | None = None  # restricts the control APIs; None: open
+    supervise: bool = True  # reload a model whose backend stub died, record the state heal() restores
     supervisor: Supervisor | None = None  # watching the server's models, if any
+    recorder: Recorder | None = None
+    front: Front | None = None  # the embedded engine's, on the user's HTTP and metrics ports
+    host: str = "127.0.0.1"
+    ports: Ports | None = None  # where clients reach it
+    restarts: int = 0  # by heal()
 
     def prepare(self) -> None:
         """Before a start: remove what servers that are gone left behind, then make this one's workdir and
@@ -264,6 +275,7 @@ class ServerHandle:
         self.workdir = make_workdir()
         shm.remove_stale()
         self.region_prefix = shm.region_prefix()
+        self.crashes: list[float] = []  # monotonic times heal() was called within CRASH_WINDOW_S
 
     def key_with_file(self) -> ControlKey | None:
         """The control key with a file to point clients to: the user's, else one in the workdir (only
@@ -274,19 +286,74 @@ class ServerHandle:
     def start(self) -> ServerInfo:
         raise NotImplementedError
 
-    def start_supervisor(self, server_pid: int | None, info: ServerInfo) -> None:
-        """Reload a model whose backend stub crashed while the server runs (serve/supervisor.py); `server_pid`:
-        tritonserver's process on this machine, None where it cannot be seen."""
-        self.supervisor = Supervisor(server_pid, info.http_url, info.metrics_url, self.control_key)
+    def command(self, load: tuple[str, ...] | None = None) -> list[str]:
+        """The engine's command line, loading `load` at start (None: the models it was asked for)."""
+        raise NotImplementedError
+
+    def server_pid(self, info: ServerInfo) -> int | None:
+        """tritonserver's process on this machine, None where it cannot be seen."""
+        return info.pid
+
+    def serving(self, info: ServerInfo, served: Served | None = None, given_up: dict[str, str] | None = None) -> None:
+        """Once the server of `info` (the URLs tritonize reaches it at) is ready: tell this user's clients where it
+        listens (access.py), then watch it (serve/supervisor.py, serve/healing.py): `served` and `given_up` as
+        they were before a crash."""
+        write_addresses(self.workdir, self.host, vars(self.ports), self.control_key)
+        if not self.supervise:
+            return
+        self.supervisor = Supervisor(self.server_pid(info), info.http_url, info.metrics_url, self.control_key)
+        for name, reason in (given_up or {}).items():  # the supervisor's word is newer than the recorder's
+            self.supervisor.mark_unavailable(name, reason)
         self.supervisor.start()
+        self.recorder = Recorder(info.http_url, self.control_key, served or read(info.http_url, self.control_key),
+                                 self.server.log_path)
+        self.recorder.start()
+
+    def heal(self, code: int) -> None:
+        """Start tritonserver again after it ended by itself with exit status `code`; raise once it died more
+        often within CRASH_WINDOW_S than RELOAD_DELAYS_S allows."""
+        seen, how = time.monotonic(), exit_words(code)
+        self.crashes = [t for t in self.crashes if seen - t < CRASH_WINDOW_S] + [seen]
+        tail = log_tail(self.server.log_path)
+        if len(self.crashes) > len(RELOAD_DELAYS_S):
+            raise TritonizeError(f"tritonserver {how} while serving, {len(self.crashes)} times within {WINDOW}, so "
+                                 "tritonize serve stopped starting it again: find the cause (memory? see `dmesg`)\n" + tail)
+        say(f"tritonserver {how} while serving; starting it again (crash {len(self.crashes)} within {WINDOW}; crash "
+            f"{len(RELOAD_DELAYS_S) + 1} ends tritonize serve)\n{tail}")
+        served = self.recorder.served if self.recorder else None  # None: not supervised, so as asked at start
+        given_up = dict(self.supervisor.given_up) if self.supervisor else {}
+        self._unwatch()
+        self.server.stop()  # what is left of its group: the stubs
+        shm.remove_owned(self.region_prefix)
+        time.sleep(RELOAD_DELAYS_S[len(self.crashes) - 1])
+        self.server.command = self.command(load=None if served is None else ())
+        info = self.server.start(append=True)
+        errors = restore(info.http_url, self.control_key, served, skip=tuple(given_up)) if served else []
+        self.restarts += 1
+        self.serving(info, served, given_up)
+        say(f"tritonserver serves again, {time.monotonic() - seen:.1f} s after it was seen dead"
+            + "".join(f"\n  could not load as before: {error}" for error in errors))
+
+    def samples(self) -> str:
+        """tritonize's own metrics, in Prometheus' text format (served after Triton's by the front)."""
+        return ("# HELP tritonize_server_restarts_total Times tritonize serve started tritonserver again after it died.\n"
+                "# TYPE tritonize_server_restarts_total counter\n"
+                f"tritonize_server_restarts_total {self.restarts}\n")
+
+    def _unwatch(self) -> None:
+        for watcher in (self.recorder, self.supervisor):
+            if watcher is not None:
+                watcher.stop()
+        self.recorder = self.supervisor = None
 
     def stop(self) -> None:
-        if self.supervisor is not None:
-            self.supervisor.stop()
-            self.supervisor = None
+        self._unwatch()
         if self.server is not None:
             self.server.stop()  # returns once no process of the server is left
             self.server = None
+        if self.front is not None:
+            self.front.stop()
+            self.front = None
         if self.region_prefix is not None:
             shm.remove_owned(self.region_prefix)
             self.region_prefix = None
@@ -300,3 +367,12 @@ class ServerHandle:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+
+def exit_words(code: int) -> str:
+    """A Popen return code in words: `was killed by SIGSEGV`, `exited with code 1`."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"

@@ -46,10 +46,11 @@ def validate_repository(repository: Path, to_load: Sequence[str] = ()) -> list[s
     return names
 
 
-def model_control_flags(models: Sequence[str] = ()) -> list[str]:
+def model_control_flags(models: Sequence[str] = (), all_when_empty: bool = True) -> list[str]:
     """tritonserver flags for explicit model control: the model repository API loads and unloads
-    models (`tritonize models`); `models` are loaded at start, all of them when empty."""
-    return ["--model-control-mode=explicit", *(f"--load-model={m}" for m in (models or ["*"]))]
+    models (`tritonize models`); `models` are loaded at start, all of them when empty (none, without
+    `all_when_empty`: a server started again after a crash, which had none loaded)."""
+    return ["--model-control-mode=explicit", *(f"--load-model={m}" for m in (models or ["*"] * all_when_empty))]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """`tritonize serve` as one library call: pick the engine, start it, show what is served, and keep
-serving until Ctrl-C or SIGTERM, then stop cleanly."""
+serving until Ctrl-C or SIGTERM (starting tritonserver again when it dies), then stop cleanly."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ from tritonize.model_repository import check_cc
 from tritonize.progress import say
 from tritonize.serve.docker import DockerServer, choose_release, docker_command
 from tritonize.serve.embedded import EmbeddedServer
-from tritonize.serve.process import RunningServer, ServerInfo, log_tail
+from tritonize.serve.process import ServerHandle, ServerInfo
 from tritonize.serve.repository import DEFAULT_CONFIG_NAME, plans_missing_for_gpu, validate_repository
 
 SERVER_ENGINES = ("auto", "embedded", "docker")
 READY_TIMEOUT_S = {"embedded": 120.0, "docker": 900.0}  # docker: the first run pulls a ~15 GB image
+WATCH_S = 0.1  # how often serve looks whether tritonserver still runs
 
 
 @dataclass(frozen=True)
@@ -79,10 +80,11 @@ def _warn_missing_plans(repository: Path, options: ServeOptions) -> None:
 
 def _restricted(options: ServeOptions) -> ControlKey | None:
     """The control key for the server (None: the control APIs stay open, with a warning off loopback)."""
-    key = server_key(options.host, options.control_key_file, options.open_control_apis)
-    if key is None and not is_loopback(options.host):
-        say(f"warning: --open-control-apis: anyone who reaches {options.host} can unload and load models, read "
-            "statistics, change trace and log settings and register shared memory")
+    key = server_key(options.control_key_file, options.open_control_apis)
+    if key is None:
+        who = "anyone on this machine" if is_loopback(options.host) else f"anyone who reaches {options.host}"
+        say(f"warning: --open-control-apis: {who} can unload and load models (with files that the server runs as "
+            "you), read statistics, change trace and log settings and register shared memory")
     return key
 
 
@@ -91,7 +93,7 @@ def _tls(options: ServeOptions) -> ServerTLS | None:
 
 
 def serve(repository: Path, options: ServeOptions) -> None:
-    """Serve until Ctrl-C / SIGTERM. Raises TritonizeError when no model is READY or the server dies."""
+    """Serve until Ctrl-C / SIGTERM. Raises TritonizeError when no model is READY or the server keeps dying."""
     validate_repository(Path(repository), options.models)  # before probing for docker: a typo should fail fast
     _warn_missing_plans(Path(repository), options)
     server = _server(Path(repository), options)
@@ -100,7 +102,7 @@ def serve(repository: Path, options: ServeOptions) -> None:
         if not info.ready_models:
             raise TritonizeError("no model is READY (reasons above); the server was stopped")
         say("serving; Ctrl-C or SIGTERM stops")
-        wait_for_stop(server.server)
+        wait_for_stop(server)
         say("stopping")
     say("stopped")
 
@@ -150,19 +152,19 @@ def models_table(info: ServerInfo) -> str:
     return "\n".join(lines)
 
 
-def wait_for_stop(server: RunningServer) -> None:
-    """Block until SIGINT/SIGTERM; a server that exits by itself is an error with its log's tail."""
+def wait_for_stop(server: ServerHandle) -> None:
+    """Block until SIGINT/SIGTERM; a tritonserver that dies meanwhile is started again (`heal`), which raises
+    once it keeps dying."""
     stop = threading.Event()
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, lambda *_: stop.set())
     try:
-        while not stop.wait(0.5):
-            code = server.exit_code()
+        while not stop.wait(WATCH_S):
+            code = server.server.exit_code()
             if code is not None:
-                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-                raise TritonizeError(f"tritonserver {how} while serving\n{log_tail(server.log_path)}")
+                server.heal(code)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -72,8 +72,7 @@ STOP_WAIT_S = 10.0  # how long stop() waits for a round under way (it ends anywa
 UNHEALTHY = "is not healthy"
 RELOADED = "tritonize.reloaded"  # the config parameter of a model reloaded after a crash: when, and why
 STUB = b"triton_python_backend_stub"
-# A sample of Prometheus' text format: label values may hold spaces, and a timestamp may follow the value.
-FAILURES = re.compile(r'^nv_inference_request_failure\{(?P<labels>.*)\}[ \t]+(?P<value>\S+)', re.MULTILINE)
+FAILURES = "nv_inference_request_failure"  # Triton's counter of failed requests, per model, version and reason
 INSTANCE = re.compile(r"(?P<model>[^/]+)_\d+_\d+")  # Triton's instance names: <model>_<group>_<index>
 
 
@@ -106,6 +105,7 @@ class Supervisor:
         self.server_pid, self.http_url, self.metrics_url, self.key = server_pid, http_url, metrics_url, key
         self.clock = clock  # seconds, monotonic: the crash window, back-offs and probe interval are read on it
         self.models: dict[str, _Model] = {}
+        self.given_up: dict[str, str] = {}  # model -> why it is UNAVAILABLE, while it is
         self._pidfds: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tritonize-supervisor", daemon=True)
@@ -154,6 +154,7 @@ class Supervisor:
             if state != "READY":  # unloaded on purpose, or given up
                 self.models.pop(name, None)
                 continue
+            self.given_up.pop(name, None)  # loaded again since
             mine = {i: s for i, s in live.items() if _model_of(i) == name}
             model = self.models.setdefault(name, _Model(mine, failures.get(name, 0.0)))
             if model.reload_at is not None:
@@ -293,11 +294,18 @@ class Supervisor:
     def _give_up(self, name: str, model: _Model) -> None:
         reason = (f"{model.what}; it crashed {len(model.crashes)} times within {WINDOW}, "
                   "so tritonize serve stopped reloading it: find the cause (memory? see `dmesg`), then restart the server")
-        self._post(f"/v2/repository/models/{name}/unload")
-        self._post(f"/v2/repository/models/{name}/load", unavailable.load_request(name, reason))  # fails, by design
+        self.mark_unavailable(name, reason)
         self._forget(model)
         del self.models[name]
         say(f"{name}: UNAVAILABLE: {reason}")
+
+    def mark_unavailable(self, name: str, reason: str) -> None:
+        """Leave `name` UNAVAILABLE with `reason` in the repository index (serve/unavailable.py), and remember it."""
+        self._post(f"/v2/repository/models/{name}/unload")
+        body, code = unavailable.load_request(name, reason)
+        self._post(f"/v2/repository/models/{name}/load", body)  # fails, by design
+        unavailable.remove_overrides(code)
+        self.given_up[name] = reason
 
     def _post(self, path: str, body: bytes = b"{}") -> str | None:
         """POST (a request with a body) to the server's HTTP API, the control key with it; its error message, or
@@ -356,14 +364,20 @@ def process_state(pid: int) -> str | None:
 
 
 def failure_counts(metrics_url: str) -> dict[str, float]:
-    """Model -> failed requests so far, all reasons and versions (Triton's nv_inference_request_failure)."""
+    """Model -> failed requests so far, all reasons and versions (Triton's nv_inference_request_failure), read
+    with Prometheus' own parser of its text format (label values may hold escaped quotes, commas, braces)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     with urllib.request.urlopen(metrics_url, timeout=METRICS_TIMEOUT_S) as response:
         text = response.read().decode()
     counts: dict[str, float] = {}
-    for sample in FAILURES.finditer(text):
-        model = re.search(r'(?:^|,)model="([^"]*)"', sample["labels"])
-        if model:
-            counts[model[1]] = counts.get(model[1], 0.0) + float(sample["value"])
+    for family in text_string_to_metric_families(text):
+        if family.name != FAILURES:
+            continue
+        for sample in family.samples:  # named FAILURES + "_total" by the parser, as a counter's samples are
+            if "model" in sample.labels:
+                model = sample.labels["model"]
+                counts[model] = counts.get(model, 0.0) + sample.value
     return counts
 
 

@@ -2,12 +2,19 @@
 up on, or one `repo build` left out with a note. Triton's repository index (what clients and
 `tritonize serve` read) carries a reason only for a model whose load failed, so this is a Python
 backend model whose initialize() raises the reason.
+
+A load that carries files writes them to a new /tmp/folderXXXXXX (Triton's, whatever TMPDIR says), which
+Triton removes when the model unloads, but never when its load fails: `remove_overrides` removes the one such
+a load of ours left (each carries a token of its own).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import secrets
+import shutil
 from pathlib import Path
 
 from google.protobuf import json_format, text_format
@@ -22,13 +29,28 @@ def _config(name: str) -> dict:
             "output": [{"name": "nothing", **tensor}], "instance_group": [{"kind": "KIND_CPU", "count": 1}]}
 
 
-def load_request(name: str, reason: str) -> bytes:
-    """The body of a model repository `load` of `name` that leaves it UNAVAILABLE with `reason`
-    (the config and files of the request replace the model's own)."""
-    code = MODEL_PY.format(reason=reason).encode()
+OVERRIDES = Path("/tmp")  # where Triton writes a load's files (core: kDefaultMountDirectory), as folderXXXXXX
+MODEL_FILE = "1/model.py"
+
+
+def load_request(name: str, reason: str) -> tuple[bytes, bytes]:
+    """The body of a model repository `load` of `name` that leaves it UNAVAILABLE with `reason` (the config and
+    files of the request replace the model's own), and the model.py it carries."""
+    code = (MODEL_PY.format(reason=reason) + f"# tritonize {secrets.token_hex(8)}\n").encode()
     return json.dumps({"parameters": {
-        "config": json.dumps(_config(name)), "file:1/model.py": base64.b64encode(code).decode(),
-    }}).encode()
+        "config": json.dumps(_config(name)), f"file:{MODEL_FILE}": base64.b64encode(code).decode(),
+    }}).encode(), code
+
+
+def remove_overrides(code: bytes) -> None:
+    """Remove the folder Triton wrote for a failed load that carried `code` as its model.py (a server on this
+    machine, as this user)."""
+    for folder in OVERRIDES.glob("folder??????"):
+        try:
+            if folder.stat().st_uid == os.geteuid() and (folder / MODEL_FILE).read_bytes() == code:
+                shutil.rmtree(folder, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def write_model(repository: Path, name: str, reason: str) -> None:

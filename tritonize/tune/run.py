@@ -11,6 +11,7 @@ from pathlib import Path
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
+from tritonize.access import ControlKey
 from tritonize.client.connection import Connection
 from tritonize.control.models import ModelControl
 from tritonize.errors import TritonizeError
@@ -143,7 +144,9 @@ def _server(repository: Path, model: str, config_name: str | None, url: str | No
     if url is not None:
         yield url
         return
-    server = EmbeddedServer(repository, model_config_name=config_name or "config", models=(model,))
+    # Its control APIs restricted like `tritonize serve`'s: the Connections below find the key by themselves.
+    server = EmbeddedServer(repository, model_config_name=config_name or "config", models=(model,),
+                            control_key=ControlKey.generate())
     with server as info:
         yield info.grpc_url
 
