@@ -209,31 +209,34 @@ def _shared_memory_as_found():
     assert not left, f"the tests left {len(left)} shared-memory region(s) in {shm.SHM}: {left}"
 
 
-OVERRIDE_FOLDERS = Path("/tmp")  # where Triton writes a load's `file:` overrides, whatever TMPDIR says
-_FOLDERS = pytest.StashKey[set]()
+TRITON_TMP = Path("/tmp")  # where Triton writes, whatever TMPDIR says
+# What Triton leaves there: a load's `file:` overrides (folderXXXXXX, never removed when the load fails: the
+# supervisor's give-up is such a load), the Python backend's environment folder (python_env_XXXXXX, left by a server
+# killed or crashed).
+TRITON_TMP_PATTERNS = ("folder??????", "python_env_??????")
+_TRITON_TMP = pytest.StashKey[set]()
 
 
-def _override_folders() -> set[str]:
-    return {p.name for p in OVERRIDE_FOLDERS.glob("folder??????")}
+def _triton_tmp() -> set[str]:
+    return {p.name for pattern in TRITON_TMP_PATTERNS for p in TRITON_TMP.glob(pattern)}
 
 
 def pytest_sessionstart(session):
     if not hasattr(session.config, "workerinput"):  # the one process, or xdist's controller (its workers share /tmp)
-        session.config.stash[_FOLDERS] = _override_folders()
+        session.config.stash[_TRITON_TMP] = _triton_tmp()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Tests leave no /tmp/folderXXXXXX: the folder Triton writes a model load's files to, which it never removes
-    when the load fails (the supervisor's give-up is such a load). Checked once every worker is done."""
-    before = session.config.stash.get(_FOLDERS, None)
+    """Tests leave no folder of Triton's in /tmp (TRITON_TMP_PATTERNS). Checked once every worker is done."""
+    before = session.config.stash.get(_TRITON_TMP, None)
     if before is None:
         return
-    left = sorted(_override_folders() - before)
+    left = sorted(_triton_tmp() - before)
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line(f"\nerror: the tests left {len(left)} model-load folder(s) in {OVERRIDE_FOLDERS}: {left} "
-                                "(each one's config.pbtxt names its model)", red=True)
+            reporter.write_line(f"\nerror: the tests left {len(left)} folder(s) of Triton's in {TRITON_TMP}: {left} "
+                                "(a folderXXXXXX's config.pbtxt names its model)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

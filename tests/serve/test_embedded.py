@@ -336,6 +336,29 @@ def test_stop_leaves_no_process_no_temp_files_and_no_shared_memory(onnx_repo):
     assert not [r for r in regions if r.exists()]
 
 
+def test_a_killed_server_leaves_no_python_backend_folder_in_tmp(onnx_repo):
+    """Triton's Python backend makes /tmp/python_env_XXXXXX at its start and removes it only when it is finalized:
+    a tritonserver killed (SIGKILL, the OOM killer) left one per start (216 on this machine after a day of tests).
+    The server's stop removes the one it made; one made beside it, by another server, stays."""
+    import signal
+
+    from tritonize.serve.embedded import EmbeddedServer
+    from tritonize.serve.process import python_envs
+
+    before = python_envs()
+    with EmbeddedServer(onnx_repo, supervise=False) as info:
+        made = python_envs() - before
+        assert len(made) == 1 and not any(made.pop().iterdir())
+        other = Path("/tmp/python_env_" + os.urandom(3).hex())  # another server's, in use: not empty
+        other.mkdir()
+        (other / "env").mkdir()
+        os.kill(info.pid, signal.SIGKILL)
+    try:
+        assert python_envs() - before == {other}
+    finally:
+        shutil.rmtree(other)
+
+
 def test_port_in_use_is_a_clear_error(onnx_repo):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -3,6 +3,7 @@ the log's relevant tail, and stopping the whole process group."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -122,9 +123,12 @@ class RunningServer:
         self.control_key, self.tls = control_key, tls
         self.not_built = not_built or {}  # model -> the note `repo build` left: served UNAVAILABLE with it, by design
         self.process: subprocess.Popen | None = None
+        self.python_envs: set[Path] = set()  # those there before this server started (at started_at)
+        self.started_at = 0.0
 
     def start(self, append: bool = False) -> ServerInfo:
         """`append`: to the log (a start after a crash keeps the log of the crash)."""
+        self.python_envs, self.started_at = python_envs(), time.time()
         with open(self.log_path, "ab" if append else "wb") as log:
             self.process = subprocess.Popen(
                 self.command, env=self.env, cwd=self.cwd,
@@ -151,6 +155,25 @@ class RunningServer:
         if self.process is not None:
             stop_process_group(self.process)
             self.process = None
+            remove_python_envs(python_envs() - self.python_envs, self.started_at, time.time())
+
+
+# Triton's Python backend makes /tmp/python_env_XXXXXX when it starts (whatever TMPDIR says) and removes it when it is
+# finalized: a server killed or crashed leaves it behind. Those made while this server ran that are still empty
+# (tritonize's models use no EXECUTION_ENV_PATH, which is what would fill one) are taken as its own.
+PYTHON_ENVS = Path("/tmp")
+
+
+def python_envs() -> set[Path]:
+    return set(PYTHON_ENVS.glob("python_env_??????"))
+
+
+def remove_python_envs(folders: set[Path], started: float, stopped: float) -> None:
+    for folder in folders:
+        with contextlib.suppress(OSError):  # not empty (not ours), or already gone
+            made = folder.stat()
+            if made.st_uid == os.geteuid() and started <= made.st_ctime <= stopped:
+                folder.rmdir()
 
 
 def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path,
