@@ -66,9 +66,10 @@ def run_cli(*args: str):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def error_line(result) -> str:
-    """The one `error:` line of a CLI run that failed as users should see it (exit 1, no traceback)."""
-    assert result.exit_code == 1, result.output
+def error_line(result, exit_code: int = 1) -> str:
+    """The one `error:` line of a CLI run that failed as users should see it (exit 1, or 2 for a usage error; no
+    traceback)."""
+    assert result.exit_code == exit_code, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in result.output, result.output
     return errors[0]
