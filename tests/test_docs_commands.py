@@ -4,6 +4,7 @@ refuses an unknown flag before it prints help). Each command not run for real sa
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import shutil
@@ -70,13 +71,18 @@ def documented_commands(pages: list[Path] = PAGES) -> list[tuple[str, list[str]]
     return found
 
 
-def command_path(argv: list[str]) -> str:
-    """The subcommand path of an argv (`client classify`), as the app resolves it."""
+@functools.cache
+def _app():
     import typer.main
 
     from tritonize.cli import app
 
-    command, path = typer.main.get_command(app), []
+    return typer.main.get_command(app)
+
+
+def command_path(argv: list[str]) -> str:
+    """The subcommand path of an argv (`client classify`), as the app resolves it."""
+    command, path = _app(), []
     for word in argv:
         sub = getattr(command, "commands", {}).get(word)
         if sub is None:
@@ -118,7 +124,6 @@ def test_every_documented_command_runs(small_repo, tmp_path, monkeypatch):
     assert not failures, "\n".join(failures)
 
 
-@pytest.mark.parametrize("path", sorted(NOT_RUN_FOR_REAL))
-def test_each_reason_names_a_documented_command(path):
+def test_each_reason_names_a_documented_command():
     """No stale reasons: every command listed is still documented."""
-    assert path in {command_path(argv) for _, argv in documented_commands()}
+    assert set(NOT_RUN_FOR_REAL) - {command_path(argv) for _, argv in documented_commands()} == set()

@@ -42,6 +42,9 @@ def build(artifacts: Path, repo: Path, *extra: str):
                    "--no-ensembles", "--max-batch", "4", *extra)
 
 
+# Which plan serves which GPU is Triton's cc_model_filenames and tritonize's repository code, the same on every
+# TensorRT: one version proves it (the backend's own code runs on each in tests/serve/test_emulated_trt_model.py).
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
 def test_plans_of_two_gpu_kinds_are_gathered_checked_and_picked_by_the_gpu(emulated_tensorrt, artifacts_copy, tmp_path,
                                                                          monkeypatch):
     from tritonize.model_repository import parse_config

@@ -87,6 +87,9 @@ def _docker_server(repo: Path, release: str):
                         ready_timeout=120)
 
 
+# A plan whose TensorRT a release of the table runs (8.6 proves no more than 10.x), and one whose TensorRT the table
+# does not know (11.x: the release it was built for, with a warning).
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18", "11.4.0.106"], indirect=True)
 def test_serve_engine_docker_runs_the_plan_in_its_release(emulated_tensorrt, standins, artifacts_copy, tmp_path,
                                                           monkeypatch):
     """`serve --engine docker` picks the release whose TensorRT runs the plan, from the repository alone, and
