@@ -222,8 +222,20 @@ def _triton_tmp() -> set[str]:
     return {p.name for pattern in TRITON_TMP_PATTERNS for p in TRITON_TMP.glob(pattern)}
 
 
+TMP_CHECKED = "TRITONIZE_TESTS_TMP_CHECKED_BY"  # set for every process of a session that checks /tmp itself
+
+
+def pytest_configure(config):
+    """The one process, or xdist's controller (its workers share /tmp), checks /tmp; it says so to every process it
+    starts (before xdist starts its workers). A session run inside another (gpu_acceptance.sh's own pytest) leaves the
+    check to the outer one: the outer's other worker's servers write there meanwhile."""
+    if not hasattr(config, "workerinput") and TMP_CHECKED not in os.environ:
+        os.environ[TMP_CHECKED] = str(os.getpid())
+        config.stash[_TRITON_TMP] = set()
+
+
 def pytest_sessionstart(session):
-    if not hasattr(session.config, "workerinput"):  # the one process, or xdist's controller (its workers share /tmp)
+    if _TRITON_TMP in session.config.stash:
         session.config.stash[_TRITON_TMP] = _triton_tmp()
 
 

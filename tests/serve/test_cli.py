@@ -294,3 +294,26 @@ def test_the_next_start_removes_the_shared_memory_of_servers_that_are_gone(onnx_
     finally:
         unused.unlink(missing_ok=True)
         held.unlink(missing_ok=True)
+
+
+def test_tritonservers_own_ports_are_never_the_fronts(monkeypatch):
+    """The embedded engine picks tritonserver's ports after the front's, which are free until the front listens: the
+    kernel may hand one out again (seen in a run of two test workers). The front then passed every request to itself,
+    one connection more each time, until `Too many open files`. A port to avoid is held and another one picked."""
+    import tritonize.serve.process as process
+
+    handed_out = iter([41000, 41005, 41001, 41006, 41007])  # the kernel's picks, two of them the front's
+
+    class Socket:
+        def __init__(self, port):
+            self.port = port
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(process, "_bind", lambda host, port: Socket(next(handed_out) if port == 0 else port))
+    inner = process.choose_ports("127.0.0.1", None, None, None, avoid=frozenset({41000, 41001, 41002}))
+    assert vars(inner) == {"http": 41005, "grpc": 41006, "metrics": 41007}

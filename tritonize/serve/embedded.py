@@ -228,7 +228,8 @@ class EmbeddedServer(ServerHandle):
         self.triton = BundledTriton.find()
         env = stub_environment(self.triton)
         self.ports = choose_ports(self.host, *self.requested_ports)
-        self.inner = choose_ports("127.0.0.1", None, None, None)  # tritonserver's own HTTP and metrics ports
+        # tritonserver's own HTTP and metrics ports: never the front's (the front would pass its requests to itself)
+        self.inner = choose_ports("127.0.0.1", None, None, None, avoid=frozenset(vars(self.ports).values()))
         self.prepare()
         atexit.register(self.stop)
         try:

@@ -58,8 +58,10 @@ class Ports:
     metrics: int
 
 
-def choose_ports(host: str, http: int | None, grpc: int | None, metrics: int | None) -> Ports:
-    """Given ports must be free (clear error otherwise); None picks a free one."""
+def choose_ports(host: str, http: int | None, grpc: int | None, metrics: int | None,
+                 avoid: frozenset[int] = frozenset()) -> Ports:
+    """Given ports must be free (clear error otherwise); None picks a free one, never one of `avoid` (ports chosen
+    for something else that does not listen yet)."""
     wanted = {"http": http, "grpc": grpc, "metrics": metrics}
     given = [p for p in wanted.values() if p is not None]
     if len(set(given)) != len(given):
@@ -69,8 +71,11 @@ def choose_ports(host: str, http: int | None, grpc: int | None, metrics: int | N
         chosen = {}
         for what, port in wanted.items():
             if port is None:
-                s = _bind(host, 0)
-                held.append(s)
+                while True:  # a port of `avoid` is free now: hold it while picking another
+                    s = _bind(host, 0)
+                    held.append(s)
+                    if s.getsockname()[1] not in avoid:
+                        break
                 chosen[what] = s.getsockname()[1]
             else:
                 try:
