@@ -48,6 +48,15 @@ def _exactly(findings, *expected):
     return matched
 
 
+WARMUPS = ("batch_1", "batch_32")  # the warmup samples `repo build` writes at max_batch_size 32
+
+
+def _warmups(model: str, fragment: str, config: str = "config.pbtxt") -> list[tuple[str, str]]:
+    """Each warmup sample's finding when a change to the input leaves the samples as they were (Triton core validates a
+    sample like a request: it refuses the model)."""
+    return [(model, f"{config}: warmup {w!r} {fragment}") for w in WARMUPS]
+
+
 def test_built_repository_passes(repo, small_artifacts):
     assert check_repository(repo, small_artifacts) == []
     assert check_repository(repo) == []
@@ -89,7 +98,8 @@ def test_onnx_tensor_name_mismatch(repo):
              *[(ensemble, "step 2: 'input' is not an input of onnx_model (its inputs: image)")
                for ensemble in ("onnx_classifier", "onnx_classifier_uint8")],
              *[(ensemble, "step 2: onnx_model's input(s) image are not mapped")
-               for ensemble in ("onnx_classifier", "onnx_classifier_uint8")])
+               for ensemble in ("onnx_classifier", "onnx_classifier_uint8")],
+             *_warmups("onnx_model", "gives no data for input(s) image"))
 
 
 def test_onnx_dims_mismatch(repo):
@@ -98,7 +108,8 @@ def test_onnx_dims_mismatch(repo):
         c.input[0].dims.extend([3, 256, 256])
     edit_config(repo / "onnx_model", change)
     _exactly(check_repository(repo), ("onnx_model", "config dims [3, 256, 256] do not match the graph's [3, 224, 224]"),
-             *[(ensemble, "tensor 'PREPROCESSED'") for ensemble in ("onnx_classifier", "onnx_classifier_uint8")])
+             *[(ensemble, "tensor 'PREPROCESSED'") for ensemble in ("onnx_classifier", "onnx_classifier_uint8")],
+             *_warmups("onnx_model", "input 'input' is TYPE_FP32 [3, 224, 224]; the config's input is TYPE_FP32 [3, 256, 256]"))
 
 
 def test_onnx_fixed_batch_axis(repo):
@@ -106,7 +117,9 @@ def test_onnx_fixed_batch_axis(repo):
     model = onnx.load(str(path))
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1  # freezes the batch axis
     rewrite(path, model.SerializeToString())
-    _exactly(check_repository(repo), ("onnx_model", "the graph's batch axis is fixed at 1, but max_batch_size is 32"))
+    # onnxruntime infers the output's batch from the input's: its session (and Triton's backend) has both fixed
+    _exactly(check_repository(repo), ("onnx_model", "input 'input': the graph's batch axis is fixed at 1, but max_batch_size is 32"),
+             ("onnx_model", "output 'output': the graph's batch axis is fixed at 1, but max_batch_size is 32"))
 
 
 def test_torchscript_input_count(repo):
@@ -118,7 +131,8 @@ def test_torchscript_input_count(repo):
     edit_config(repo / "torch_model", change)
     _exactly(check_repository(repo), ("torch_model", "config declares 3 input(s); model.pt forward(x) takes 1"),
              *[(ensemble, "step 2: torch_model's input(s) input__1, input__2 are not mapped")
-               for ensemble in ("torch_classifier", "torch_classifier_uint8")])
+               for ensemble in ("torch_classifier", "torch_classifier_uint8")],
+             *_warmups("torch_model", "gives no data for input(s) input__1, input__2"))
 
 
 def test_torchscript_output_dims_from_a_real_forward(repo):
@@ -288,10 +302,12 @@ def test_ensemble_steps_and_tensors(repo):
                      ("onnx_classifier_uint8", "step 1 names model 'preprocess_uint9', which is not in the repository"),
                      ("onnx_classifier_uint8", "step 2: onnx_model's input(s) input are not mapped"),
                      ("torch_classifier_uint8", "the ensemble's output reads tensor 'LOGITS', which no step produces"),
+                     ("torch_classifier_uint8", "step 2 writes tensor 'LOGIT', which no step reads and the ensemble does "
+                                                "not output"),
                      ("torch_classifier_uint8", "tensor 'PIXELS': the ensemble's input is TYPE_INT8"))
     assert "onnx_model" in f.fix
     result = run_cli("repo", "check", repo)
-    assert result.exit_code == 1 and "7 error(s)" in result.output
+    assert result.exit_code == 1 and "8 error(s)" in result.output
 
 
 def test_ensemble_dims_and_batch_sizes(repo):
@@ -344,6 +360,10 @@ def _no_platform_but(backend):
     return change
 
 
+def _no_platform_nor_model_file(c):
+    c.platform, c.backend, c.default_model_filename = "", "", "weights.bin"
+
+
 def _instances(count):
     return lambda c: setattr(c.instance_group[0], "count", count)
 
@@ -372,8 +392,10 @@ ENSEMBLES_OF = {"onnx_model": ("onnx_classifier", "onnx_classifier_uint8"),
 PLANTED = {
     "unknown backend": ("onnx_model", "configs/cpu.pbtxt", _no_platform_but("onnxruntimee"),
                         [("onnx_model", "configs/cpu.pbtxt: unknown backend 'onnxruntimee'")]),
-    "neither platform nor backend": ("torch_model", "config.pbtxt", _no_platform_but(""),
-                                     [("torch_model", "config.pbtxt: neither platform nor backend is set")]),
+    # (Triton fills in the backend from default_model_filename or the version directory's model file: none here)
+    "neither platform nor backend": ("torch_model", "config.pbtxt", _no_platform_nor_model_file,
+                                     [("torch_model", "config.pbtxt: neither platform nor backend is set"),
+                                      ("torch_model", "version 1/ has no weights.bin")]),
     "name in a variant": ("onnx_model", "configs/gpu.pbtxt", _set("name", "onnx"),
                           [("onnx_model", "configs/gpu.pbtxt: name 'onnx' differs from the directory name")]),
     "platform in a variant": ("torch_model", "configs/gpu.pbtxt", _set("platform", "pytorch"),
@@ -384,10 +406,14 @@ PLANTED = {
                                  ("onnx_model", "configs/cpu.pbtxt: input 'input': config dims [3, 224, 224] do not "
                                                 "match the graph's ['?', 3, 224, 224]"),
                                  ("onnx_model", "configs/cpu.pbtxt: output 'output': config dims [1000]")]),
+    # (Triton loads a batching ensemble over a step without a batch axis whose dims agree: its every request fails)
     "dynamic batching without a batch axis": (
         "preprocess_uint8", "config.pbtxt", _no_batch_axis_but_preferred_sizes,
         [("preprocess_uint8", "config.pbtxt: dynamic_batching with max_batch_size 0"),
-         *[(e, "max_batch_size 32 but step 1's preprocess_uint8 takes at most 0") for e in ENSEMBLES_OF["preprocess_uint8"]]]),
+         *[(e, "tensor 'PIXELS': the ensemble's input is TYPE_UINT8 [224, 224, 3] with a batch axis, preprocess_uint8's "
+               "input 'PIXELS' is TYPE_UINT8 [224, 224, 3] without a batch axis") for e in ENSEMBLES_OF["preprocess_uint8"]],
+         *[(e, "tensor 'PREPROCESSED': preprocess_uint8's output 'PREPROCESSED' is TYPE_FP32 [3, 224, 224] without a batch "
+               "axis") for e in ENSEMBLES_OF["preprocess_uint8"]]]),
     "preferred and warmup batches in a variant": (
         "torch_model", "configs/cpu.pbtxt", _set("max_batch_size", 1),
         [("torch_model", "configs/cpu.pbtxt: preferred_batch_size [4, 8, 16, 32] outside 1..max_batch_size 1"),
@@ -396,12 +422,17 @@ PLANTED = {
                      [("onnx_model", "configs/gpu.pbtxt: instance_group count 0: Triton runs 1 instance", "warning")]),
     "ONNX dtype": ("onnx_model", "config.pbtxt", _fp16_input,
                    [("onnx_model", "input 'input': config says TYPE_FP16, the graph has TYPE_FP32"),
-                    *[(e, "tensor 'PREPROCESSED'") for e in ENSEMBLES_OF["onnx_model"]]]),
+                    *[(e, "tensor 'PREPROCESSED'") for e in ENSEMBLES_OF["onnx_model"]],
+                    *_warmups("onnx_model", "input 'input' is TYPE_FP32 [3, 224, 224]; the config's input is TYPE_FP16")]),
     "ONNX dims in a variant": ("onnx_model", "configs/cpu.pbtxt", _dims("input", 0, [3, 256, 256]),
-                               [("onnx_model", "configs/cpu.pbtxt: input 'input': config dims [3, 256, 256] do not match")]),
+                               [("onnx_model", "configs/cpu.pbtxt: input 'input': config dims [3, 256, 256] do not match"),
+                                *_warmups("onnx_model", "input 'input' is TYPE_FP32 [3, 224, 224]; the config's input is "
+                                                        "TYPE_FP32 [3, 256, 256]", "configs/cpu.pbtxt")]),
     "TorchScript fails on the configured shape": (
         "torch_model", "configs/cpu.pbtxt", _dims("input", 0, [1, 224, 224]),
-        [("torch_model", "configs/cpu.pbtxt: model.pt fails on an input of the configured shape [[1, 1, 224, 224]]")]),
+        [("torch_model", "configs/cpu.pbtxt: model.pt fails on an input of the configured shape [[1, 1, 224, 224]]"),
+         *_warmups("torch_model", "input 'input__0' is TYPE_FP32 [3, 224, 224]; the config's input is TYPE_FP32 [1, 224, 224]",
+                   "configs/cpu.pbtxt")]),
     "TorchScript output count": ("torch_model", "configs/gpu.pbtxt", _second_output,
                                  [("torch_model", "configs/gpu.pbtxt: model.pt returns 1 output(s); the config declares 2")]),
     "ensemble without steps": ("onnx_classifier", "config.pbtxt", _no_steps,
@@ -485,7 +516,9 @@ def test_a_config_without_a_batch_axis_whose_dims_hold_the_batch_passes(repo):
     def no_batch_axis(c):
         c.max_batch_size = 0
         c.ClearField("dynamic_batching")
-        for tensor, dims in ((c.input[0], [1, 3, 224, 224]), (c.output[0], [1, 1000])):
+        # an ONNX output's dims are compared exactly (onnxruntime_backend): its variable batch axis is -1 there
+        output = [-1, 1000] if c.platform == "onnxruntime_onnx" else [1, 1000]
+        for tensor, dims in ((c.input[0], [1, 3, 224, 224]), (c.output[0], output)):
             del tensor.dims[:]
             tensor.dims.extend(dims)
         del c.model_warmup[1:]  # batch_1 stays, with the batch in its dims
@@ -496,6 +529,8 @@ def test_a_config_without_a_batch_axis_whose_dims_hold_the_batch_passes(repo):
         for name in ("config.pbtxt", "configs/cpu.pbtxt", "configs/gpu.pbtxt"):
             edit_config(repo / model, no_batch_axis, name)
     _exactly(check_repository(repo))
+    edit_config(repo / "onnx_model", lambda c: c.output[0].dims.__setitem__(0, 1))
+    _exactly(check_repository(repo), ("onnx_model", "output 'output': config dims [1, 1000] do not match the graph's ['?', 1000]"))
 
 
 def test_hidden_directories_and_loose_files_at_the_top_are_not_models(repo):
@@ -574,6 +609,8 @@ def test_the_libtorch_naming_rule_allows_forward_argument_names_and_indices_belo
     def rename(c):
         c.input[0].name = "x"  # forward(x)
         c.output[0].name = "output__1"  # one output: index 1 is out of range
+        for warmup in c.model_warmup:
+            warmup.inputs["x"].CopyFrom(warmup.inputs.pop("input__0"))
     edit_config(repo / "torch_model", rename, "configs/cpu.pbtxt")
     _exactly(check_repository(repo),
              ("torch_model", "configs/cpu.pbtxt: output 'output__1' does not follow the libtorch naming rule "
@@ -703,4 +740,154 @@ ensemble_scheduling { step [ { model_name: "constant" model_version: -1 input_ma
              ("sum_ensemble", "step 1: 'y' is not an input of sum (its inputs: x, b)"),
              ("sum_ensemble", "step 1: sum's input(s) x, b are not mapped"),
              ("constant_ensemble", "parameters lack preprocess.resize", "warning"),
-             ("constant_ensemble", "max_batch_size 1 but step 1's constant takes at most 0 (no batch axis)"))
+             # Triton loads a batching ensemble over a step without a batch axis when dims agree without it; every
+             # request then fails (the step gets [batch, 1, 4] for [1, 4]): the dims must agree with the batch axis
+             ("constant_ensemble", "tensor 'X': the ensemble's input is TYPE_FP32 [1, 4] with a batch axis, constant's "
+                                   "input 'x' is TYPE_FP32 [1, 4] without a batch axis"),
+             ("constant_ensemble", "tensor 'C': constant's output 'c' is TYPE_FP32 [1, 4] without a batch axis"))
+
+
+# ------------------------------------------------------------ rules found against the real Triton (issue 37)
+def test_trt_model_tensors_are_checked_against_the_onnx_the_plan_was_built_from(repo, artifacts_copy):
+    """tensorrt_backend compares the config's data types and dims with the engine's, whose inputs and outputs are those
+    of the ONNX it was built from (a variable dim on either side takes any)."""
+    from dataclasses import replace
+
+    from tests.conftest import record
+    from tests.repository_builder.helpers import restamp
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    entry = add_trt_model(repo, artifacts_copy)
+    record(artifacts_copy, "tensorrt", replace(entry, onnx=replace(entry.onnx, file="model.onnx")))  # [N, 3, 224, 224]
+    restamp(repo, artifacts_copy)
+    _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE)
+
+    def change(c):
+        c.input[0].dims[1] = -1  # variable: takes the engine's 224
+        c.output[0].dims.append(1)
+        c.output[0].data_type = pb.TYPE_FP16
+        for warmup in c.model_warmup:
+            warmup.inputs["input"].dims[1] = 224
+    edit_config(repo / "trt_model", change)
+    _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE,
+             ("trt_model", "output 'output': config says TYPE_FP16, the plan's is TYPE_FP32: Triton's tensorrt backend "
+                           "refuses the model"),
+             ("trt_model", "output 'output': config dims [1000, 1] do not match the plan's [1000] (batch axis excluded)"))
+    edit_config(repo / "trt_model", lambda c: setattr(c, "max_batch_size", 0))  # the batch axis is then one of the dims
+    assert "input 'input': config dims [3, -1, 224] do not match the plan's [-1, 3, 224, 224]" in " ".join(
+        f.message for f in check_repository(repo, artifacts_copy))
+
+
+@pytest.mark.parametrize("model, change, backend", [
+    ("onnx_model", {"platform": ""}, "onnxruntime"),  # model.onnx in version 1
+    ("torch_model", {"platform": ""}, "pytorch"),  # model.pt
+    ("preprocess", {"backend": ""}, "python"),  # model.py
+    ("onnx_model", {"platform": "", "default_model_filename": "model.plan"}, None),  # tensorrt: no model.plan there
+])
+def test_triton_fills_in_the_backend_from_the_model_file_before_it_validates(repo, model, change, backend):
+    """core model_config_utils.cc AutoCompleteBackendFields: a config without platform and backend serves the backend
+    of its default_model_filename, else of the first version directory's model file."""
+    def edit(c):
+        for field, value in change.items():
+            setattr(c, field, value)
+    edit_config(repo / model, edit)
+    errors = _errors(check_repository(repo), model)
+    if backend:
+        assert errors == []
+    else:  # (and the repository's instances are on KIND_CPU)
+        assert errors == ["config.pbtxt: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
+                          "version 1/ has no model.plan"]
+
+
+def test_warmup_samples_are_requests_of_the_configs_inputs(repo):
+    """Triton core runs a warmup sample as `batch_size` requests of batch 1 and validates each like a request."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    def change(c):
+        c.input[0].dims[1] = -1  # a variable dim: the sample gives its size
+        del c.model_warmup[2:]
+        skipped, sample = c.model_warmup.add(name="skipped", batch_size=0), c.model_warmup[1]
+        skipped.inputs["nothing"].dims.append(1)  # batch 0: never run, never read
+        sample.inputs["input"].data_type = pb.TYPE_FP16
+        c.model_warmup[0].inputs["input"].dims[2] = -1  # no size for a variable dim
+    edit_config(repo / "onnx_model", change)
+    _exactly(check_repository(repo),
+             ("onnx_model", "config.pbtxt: warmup 'batch_1' input 'input' is TYPE_FP32 [3, 224, -1]; the config's input "
+                            "is TYPE_FP32 [3, -1, 224]"),
+             ("onnx_model", "config.pbtxt: warmup 'batch_32' input 'input' is TYPE_FP16 [3, 224, 224]"),
+             ("onnx_model", "input 'input': config dims [3, -1, 224] do not match the graph's [3, 224, 224]"))
+
+
+@pytest.mark.parametrize("max_batch, batch, refused", [(0, 1, False), (0, 2, True), (4, 4, False), (4, 5, True)])
+def test_a_warmup_batch_runs_as_one_batch_of_at_most_max_batch_size(repo, max_batch, batch, refused):
+    """The backend runs a sample's requests as one batch and refuses it above max_batch_size, above 1 without batching
+    (the backend library's total batch rule; the Python backend's too)."""
+    def change(c):
+        c.max_batch_size = max_batch
+        c.ClearField("dynamic_batching")
+        del c.model_warmup[1:]
+        c.model_warmup[0].batch_size = batch
+        if not max_batch:
+            for t in (*c.input, *c.output):
+                t.dims.insert(0, -1)
+            c.model_warmup[0].inputs["input__0"].dims.insert(0, 1)
+    edit_config(repo / "torch_model", change)
+    errors = _errors(check_repository(repo), "torch_model")
+    assert errors == ([f"config.pbtxt: warmup 'batch_1' uses batch {batch} > max_batch_size {max_batch}"] if refused else [])
+
+
+@pytest.mark.parametrize("names, refused", [(["0"], None), (["1st"], None), ([" 1", "+0"], None), (["-1"], "-1"),
+                                            (["a"], "a"), ([""], ""), (["0", "b"], "b")])
+def test_profile_names_are_read_as_triton_reads_them(repo, artifacts_copy, names, refused):
+    """Triton core parses each name with std::stoi (GetProfileIndex): a leading integer, not negative."""
+    add_trt_model(repo, artifacts_copy)
+    edit_config(repo / "trt_model", lambda c: c.instance_group[0].profile.extend(names))
+    errors = [e for e in _errors(check_repository(repo)) if "profile" in e]
+    assert errors == ([] if refused is None else [
+        f"config.pbtxt: instance_group #1: profile {names} names {refused!r}, which is not a profile index; Triton "
+        "refuses to load the model"])
+
+
+def test_profile_in_a_model_of_another_backend_is_refused(repo):
+    edit_config(repo / "onnx_model", lambda c: c.instance_group[0].profile.append("0"))
+    _exactly(check_repository(repo), ("onnx_model", "config.pbtxt: instance_group #1 lists profile in a model of the "
+                                                    "onnxruntime backend: Triton refuses it"))
+
+
+def test_what_triton_refuses_in_an_ensemble_config(repo):
+    """core ValidateEnsembleSchedulingConfig: no instance_group, optimization or model_warmup; input_map and output_map in
+    every step; each tensor written once; each ensemble input and each written tensor read (or an ensemble output)."""
+    def change(c):
+        c.instance_group.add(count=1)
+        c.optimization.input_pinned_memory.enable = True
+        c.model_warmup.add(name="w", batch_size=1)
+        c.input.add(name="EXTRA", data_type=c.input[0].data_type, dims=[1])
+        first, second = c.ensemble_scheduling.step
+        first.output_map["PREPROCESSED"] = "ALSO"  # written by step 1 and by step 2 below
+        second.output_map["output"] = "ALSO"
+    edit_config(repo / "onnx_classifier", change)
+    edit_config(repo / "onnx_classifier_uint8", lambda c: c.ensemble_scheduling.step[1].ClearField("output_map"))
+    _exactly(check_repository(repo),
+             *[("onnx_classifier", f"an ensemble with {what}: Triton refuses it") for what in
+               ("instance_group", "optimization", "model_warmup")],
+             ("onnx_classifier", "the ensemble's input 'EXTRA' is read by no step"),
+             ("onnx_classifier", "tensor 'ALSO' is written by step 1 and step 2"),
+             ("onnx_classifier", "step 1 writes tensor 'ALSO', which no step reads and the ensemble does not output"),
+             ("onnx_classifier", "onnx_model's input 'input' reads tensor 'PREPROCESSED', which no step produces"),
+             ("onnx_classifier", "the ensemble's output reads tensor 'LOGITS', which no step produces"),
+             ("onnx_classifier_uint8", "step 2 has no output_map: Triton refuses the ensemble"),
+             ("onnx_classifier_uint8", "the ensemble's output reads tensor 'LOGITS', which no step produces"))
+
+
+def test_an_ensemble_may_batch_over_a_step_without_a_batch_axis_whose_dims_hold_it(repo):
+    """ensemble_utils.cc ValidateEnsembleConfig: a step of max_batch_size 0 in a batching ensemble, when its dims are the
+    other side's with the batch axis ([-1, 3, 224, 224] for [3, 224, 224])."""
+    def no_batch_axis(c):
+        c.max_batch_size = 0
+        c.ClearField("dynamic_batching")
+        for t in (*c.input, *c.output):
+            t.dims.insert(0, -1)
+        del c.model_warmup[:]
+    for name in ("config.pbtxt", "configs/cpu.pbtxt", "configs/gpu.pbtxt"):
+        edit_config(repo / "onnx_model", no_batch_axis, name)
+    _exactly(check_repository(repo))

@@ -52,7 +52,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
 from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
-from tritonize.model_repository import CONFIG_NAME, parse_config, serving_cc
+from tritonize.model_repository import CONFIG_NAME, parse_config, profile_index, serving_cc
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
@@ -184,7 +184,7 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
                 continue
             rel = str(path.relative_to(self.dir))
             try:
-                configs[rel] = parse_config(path)
+                configs[rel] = _autocompleted(parse_config(path), self.dir)
             except TritonizeError as e:
                 detail = str(e).split(": ", 1)[-1]
                 self.add(Severity.error, f"{rel} does not parse against Triton's ModelConfig schema: {detail}",
@@ -200,7 +200,7 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
         if cfg.platform and cfg.platform not in PLATFORMS and (not cfg.backend or cfg.backend in TYPED_BACKENDS):
             # (any platform string goes with a backend Triton does not know by type, e.g. python)
             self.add(Severity.error, f"{rel}: unknown platform {cfg.platform!r}", f"use one of {', '.join(PLATFORMS)}")
-        if not cfg.backend and not cfg.platform:
+        if not cfg.backend and not cfg.platform:  # (and no model file Triton recognizes to fill them in)
             self.add(Severity.error, f"{rel}: neither platform nor backend is set", "set platform (e.g. onnxruntime_onnx)")
         # Triton: a backend it knows by type takes only its own platform; an ensemble has no backend.
         if cfg.backend and cfg.platform in PLATFORMS and PLATFORMS[cfg.platform] != cfg.backend and \
@@ -224,19 +224,64 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
                 self.add(Severity.error, f"{rel}: preferred_batch_size {bad} outside 1..max_batch_size {mb}",
                          f"keep preferred sizes <= {mb} (tritonize repo build caps them)")
 
-        for w in cfg.model_warmup:
-            if mb > 0 and w.batch_size > mb:
-                self.add(Severity.error, f"{rel}: warmup {w.name!r} uses batch {w.batch_size} > max_batch_size {mb}",
-                         f"warm up at batch <= {mb} or {REBUILD}")
+        self._check_warmup(rel, cfg)
+        for number, group in enumerate(cfg.instance_group):
+            self._check_instance_group(rel, group.name or f"#{number + 1}", group, _backend_of(cfg))
 
-        backend = _backend_of(cfg)
-        for group in cfg.instance_group:
-            if group.count < 1:  # Triton runs one instance then (its NormalizeInstanceGroup)
-                self.add(Severity.warning, f"{rel}: instance_group count {group.count}: Triton runs 1 instance",
-                         "set count >= 1 to say how many")
-            if backend == "tensorrt" and kind_name(group.kind) == "KIND_CPU":
-                self.add(Severity.error, f"{rel}: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
-                         "use kind: KIND_GPU for trt_model; serve CPU-only boxes with onnx_model/torch_model")
+    def _check_warmup(self, rel: str, cfg) -> None:
+        """Triton core runs each warmup sample as `batch_size` requests of batch 1 through the model's own validation
+        (backend_model_instance.cc GenerateWarmupData, InferenceRequest::PrepareForInference): every input of the
+        config, its data type, its dims with each variable one given a size; a batch_size of 0 skips the sample. The
+        backend then runs them as one batch, which it refuses above max_batch_size (1 without batching: the backend
+        library's total_batch_size rule, also in the Python backend)."""
+        if cfg.platform == "ensemble":
+            return  # (an ensemble takes no warmup at all: _check_ensemble)
+        mb = cfg.max_batch_size
+        inputs = {t.name: t for t in cfg.input}
+        for w in cfg.model_warmup:
+            if w.batch_size == 0:
+                continue
+            if mb >= 0 and w.batch_size > max(mb, 1):
+                self.add(Severity.error, f"{rel}: warmup {w.name!r} uses batch {w.batch_size} > max_batch_size {mb}",
+                         f"warm up at batch <= {max(mb, 1)} or {REBUILD}")
+            missing = [name for name in inputs if name not in w.inputs]
+            if missing:
+                self.add(Severity.error, f"{rel}: warmup {w.name!r} gives no data for input(s) {', '.join(missing)}: "
+                                         "Triton refuses the model", f"warm up every input or {REBUILD}")
+            for name, given in w.inputs.items():
+                t = inputs.get(name)
+                if t is None:
+                    continue
+                dims, declared = list(given.dims), list(t.dims)
+                if given.data_type != t.data_type or len(dims) != len(declared) or any(
+                        g < 0 or d not in (-1, g) for g, d in zip(dims, declared)):
+                    self.add(Severity.error, f"{rel}: warmup {w.name!r} input {name!r} is "
+                                             f"{pb.DataType.Name(given.data_type)} {dims}; the config's input is "
+                                             f"{pb.DataType.Name(t.data_type)} {declared} (each variable dim given a size)",
+                             f"warm up with the input's data type and dims or {REBUILD}")
+
+    def _check_instance_group(self, rel: str, name: str, group, backend: str | None) -> None:
+        """An instance group as Triton reads it: a count below 1 runs one instance (core model_config_utils.cc
+        NormalizeInstanceGroup); tensorrt_backend refuses any kind but KIND_GPU (src/instance_state.cc: "TensorRT
+        backend supports only GPU device"); profile only in tensorrt_plan models, each name read by `std::stoi` and not
+        negative, else core refuses the model (ValidateInstanceGroup, GetProfileIndex)."""
+        if group.count < 1:
+            self.add(Severity.warning, f"{rel}: instance_group count {group.count}: Triton runs 1 instance",
+                     "set count >= 1 to say how many")
+        if backend == "tensorrt" and kind_name(group.kind) == "KIND_CPU":
+            self.add(Severity.error, f"{rel}: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
+                     "use kind: KIND_GPU for trt_model; serve CPU-only boxes with onnx_model/torch_model")
+        if not group.profile:
+            return
+        if backend != "tensorrt":
+            self.add(Severity.error, f"{rel}: instance_group {name} lists profile in a model of the {backend} backend: "
+                                     "Triton refuses it (only TensorRT models take profile)", "remove profile")
+            return
+        bad = [p for p in group.profile if profile_index(p) is None or profile_index(p) < 0]
+        if bad:
+            self.add(Severity.error, f"{rel}: instance_group {name}: profile {list(group.profile)} names {bad[0]!r}, which "
+                                     "is not a profile index; Triton refuses to load the model",
+                     f"list profile indices (\"0\", \"1\") or {REBUILD}")
 
     # --- files --------------------------------------------------------------------------------------
     def _check_versions(self, cfg, backend: str | None) -> Path | None:
@@ -288,12 +333,47 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
 
     # --- ensembles and the preprocessing code -------------------------------------------------------
     def _check_ensemble(self, cfg) -> None:
+        """As Triton core validates an ensemble: when it reads the config (model_config_utils.cc
+        ValidateEnsembleSchedulingConfig) no instance_group, optimization or model_warmup, every step maps inputs and
+        outputs, each tensor is written once, and each ensemble input and each written tensor is read (or is an
+        ensemble output); against its steps' configs (ensemble_utils.cc ValidateEnsembleConfig) a step maps all its
+        model's inputs and only its names, a tensor has one data type and consistent dims wherever it is used (a
+        batching model's dims are taken with their batch axis when the other side has none), and the ensemble batches
+        no more than a batching step."""
+        for what, present in (("instance_group", len(cfg.instance_group) > 0), ("optimization", cfg.HasField("optimization")),
+                              ("model_warmup", len(cfg.model_warmup) > 0)):
+            if present:
+                self.add(Severity.error, f"an ensemble with {what}: Triton refuses it (each step's model has its own)",
+                         f"remove {what} or {REBUILD}")
         steps = cfg.ensemble_scheduling.step
         if not steps:
             self.add(Severity.error, "an ensemble without ensemble_scheduling steps", REBUILD)
             return
-        produced = {t.name: (t, "the ensemble's input") for t in cfg.input}  # tensor -> (declaration, by whom)
-        read = [(t.name, t, "the ensemble's output") for t in cfg.output]  # (tensor, declaration, by whom)
+        written: dict[str, int] = {}  # tensor -> the step that writes it
+        for number, step in enumerate(steps, 1):
+            for role, mapping in (("input_map", step.input_map), ("output_map", step.output_map)):
+                if not mapping:
+                    self.add(Severity.error, f"step {number} has no {role}: Triton refuses the ensemble",
+                             f"map the step's {role.split('_')[0]}s or {REBUILD}")
+            for tensor in step.output_map.values():
+                if tensor in written:
+                    self.add(Severity.error, f"tensor {tensor!r} is written by step {written[tensor]} and step {number}",
+                             f"write each tensor once or {REBUILD}")
+                written.setdefault(tensor, number)
+        read_by_steps = {tensor for step in steps for tensor in step.input_map.values()}
+        for t in cfg.input:
+            if t.name not in read_by_steps:
+                self.add(Severity.error, f"the ensemble's input {t.name!r} is read by no step: Triton refuses the ensemble",
+                         f"remove the input or map it to a step's input, or {REBUILD}")
+        outputs = {t.name for t in cfg.output}
+        for tensor, number in written.items():
+            if tensor not in read_by_steps and tensor not in outputs:
+                self.add(Severity.error, f"step {number} writes tensor {tensor!r}, which no step reads and the ensemble does "
+                                         "not output: Triton refuses the ensemble",
+                         f"read it, make it an output of the ensemble, or drop it from the output_map, or {REBUILD}")
+        batching = cfg.max_batch_size > 0
+        produced = {t.name: (t, "the ensemble's input", batching) for t in cfg.input}  # tensor -> (declaration, by whom, batching)
+        read = [(t.name, t, "the ensemble's output", batching) for t in cfg.output]  # (tensor, declaration, by whom, batching)
         known = True  # every step's model could be read: a tensor nobody produces is then a fault of its own
         configs = self.ctx.configs
         for number, step in enumerate(steps, 1):
@@ -305,8 +385,8 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
             if model is None:  # missing, or its own findings say why its config is unusable
                 known = False
                 continue
-            inputs, outputs = {t.name: t for t in model.input}, {t.name: t for t in model.output}
-            for role, mapping, tensors in (("input", step.input_map, inputs), ("output", step.output_map, outputs)):
+            inputs, outputs_of = {t.name: t for t in model.input}, {t.name: t for t in model.output}
+            for role, mapping, tensors in (("input", step.input_map, inputs), ("output", step.output_map, outputs_of)):
                 for key in mapping:
                     if key not in tensors:
                         self.add(Severity.error, f"step {number}: {key!r} is not an {role} of {name} (its {role}s: "
@@ -315,23 +395,28 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
             if unmapped:
                 self.add(Severity.error, f"step {number}: {name}'s input(s) {', '.join(unmapped)} are not mapped",
                          f"map every input of {name} in input_map or {REBUILD}")
-            read += [(tensor, inputs[key], f"{name}'s input {key!r}") for key, tensor in step.input_map.items() if key in inputs]
-            produced.update({tensor: (outputs[key], f"{name}'s output {key!r}")
-                             for key, tensor in step.output_map.items() if key in outputs})
-            if cfg.max_batch_size > 0 and not 0 < cfg.max_batch_size <= model.max_batch_size:
+            step_batching = model.max_batch_size > 0
+            read += [(tensor, inputs[key], f"{name}'s input {key!r}", step_batching)
+                     for key, tensor in step.input_map.items() if key in inputs]
+            produced.update({tensor: (outputs_of[key], f"{name}'s output {key!r}", step_batching)
+                             for key, tensor in step.output_map.items() if key in outputs_of})
+            if model.max_batch_size != 0 and model.max_batch_size < cfg.max_batch_size:
                 self.add(Severity.error, f"max_batch_size {cfg.max_batch_size} but step {number}'s {name} takes at most "
-                                  f"{model.max_batch_size}" + (" (no batch axis)" if model.max_batch_size == 0 else ""),
+                                  f"{model.max_batch_size}",
                          f"set the ensemble's max_batch_size <= {model.max_batch_size} or {REBUILD}")
-        for tensor, declared, reader in read:
+        for tensor, declared, reader, reader_batching in read:
             if tensor not in produced:
                 if known:
                     self.add(Severity.error, f"{reader} reads tensor {tensor!r}, which no step produces and the ensemble does "
                                       "not take", f"map a step's output to {tensor!r} or {REBUILD}")
                 continue
-            source, writer = produced[tensor]
-            if not _fits(source, declared):
-                self.add(Severity.error, f"tensor {tensor!r}: {writer} is {pb.DataType.Name(source.data_type)} {list(source.dims)}, "
-                                  f"{reader} is {pb.DataType.Name(declared.data_type)} {list(declared.dims)}",
+            source, writer, writer_batching = produced[tensor]
+            if not _fits(source, writer_batching, declared, reader_batching):
+                axes = ["", ""] if writer_batching == reader_batching else \
+                    [" with a batch axis" if b else " without a batch axis" for b in (writer_batching, reader_batching)]
+                self.add(Severity.error, f"tensor {tensor!r}: {writer} is {pb.DataType.Name(source.data_type)} "
+                                  f"{list(source.dims)}{axes[0]}, {reader} is {pb.DataType.Name(declared.data_type)} "
+                                  f"{list(declared.dims)}{axes[1]}",
                          f"make them the same dtype and dims or {REBUILD}")
 
     def _check_python_code(self) -> None:
@@ -402,6 +487,8 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
             if name not in {t.name for t in tensors}:
                 self.add(Severity.error, f"the plan's {role} is {name!r}; the config names {[t.name for t in tensors]}",
                          f"name the config {role} {name!r} or {REBUILD}")
+        if plan.status is Status.built and self.ctx.manifest.path(plan.onnx).is_file():
+            self._check_plan_tensors(cfg, self.ctx.manifest.path(plan.onnx))
 
         release = self.ctx.release
         if release is None:
@@ -421,6 +508,26 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
                      f"{where}, or rebuild the plan with `tritonize convert trt --triton-release {release.release}`")
 
 
+def _autocompleted(cfg, model_dir: Path):
+    """`cfg` with the backend and platform Triton fills in before it validates a config (core model_config_utils.cc
+    AutoCompleteBackendFields, which runs with --disable-auto-complete-config too): from the platform, the
+    default_model_filename, or the files of the first version directory."""
+    subdirs = sorted(p for p in model_dir.iterdir() if p.is_dir()) if model_dir.is_dir() else []
+    content = {p.name: p for p in subdirs[0].iterdir()} if subdirs else {}
+    named = cfg.default_model_filename
+    for backend, platform, filename in (("tensorrt", "tensorrt_plan", "model.plan"),
+                                        ("onnxruntime", "onnxruntime_onnx", "model.onnx"),
+                                        ("pytorch", "pytorch_libtorch", "model.pt"), ("python", "", "model.py")):
+        if not cfg.backend:
+            found = filename in content and (backend in ("onnxruntime", "python") or content[filename].is_file())
+            if (platform and cfg.platform == platform) or named == filename or (not cfg.platform and not named and found):
+                cfg.backend = backend
+        if cfg.backend == backend:
+            cfg.platform = cfg.platform or platform
+            return cfg
+    return cfg
+
+
 def _parsed_or_none(path: Path):
     try:
         return parse_config(path) if path.is_file() else None
@@ -428,10 +535,15 @@ def _parsed_or_none(path: Path):
         return None
 
 
-def _fits(a, b) -> bool:
-    """Same dtype, and dims equal where neither is variable (-1)."""
-    return a.data_type == b.data_type and len(a.dims) == len(b.dims) and all(
-        x == y or -1 in (x, y) for x, y in zip(a.dims, b.dims))
+def _fits(a, a_batching: bool, b, b_batching: bool) -> bool:
+    """Same dtype, and dims equal where neither is variable (-1), each with its batch axis: a batching model's dims
+    are [-1, *dims] to a model without one. (Triton also loads a tensor whose dims agree only without the batch axis,
+    but a model without one then passes it on with none, where the batching model wants one: every request fails.)"""
+    def full(t, batching: bool) -> list[int]:
+        return [-1, *t.dims] if batching else list(t.dims)
+
+    x, y = full(a, a_batching), full(b, b_batching)
+    return a.data_type == b.data_type and len(x) == len(y) and all(p == q or -1 in (p, q) for p, q in zip(x, y))
 
 
 def _backend_of(cfg) -> str | None:
