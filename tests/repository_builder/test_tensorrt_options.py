@@ -105,11 +105,12 @@ def test_context_memory_only_for_releases_that_read_it(emulated_tensorrt, artifa
     assert ("warning: trt_model: execution_context_allocation_strategy: Triton 24.10's tensorrt backend does not read "
             "it (from 25.05)") in old.output
 
-    config.parameters["execution_context_allocation_strategy"].string_value = "DYNAMIC"
-    (repo / "trt_model" / "config.pbtxt").write_text(text_format.MessageToString(config))
-    bad = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "8.6")
-    assert "error: trt_model: execution_context_allocation_strategy is 'DYNAMIC': Triton's tensorrt backend refuses" \
-        in bad.output and bad.exit_code == 1
+    for value in ("static", "DYNAMIC"):  # the backend compares the value as written: "static" is not STATIC
+        config.parameters["execution_context_allocation_strategy"].string_value = value
+        (repo / "trt_model" / "config.pbtxt").write_text(text_format.MessageToString(config))
+        bad = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "8.6")
+        assert f"error: trt_model: execution_context_allocation_strategy is '{value}': Triton's tensorrt backend " \
+               "refuses" in bad.output and bad.exit_code == 1
     write_emulated_config(repo)
     with embedded_server(repo, model_config_name=EMULATED_CONFIG) as info:
         state, reason = info.models["trt_model"]
