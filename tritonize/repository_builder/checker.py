@@ -337,9 +337,8 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
         ValidateEnsembleSchedulingConfig) no instance_group, optimization or model_warmup, every step maps inputs and
         outputs, each tensor is written once, and each ensemble input and each written tensor is read (or is an
         ensemble output); against its steps' configs (ensemble_utils.cc ValidateEnsembleConfig) a step maps all its
-        model's inputs and only its names, a tensor has one data type and consistent dims wherever it is used (a
-        batching model's dims are taken with their batch axis when the other side has none), and the ensemble batches
-        no more than a batching step."""
+        model's inputs and only its names, a tensor has one data type and dims that Triton's scheduler can pass from
+        its writer to each reader (_fits), and the ensemble batches no more than a batching step."""
         for what, present in (("instance_group", len(cfg.instance_group) > 0), ("optimization", cfg.HasField("optimization")),
                               ("model_warmup", len(cfg.model_warmup) > 0)):
             if present:
@@ -411,9 +410,10 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
                                       "not take", f"map a step's output to {tensor!r} or {REBUILD}")
                 continue
             source, writer, writer_batching = produced[tensor]
-            if not _fits(source, writer_batching, declared, reader_batching):
+            if not _fits(source, writer_batching, declared, reader_batching, cfg.max_batch_size):
                 axes = ["", ""] if writer_batching == reader_batching else \
-                    [" with a batch axis" if b else " without a batch axis" for b in (writer_batching, reader_batching)]
+                    [" with a batch axis" if b else " without a batch axis (Triton passes it batches of 1 only)"
+                     for b in (writer_batching, reader_batching)]
                 self.add(Severity.error, f"tensor {tensor!r}: {writer} is {pb.DataType.Name(source.data_type)} "
                                   f"{list(source.dims)}{axes[0]}, {reader} is {pb.DataType.Name(declared.data_type)} "
                                   f"{list(declared.dims)}{axes[1]}",
@@ -535,15 +535,23 @@ def _parsed_or_none(path: Path):
         return None
 
 
-def _fits(a, a_batching: bool, b, b_batching: bool) -> bool:
-    """Same dtype, and dims equal where neither is variable (-1), each with its batch axis: a batching model's dims
-    are [-1, *dims] to a model without one. (Triton also loads a tensor whose dims agree only without the batch axis,
-    but a model without one then passes it on with none, where the batching model wants one: every request fails.)"""
+def _fits(writer, writer_batching: bool, reader, reader_batching: bool, ensemble_batch: int) -> bool:
+    """Same dtype, and dims equal where neither is variable (-1), as Triton's ensemble scheduler passes a tensor
+    (ensemble_scheduler.cc ReshapeTensorDims): with their batch axes ([-1, *dims] for a batching model), or between a
+    model with a batch axis and one without when their dims agree without it: a reader that batches gets the tensor
+    as a batch of 1; a reader that does not gets the batch axis stripped when the batch is 1, and larger batches,
+    which only an ensemble batching above 1 passes, fail there."""
+    def same(x: list[int], y: list[int]) -> bool:
+        return len(x) == len(y) and all(p == q or -1 in (p, q) for p, q in zip(x, y))
+
     def full(t, batching: bool) -> list[int]:
         return [-1, *t.dims] if batching else list(t.dims)
 
-    x, y = full(a, a_batching), full(b, b_batching)
-    return a.data_type == b.data_type and len(x) == len(y) and all(p == q or -1 in (p, q) for p, q in zip(x, y))
+    if writer.data_type != reader.data_type:
+        return False
+    if same(full(writer, writer_batching), full(reader, reader_batching)):
+        return True
+    return same(list(writer.dims), list(reader.dims)) and (reader_batching or ensemble_batch <= 1)
 
 
 def _backend_of(cfg) -> str | None:
