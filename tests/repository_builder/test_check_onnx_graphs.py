@@ -177,3 +177,34 @@ def test_an_onnx_test_model_is_read_as_onnxruntimes_session_reads_it(name):
 
 
 MAX_BATCH = 4
+
+
+def _reshaped(declared) -> bytes:
+    """x [N, 2, 3] -> Reshape to [-1, 6] -> y, y's shape declared as `declared` (None: not at all), with weights too large
+    to keep their values for the inference and one a Reshape reads its shape from."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, declared)
+    big = numpy_helper.from_array(np.zeros((40, 40), np.float32), "unused_weight")  # 1600 values: left out
+    shape = numpy_helper.from_array(np.array([-1, 6], np.int64), "shape")
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "g", [x], [y], [shape, big])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("declared, session", [
+    (["N", 6], [-1, 6]),  # as inferred
+    (["N", "K"], [-1, 6]),  # a symbolic name for the size the Reshape gives
+    (None, [-1, 6]),  # no shape at all (onnx's checker wants one; onnxruntime reads it without)
+    (["N", 5], [-1, -1]),  # declared otherwise than inferred: onnxruntime leaves the dim unknown
+    (["N", 6, 1], []),  # another rank: onnxruntime keeps no shape
+])
+def test_an_output_shape_is_read_as_onnxruntime_merges_it_with_its_inference(declared, session):
+    data = _reshaped(declared)
+    assert session_view(data)["output"] == [("y", pb.TYPE_FP32, session)]
+    for dims in ([6], [-1], [5], [6, 1]):
+        errors = [e for e in lint(data, MAX_BATCH, {"input": [("x", pb.TYPE_FP32, [2, 3])],
+                                                    "output": [("y", pb.TYPE_FP32, dims)]}) if "output 'y'" in e]
+        assert (not errors) == accepted(session, dims, MAX_BATCH, exact=True), (dims, errors)

@@ -199,13 +199,14 @@ def _count(dims) -> int:
 
 def _merge_shape(declared, inferred) -> None:
     """onnxruntime's merge of an inferred shape into a declared one (graph.cc MergeShapeInfo): a size wins over a
-    symbolic or unknown dim, and two different sizes leave the dim unknown."""
+    symbolic or unknown dim, two different sizes leave the dim unknown, and two ranks the shape unknown."""
     if inferred is None:
         return
     if not declared.HasField("shape"):
         declared.shape.CopyFrom(inferred.shape)
         return
     if len(declared.shape.dim) != len(inferred.shape.dim):
+        declared.ClearField("shape")
         return
     for mine, theirs in zip(declared.shape.dim, inferred.shape.dim):
         if theirs.HasField("dim_value") and not mine.HasField("dim_value"):
