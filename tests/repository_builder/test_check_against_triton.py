@@ -35,9 +35,9 @@ CLASSIFIERS = ("onnx_model", "torch_model", "trt_model")
 ENSEMBLE = "onnx_classifier"
 NOT_BATCHING = "onnx_unbatched"  # onnx_model without a batch axis: [-1, 3, 224, 224] at max_batch_size 0
 
-# --- the mutations: the fields the checker has rules for, within and just beyond each rule's bounds ----------------
+# --- the changes: the fields the checker has rules for, within and just beyond each rule's bounds ----------------
 SIZES = (-1, 0, 1, "max", "max+1")
-CLASSIFIER_MUTATIONS = st.one_of(
+CLASSIFIER_CHANGES = st.one_of(
     st.tuples(st.just("max_batch_size"), st.sampled_from([-1, 0, 1, MAX_BATCH - 1, MAX_BATCH, MAX_BATCH + 1])),
     st.tuples(st.just("unbatched"), st.just(True)),
     st.tuples(st.just("preferred"), st.lists(st.sampled_from(SIZES), min_size=1, max_size=2).map(tuple)),
@@ -63,7 +63,7 @@ CLASSIFIER_MUTATIONS = st.one_of(
                                            st.sampled_from([None, 0, 1, "max+1"]))),
     st.tuples(st.just("allocation"), st.sampled_from(["STATIC", "ON_PROFILE_CHANGE", "static", ""])),
 )
-ENSEMBLE_MUTATIONS = st.one_of(
+ENSEMBLE_CHANGES = st.one_of(
     st.tuples(st.just("max_batch_size"), st.sampled_from([-1, 0, 1, MAX_BATCH, MAX_BATCH + 1])),
     st.tuples(st.just("step_model"), st.tuples(st.integers(0, 1), st.sampled_from(["missing", "torch_model", "trt_model",
                                                                                    NOT_BATCHING, "preprocess_uint8"]))),
@@ -80,7 +80,7 @@ def _size(value, mbs: int) -> int:
     return {"max": mbs, "max+1": mbs + 1}.get(value, value) if isinstance(value, str) else value
 
 
-def mutate(cfg: pb.ModelConfig, change: tuple) -> None:
+def apply(cfg: pb.ModelConfig, change: tuple) -> None:
     """Apply one change to `cfg`."""
     field, value = change
     mbs = cfg.max_batch_size
@@ -212,7 +212,7 @@ def mutate(cfg: pb.ModelConfig, change: tuple) -> None:
 def cases(draw):
     # (torch_model's instances start slowest: each imports torch)
     base = draw(st.sampled_from(["onnx_model", "onnx_model", "torch_model", "trt_model", "trt_model", ENSEMBLE, ENSEMBLE]))
-    changes = draw(st.lists(ENSEMBLE_MUTATIONS if base == ENSEMBLE else CLASSIFIER_MUTATIONS, min_size=1, max_size=2))
+    changes = draw(st.lists(ENSEMBLE_CHANGES if base == ENSEMBLE else CLASSIFIER_CHANGES, min_size=1, max_size=2))
     return base, changes
 
 
@@ -317,7 +317,7 @@ def test_repo_check_agrees_with_the_real_triton(emulated_tensorrt, artifacts_cop
         _write(served / name / "config.pbtxt", _served(bases[name]))
     bases[NOT_BATCHING] = pb.ModelConfig()
     bases[NOT_BATCHING].CopyFrom(bases["onnx_model"])
-    mutate(bases[NOT_BATCHING], ("unbatched", True))
+    apply(bases[NOT_BATCHING], ("unbatched", True))
     bases[NOT_BATCHING].name = NOT_BATCHING
     _link_tree(built / "onnx_model", served / NOT_BATCHING)
     _write(served / NOT_BATCHING / "config.pbtxt", bases[NOT_BATCHING])
@@ -341,7 +341,7 @@ def test_repo_check_agrees_with_the_real_triton(emulated_tensorrt, artifacts_cop
             cfg.CopyFrom(bases[base])
             cfg.name = model
             for change in changes:
-                mutate(cfg, change)
+                apply(cfg, change)
             stage = lint / model  # this model beside its real files, and the models its steps name
             _link_tree(built / base, stage / model)
             _write(stage / model / "config.pbtxt", cfg)
