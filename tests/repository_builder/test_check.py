@@ -637,6 +637,10 @@ def test_a_repository_built_for_max_batch_1_passes(small_artifacts, tmp_path):
     repo = tmp_path / "models"
     build_repository(small_artifacts, repo, RepoOptions(kind="cpu", max_batch=1, preferred=(1,)))
     _exactly(check_repository(repo, small_artifacts))
+    # an ensemble batching above its steps' 1: the bound, and nothing about its tensors (the steps batch)
+    edit_config(repo / "onnx_classifier", lambda c: setattr(c, "max_batch_size", 2))
+    _exactly(check_repository(repo), ("onnx_classifier", "max_batch_size 2 but step 1's preprocess takes at most 1"),
+             ("onnx_classifier", "max_batch_size 2 but step 2's onnx_model takes at most 1"))
 
 
 # ------------------------------------------------------------------ models with more than one tensor of a kind
@@ -895,3 +899,48 @@ def test_an_ensemble_without_a_batch_axis_over_batching_steps_passes(repo):
     that batch from the step's output (ensemble_scheduler.cc ReshapeTensorDims); the embedded Triton serves it."""
     edit_config(repo / "onnx_classifier", lambda c: setattr(c, "max_batch_size", 0))
     _exactly(check_repository(repo))
+
+
+@pytest.mark.parametrize("ensemble_batch, step_dims, refused", [
+    (1, [1, 4], None),  # only batches of 1 reach the step: Triton strips the batch axis for it
+    (2, [1, 4], "tensor 'X': the ensemble's input is TYPE_FP32 [1, 4] with a batch axis, pair's input 'x' is TYPE_FP32 "
+                "[1, 4] without a batch axis (Triton passes it batches of 1 only)"),
+    (2, [2, 1, 4], None),  # the step's dims are the ensemble's with a batch axis (a fixed one agrees with -1)
+    (0, [-1, 1, 4], "tensor 'X': the ensemble's input is TYPE_FP32 [1, 4], pair's input 'x' is TYPE_FP32 [-1, 1, 4]"),
+])
+def test_an_ensemble_passes_tensors_to_a_step_without_a_batch_axis_as_triton_does(repo, ensemble_batch, step_dims,
+                                                                                refused):
+    dims = ", ".join(map(str, step_dims))
+    _model(repo, "pair", f"""backend: "python"
+max_batch_size: 0
+input [ {{ name: "x" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
+output [ {{ name: "y" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
+""", {"1/model.py": lambda path: path.write_text("")})
+    _model(repo, "pair_ensemble", f"""platform: "ensemble"
+max_batch_size: {ensemble_batch}
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1, 4 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1, 4 ] }} ]
+ensemble_scheduling {{ step [ {{ model_name: "pair" model_version: -1 input_map {{ key: "x" value: "X" }}
+                                output_map {{ key: "y" value: "Y" }} }} ] }}
+""", {})
+    errors = _errors(check_repository(repo), "pair_ensemble")
+    assert [e for e in errors if not e.startswith("tensor 'Y'")] == ([refused] if refused else [])
+
+
+def test_each_map_of_a_step_must_be_there_and_name_the_models_tensors(repo):
+    """A step without an input_map; a step mapping a key of a model that declares no inputs (its inputs: none)."""
+    _model(repo, "source", """backend: "python"
+max_batch_size: 0
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+""", {"1/model.py": lambda path: path.write_text("")})
+    _model(repo, "source_ensemble", """platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ { model_name: "source" model_version: -1 input_map { key: "x" value: "X" }
+                               output_map { key: "y" value: "Y" } } ] }
+""", {})
+    edit_config(repo / "onnx_classifier", lambda c: c.ensemble_scheduling.step[0].ClearField("input_map"))
+    errors = _errors(check_repository(repo))
+    assert "step 1: 'x' is not an input of source (its inputs: none)" in errors
+    assert "step 1 has no input_map: Triton refuses the ensemble" in errors
