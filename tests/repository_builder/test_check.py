@@ -774,9 +774,43 @@ def test_trt_model_tensors_are_checked_against_the_onnx_the_plan_was_built_from(
              ("trt_model", "output 'output': config says TYPE_FP16, the plan's is TYPE_FP32: Triton's tensorrt backend "
                            "refuses the model"),
              ("trt_model", "output 'output': config dims [1000, 1] do not match the plan's [1000] (batch axis excluded)"))
+    def batch_one(c):  # batching, at 1
+        c.max_batch_size = 1
+        del c.dynamic_batching.preferred_batch_size[:]
+        for warmup in c.model_warmup:
+            warmup.batch_size = 1
+    edit_config(repo / "trt_model", batch_one)
+    _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE,
+             ("trt_model", "output 'output': config says TYPE_FP16"),
+             ("trt_model", "output 'output': config dims [1000, 1] do not match the plan's [1000] (batch axis excluded)"))
+
+    def extra_output_first(c):  # a name the plan lacks (said by the names rule) does not stop the others' check
+        outputs = [pb.ModelOutput(name="extra", data_type=pb.TYPE_FP32, dims=[1]), *c.output]
+        del c.output[:]
+        c.output.extend(outputs)
+    edit_config(repo / "trt_model", extra_output_first)
+    assert [f.message for f in check_repository(repo, artifacts_copy) if "the plan's [1000]" in f.message] == [
+        "output 'output': config dims [1000, 1] do not match the plan's [1000] (batch axis excluded): Triton's tensorrt "
+        "backend refuses the model"]
     edit_config(repo / "trt_model", lambda c: setattr(c, "max_batch_size", 0))  # the batch axis is then one of the dims
     assert "input 'input': config dims [3, -1, 224] do not match the plan's [-1, 3, 224, 224]" in " ".join(
         f.message for f in check_repository(repo, artifacts_copy))
+
+    # A plan's ONNX of a fixed batch and a type TensorRT's parser knows but tritonize does not name: the engine's
+    # batch is never compared with the config's (tensorrt_backend compares -1 with it), the type is named by number.
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["input"], ["output"])], "g",
+                              [helper.make_tensor_value_info("input", TensorProto.COMPLEX64, [2, 3, 224, 224])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [2, 1000])])
+    onnx.save(helper.make_model(graph), str(artifacts_copy / "fixed_batch.onnx"))
+    record(artifacts_copy, "tensorrt", replace(entry, onnx=replace(entry.onnx, file="fixed_batch.onnx")))
+    restamp(repo, artifacts_copy)
+    edit_config(repo / "trt_model", lambda c: (setattr(c, "max_batch_size", 4), c.output.pop(0), c.output[0].dims.pop(),
+                                               setattr(c.output[0], "data_type", pb.TYPE_FP32)))
+    assert [f.message for f in check_repository(repo, artifacts_copy) if "plan's" in f.message] == [
+        "input 'input': config says TYPE_FP32, the plan's is onnx elem_type 14: Triton's tensorrt backend refuses the model"]
 
 
 @pytest.mark.parametrize("model, change, backend", [
@@ -944,3 +978,57 @@ ensemble_scheduling { step [ { model_name: "source" model_version: -1 input_map 
     errors = _errors(check_repository(repo))
     assert "step 1: 'x' is not an input of source (its inputs: none)" in errors
     assert "step 1 has no input_map: Triton refuses the ensemble" in errors
+
+
+@pytest.mark.parametrize("precision, counts", [("fp16", {"FP32": 2, "FP16": 2}), ("fp16", {"FP32": 3, "FP16": 1}),
+                                               ("fp32", {"FP32": 4}), ("int8", {"FP32": 5, "INT8": 1})])
+def test_a_plan_that_runs_more_than_half_its_layers_in_fp32_is_flagged(repo, artifacts_copy, precision, counts):
+    """From the engine's layers as the manifest records them: an fp16 or int8 plan with more than half its layers in
+    FP32 (half is not more), never an FP32 plan, which runs FP32 as asked."""
+    from dataclasses import replace
+
+    from tests.conftest import record
+    from tests.repository_builder.helpers import restamp
+    from tritonize.manifest import LayerPrecisions
+
+    entry = add_trt_model(repo, artifacts_copy)
+    layers = LayerPrecisions(counts=counts, fp32_layers=("conv1", "conv2", "fc", "pool", "add")[:counts["FP32"]],
+                             source="IEngineInspector")
+    record(artifacts_copy, "tensorrt", replace(entry, precision=precision, layers=layers))
+    restamp(repo, artifacts_copy)
+    flagged = precision != "fp32" and counts["FP32"] * 2 > sum(counts.values())
+    found = _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE,
+                     *([("trt_model", f"the {precision} plan runs", "warning")] if flagged else []))
+    if flagged:  # (the whole text: tests/golden/check_findings.json)
+        assert found[1].message.startswith(f"the {precision} plan runs {counts['FP32'] / sum(counts.values()):.0%} of its "
+                                           f"layers in FP32 ({layers.summary()}; e.g. conv1, conv2, fc): it will be about "
+                                           "as slow as an FP32 plan")
+
+
+@pytest.mark.parametrize("verified, max_batch, refused", [(16, 16, False), (16, 17, True), (16, 32, True)])
+def test_a_plan_serves_no_batch_above_the_one_it_was_verified_at_within_its_profile(repo, artifacts_copy, verified,
+                                                                                    max_batch, refused):
+    """A plan of profile 1..32 verified up to batch 16 serves at most 16, whatever its profile takes."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from tests.conftest import record
+    from tests.repository_builder.helpers import restamp
+    from tritonize.verify import verify_runner
+
+    entry = add_trt_model(repo, artifacts_copy)  # profile 1/16/32
+    ref = np.eye(verified, 10)
+    report = verify_runner(lambda b: ref[: len(b)], np.zeros((verified, 1)), ref)  # batches 1, odd, `verified`
+    record(artifacts_copy, "tensorrt", replace(entry, verification=report))
+    restamp(repo, artifacts_copy)
+
+    def bound(c):
+        c.max_batch_size = max_batch
+        del c.dynamic_batching.preferred_batch_size[:]
+        for warmup in c.model_warmup:
+            warmup.batch_size = 1
+    edit_config(repo / "trt_model", bound)
+    _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE, *([("trt_model", f"max_batch_size {max_batch} is above "
+                                                                       f"the batch model.plan was verified at ({verified})")]
+                                                                     if refused else []))

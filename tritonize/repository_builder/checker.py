@@ -308,8 +308,9 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
             if name not in {t.name for t in tensors}:
                 self.add(Severity.error, f"the plan's {role} is {name!r}; the config names {[t.name for t in tensors]}",
                          f"name the config {role} {name!r} or {REBUILD}")
-        if plan.status is Status.built and self.ctx.manifest.path(plan.onnx).is_file():
-            self._check_plan_tensors(cfg, self.ctx.manifest.path(plan.onnx))
+        onnx_file = self.ctx.manifest.path(plan.onnx)  # what the engine is (to be) built from
+        if onnx_file.is_file():
+            self._check_plan_tensors(cfg, onnx_file)
 
         release = self.ctx.release
         if release is None:
