@@ -179,6 +179,79 @@ def test_an_onnx_test_model_is_read_as_onnxruntimes_session_reads_it(name):
 MAX_BATCH = 4
 
 
+def _matmul_with_a_large_weight(declared) -> bytes:
+    """x [N, 2] -> MatMul with a [2, 1100] weight (too large to keep its values for the inference) -> y."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, declared)
+    w = numpy_helper.from_array(np.zeros((2, 1100), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _through_a_local_function(declared) -> bytes:
+    """x [N, 4] -> a model-local function (Add(x, x), as exporters write functions) -> y."""
+    from onnx import TensorProto, helper
+
+    twice = helper.make_function("local", "Twice", ["a"], ["b"], [helper.make_node("Add", ["a", "a"], ["b"])],
+                                 [helper.make_opsetid("", 13)])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, declared)
+    graph = helper.make_graph([helper.make_node("Twice", ["x"], ["y"], domain="local")], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("local", 1)],
+                              functions=[twice])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("graph, sizes", [(_matmul_with_a_large_weight, [2, 1100]), (_through_a_local_function, [4, 4])])
+def test_an_output_named_symbolically_is_read_with_the_size_onnxruntime_infers(graph, sizes):
+    """Through a large weight (whose values the inference leaves out, not its type) and through a local function."""
+    data = graph(["N", "K"])
+    size = sizes[1]
+    assert session_view(data)["output"] == [("y", pb.TYPE_FP32, [-1, size])]
+    tensors = {"input": [("x", pb.TYPE_FP32, [sizes[0]])], "output": [("y", pb.TYPE_FP32, [size])]}
+    assert lint(data, MAX_BATCH, tensors) == []
+    tensors["output"] = [("y", pb.TYPE_FP32, [-1])]
+    assert lint(data, MAX_BATCH, tensors) == [f"output 'y': config dims [-1] do not match the graph's [{size}] "
+                                              "(batch axis excluded)"]
+
+
+def _scalar() -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_a_scalar_tensor_takes_dims_of_one_without_batching_and_no_batch_axis():
+    """onnxruntime_backend: a scalar graph tensor takes config dims that are all 1; with batching every request of a
+    batch above 1 would fail (its batch axis has nowhere to go)."""
+    data = _scalar()
+    ones = {role: [(name, pb.TYPE_FP32, [1])] for role, name in (("input", "x"), ("output", "y"))}
+    assert lint(data, 0, ones) == []
+    assert lint(data, 0, {"input": [("x", pb.TYPE_FP32, [2])], "output": [("y", pb.TYPE_FP32, [1])]}) == [
+        "input 'x': config dims [2] do not match the graph's [] (batch axis excluded)"]
+    cfg = pb.ModelConfig(name="m", platform="onnxruntime_onnx", max_batch_size=MAX_BATCH)
+    cfg.input.add(name="x", data_type=pb.TYPE_FP32, dims=[1])
+    cfg.output.add(name="y", data_type=pb.TYPE_FP32, dims=[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        model = Path(tmp) / "m"
+        (model / "1").mkdir(parents=True)
+        (model / "config.pbtxt").write_text(text_format.MessageToString(cfg))
+        (model / "1" / "model.onnx").write_bytes(data)
+        found = [(f.message, f.fix) for f in check_repository(model.parent) if f.severity == "error"]
+    assert found == [(f"{role} {name!r}: the graph's tensor is a scalar (no batch axis), but max_batch_size is 4",
+                      "set max_batch_size: 0") for role, name in (("input", "x"), ("output", "y"))]
+
+
 def _reshaped(declared) -> bytes:
     """x [N, 2, 3] -> Reshape to [-1, 6] -> y, y's shape declared as `declared` (None: not at all), with weights too large
     to keep their values for the inference and one a Reshape reads its shape from."""
