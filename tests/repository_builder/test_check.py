@@ -435,6 +435,13 @@ PLANTED = {
                    "configs/cpu.pbtxt")]),
     "TorchScript output count": ("torch_model", "configs/gpu.pbtxt", _second_output,
                                  [("torch_model", "configs/gpu.pbtxt: model.pt returns 1 output(s); the config declares 2")]),
+    "a platform with another backend": ("onnx_model", "configs/gpu.pbtxt", _set("backend", "pytorch"),
+                                        [("onnx_model", "configs/gpu.pbtxt: platform 'onnxruntime_onnx' with backend "
+                                                        "'pytorch' (Triton refuses the pair)"),
+                                         ("onnx_model", "configs/gpu.pbtxt: version 1/ has no model.pt")]),
+    "a dim of 0": ("torch_model", "configs/gpu.pbtxt", _dims("output", 0, [0]),
+                   [("torch_model", "configs/gpu.pbtxt: output 'output__0' has dims [0]; Triton wants at least one"),
+                    ("torch_model", "configs/gpu.pbtxt: output 'output__0': config dims [0], model.pt returns [1000]")]),
     "ensemble without steps": ("onnx_classifier", "config.pbtxt", _no_steps,
                                [("onnx_classifier", "an ensemble without ensemble_scheduling steps")]),
     "label count in a variant": ("onnx_model", "configs/cpu.pbtxt", _dims("output", 0, [999]),
@@ -840,11 +847,19 @@ def test_warmup_samples_are_requests_of_the_configs_inputs(repo):
 
     def change(c):
         c.input[0].dims[1] = -1  # a variable dim: the sample gives its size
-        del c.model_warmup[2:]
-        skipped, sample = c.model_warmup.add(name="skipped", batch_size=0), c.model_warmup[1]
-        skipped.inputs["nothing"].dims.append(1)  # batch 0: never run, never read
+        samples = list(c.model_warmup)
+        skipped = pb.ModelWarmup(name="skipped", batch_size=0)  # batch 0: never run, never read (and the first)
+        skipped.inputs["nothing"].dims.append(1)
+        del c.model_warmup[:]
+        c.model_warmup.extend([skipped, *samples])
+        sample = c.model_warmup[2]
         sample.inputs["input"].data_type = pb.TYPE_FP16
-        c.model_warmup[0].inputs["input"].dims[2] = -1  # no size for a variable dim
+        given = pb.ModelWarmup.Input()
+        given.CopyFrom(c.model_warmup[1].inputs["input"])
+        del c.model_warmup[1].inputs["input"]
+        c.model_warmup[1].inputs["other"].CopyFrom(given)  # a name the config lacks, before the one it has
+        c.model_warmup[1].inputs["input"].CopyFrom(given)
+        c.model_warmup[1].inputs["input"].dims[2] = -1  # no size for a variable dim
     edit_config(repo / "onnx_model", change)
     _exactly(check_repository(repo),
              ("onnx_model", "config.pbtxt: warmup 'batch_1' input 'input' is TYPE_FP32 [3, 224, -1]; the config's input "
@@ -877,10 +892,9 @@ def test_profile_names_are_read_as_triton_reads_them(repo, artifacts_copy, names
     """Triton core parses each name with std::stoi (GetProfileIndex): a leading integer, not negative."""
     add_trt_model(repo, artifacts_copy)
     edit_config(repo / "trt_model", lambda c: c.instance_group[0].profile.extend(names))
-    errors = [e for e in _errors(check_repository(repo)) if "profile" in e]
-    assert errors == ([] if refused is None else [
-        f"config.pbtxt: instance_group #1: profile {names} names {refused!r}, which is not a profile index; Triton "
-        "refuses to load the model"])
+    _exactly(check_repository(repo), NO_PLAN_FILE, *([] if refused is None else [
+        ("trt_model", f"config.pbtxt: instance_group #1: profile {names} names {refused!r}, which is not a profile index; "
+                      "Triton refuses to load the model")]))
 
 
 def test_profile_in_a_model_of_another_backend_is_refused(repo):
@@ -1032,3 +1046,51 @@ def test_a_plan_serves_no_batch_above_the_one_it_was_verified_at_within_its_prof
     _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE, *([("trt_model", f"max_batch_size {max_batch} is above "
                                                                        f"the batch model.plan was verified at ({verified})")]
                                                                      if refused else []))
+
+
+def test_trt_models_rules_run_on_trt_model(repo, artifacts_copy):
+    """The rules of TensorRT models' options (plan_options.py), on a config of the tensorrt backend: the GPU kind of its
+    plan, CUDA graphs, profiles against the plan's, the execution context's memory."""
+    add_trt_model(repo, artifacts_copy)
+
+    def options(c):
+        c.parameters["source.compute_capability"].string_value = "8.6"
+        c.optimization.cuda.graphs = True
+        c.optimization.cuda.graph_spec.add(batch_size=0)
+        c.instance_group[0].profile.append("2")
+        c.parameters["execution_context_allocation_strategy"].string_value = "DYNAMIC"
+    edit_config(repo / "trt_model", options)
+    _exactly(check_repository(repo, artifacts_copy, gpu_cc="7.5"), NO_PLAN_FILE,
+             ("trt_model", "no plan for this GPU's compute capability 7.5 (plans for 8.6)"),
+             ("trt_model", "graph_spec batch_size 0: Triton's tensorrt backend expects 'batch_size' to be >= 1"),
+             ("trt_model", "instance_group #1: profile 2 is not one of the plan's 1 optimization profile(s)"),
+             ("trt_model", "execution_context_allocation_strategy is 'DYNAMIC': Triton's tensorrt backend refuses"),
+             ("trt_model", "execution_context_allocation_strategy: Triton 24.04's tensorrt backend does not read it",
+              "warning"))
+
+
+def test_a_model_directory_without_any_version_directory(repo):
+    import shutil
+
+    shutil.rmtree(repo / "onnx_model" / "1")
+    _exactly(check_repository(repo), ("onnx_model", "no numeric version directory: Triton finds no version to serve"))
+
+
+def test_an_onnx_model_kept_as_a_directory_fills_in_the_onnxruntime_backend(repo):
+    """Triton fills in onnxruntime for a version directory's model.onnx whether it is a file or a directory (an ONNX
+    with its external data); model.plan and model.pt only as files."""
+    import os
+
+    model = repo / "onnx_model"
+    onnx_file = model / "1" / "model.onnx"
+    os.link(onnx_file, repo / "kept.onnx")
+    onnx_file.unlink()
+    onnx_file.mkdir()
+    edit_config(model, lambda c: setattr(c, "platform", ""))
+    assert _errors(check_repository(repo), "onnx_model") == []
+    edit_config(repo / "torch_model", lambda c: setattr(c, "platform", ""))
+    torchscript = repo / "torch_model" / "1" / "model.pt"
+    os.link(torchscript, repo / "kept.pt")
+    torchscript.unlink()
+    torchscript.mkdir()
+    assert _errors(check_repository(repo), "torch_model") == ["config.pbtxt: neither platform nor backend is set"]
