@@ -63,7 +63,7 @@ class ModelFileChecks:
                                   f"is {cfg.max_batch_size}",
                          "re-export with a symbolic batch axis (`tritonize export --force`) or set max_batch_size: 0")
         expected = list(t.dims)
-        if not dims and all(e == 1 for e in expected):
+        if not tensor_type.shape.dim and all(e == 1 for e in expected):
             return  # onnxruntime_backend takes a scalar for config dims of 1 (without batching: said above otherwise)
         # onnxruntime_backend (src/onnxruntime.cc ValidateInputs/ValidateOutputs, the backend library's
         # CompareDimsSupported): an input's variable graph dim takes any config dim, a fixed one only itself (not -1);
