@@ -157,6 +157,45 @@ def test_the_batch_rule_alone_fails_a_report():
     assert report.worst_rel_to_scale == pytest.approx(0.01)
 
 
+@pytest.mark.parametrize("wrong", [(1,), (7,), (8,), (1, 7, 8)])
+def test_any_one_batch_off_the_reference_fails_the_report(wrong):
+    """The report passes only when every batch size passes: batch 1, the odd one and the largest each off alone (by
+    the same 1 % of the scale in the same sample), and all of them."""
+    ref = _reference(8)
+
+    def run(batch):
+        out = ref[: len(batch)].copy()
+        if len(batch) in wrong:
+            out[0, 3] += 1.0
+        return out
+
+    report = verify_runner(run, np.zeros((8, 1)), ref, batches=[1, 7, 8])
+    assert {b: c.passed for b, c in report.batches.items()} == {str(b): b not in wrong for b in (1, 7, 8)}
+    assert not report.passed and report.worst_rel_to_scale == pytest.approx(0.01)
+    assert report.invariance_passed == (len(wrong) == 3)  # the same answer at every batch is invariant, if wrong
+
+
+@pytest.mark.parametrize("odd_one_out", [1, 7])
+def test_any_one_smaller_batch_differing_from_the_largest_breaks_invariance(odd_one_out):
+    """Every batch within the tolerance of the reference (8e-4 of the scale, either way), but one smaller batch off the
+    largest by twice that: the outputs depend on the batch, and the report fails; the other smaller batch, off the
+    largest by 8e-4, is invariant enough."""
+    ref = _reference(8)
+
+    def run(batch):
+        out = ref[: len(batch)].copy()
+        if len(batch) == odd_one_out:
+            out[0, 3] += 0.08
+        elif len(batch) == 8:
+            out[0, 3] -= 0.08
+        return out
+
+    report = verify_runner(run, np.zeros((8, 1)), ref, Tolerance(max_rel_to_scale=1e-3), batches=[1, 7, 8])
+    assert all(c.passed for c in report.batches.values())
+    assert not report.invariance_passed and not report.passed
+    assert report.invariance_rel_to_scale == pytest.approx(1.6e-3)
+
+
 def test_batch_invariance_is_measured_against_the_largest_batch_not_the_reference():
     """Every batch is off the reference by the same amount: each batch fails, yet the outputs do not depend
     on the batch, so invariance passes with zero difference."""

@@ -148,6 +148,13 @@ def missing_plan(cfg, cc: str) -> str | None:
             f"build one on a {cc} GPU with `tritonize convert trt` and add its artifacts with `repo build --plans DIR`")
 
 
+def profile_index(name: str) -> int | None:
+    """An instance group's profile name as Triton reads it (core and tensorrt_backend GetProfileIndex: `std::stoi`):
+    leading blanks, a sign, then the leading digits; None where stoi throws."""
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?\d+)", name)
+    return int(m.group(1)) if m else None
+
+
 def _parts(cc: str) -> tuple[int, ...]:
     return tuple(int(x) for x in cc.split("."))
 

@@ -69,3 +69,14 @@ def test_plot_draws_all_models_in_one_png(tmp_path):
 def test_perf_options_are_checked(kwargs, message):
     with pytest.raises(TritonizeError, match=message):
         PerfOptions(**kwargs)
+
+
+@pytest.mark.parametrize("short", [(0,), (1,), (2,), (0, 1, 2)])
+def test_compare_passes_only_when_every_pair_reaches_the_agreement(short):
+    """Three pairs; each falls short of --min-top1-agreement alone in turn, then all: the comparison fails. Pairs at
+    exactly the bound pass."""
+    from tritonize.client.compare import CompareReport
+
+    pairs = [{"top1_agreement": 0.875 if i in short else 0.9} for i in range(3)]
+    assert not CompareReport(url="localhost:8001", pairs=pairs, min_top1_agreement=0.9).passed
+    assert CompareReport(url="localhost:8001", pairs=[{"top1_agreement": 0.9}] * 3, min_top1_agreement=0.9).passed

@@ -92,3 +92,19 @@ def test_a_latency_profile_reaching_past_the_first_is_checked_up_to_its_own_max(
     assert set(entry["verification"]["batches"]) == {"1", "2"}
     assert set(entry["latency_verification"]["batches"]) == {"1", "3"}
     assert set(entry["timings"]) == {"build", "builder_seconds", "verify", "verify_latency"}
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+@pytest.mark.parametrize("wrong", ["0", "1", "0,1"])
+def test_a_plan_wrong_in_any_one_of_its_profiles_fails(emulated_tensorrt, artifacts_copy, monkeypatch, wrong):
+    """A plan is built only when its check passes in every profile: kernels wrong in profile 0 alone, in the latency
+    profile alone, or in both (the emulation's planted fault) each fail the plan, which is removed."""
+    monkeypatch.setenv("STANDIN_TRT_WRONG_PROFILE", wrong)
+    result = convert(artifacts_copy, "tensorrt")
+    first = wrong.split(",")[0]
+    assert error_line(result).startswith(f"error: the TensorRT plan failed verification in profile {first} (")
+    entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    assert entry["status"] == "failed"
+    assert entry["verification"]["passed"] == ("0" not in wrong)
+    assert entry["latency_verification"]["passed"] == ("1" not in wrong)
+    assert not (artifacts_copy / "model.plan").exists()

@@ -48,6 +48,15 @@ def _exactly(findings, *expected):
     return matched
 
 
+WARMUPS = ("batch_1", "batch_32")  # the warmup samples `repo build` writes at max_batch_size 32
+
+
+def _warmups(model: str, fragment: str, config: str = "config.pbtxt") -> list[tuple[str, str]]:
+    """Each warmup sample's finding when a change to the input leaves the samples as they were (Triton core validates a
+    sample like a request: it refuses the model)."""
+    return [(model, f"{config}: warmup {w!r} {fragment}") for w in WARMUPS]
+
+
 def test_built_repository_passes(repo, small_artifacts):
     assert check_repository(repo, small_artifacts) == []
     assert check_repository(repo) == []
@@ -89,7 +98,8 @@ def test_onnx_tensor_name_mismatch(repo):
              *[(ensemble, "step 2: 'input' is not an input of onnx_model (its inputs: image)")
                for ensemble in ("onnx_classifier", "onnx_classifier_uint8")],
              *[(ensemble, "step 2: onnx_model's input(s) image are not mapped")
-               for ensemble in ("onnx_classifier", "onnx_classifier_uint8")])
+               for ensemble in ("onnx_classifier", "onnx_classifier_uint8")],
+             *_warmups("onnx_model", "gives no data for input(s) image"))
 
 
 def test_onnx_dims_mismatch(repo):
@@ -98,7 +108,8 @@ def test_onnx_dims_mismatch(repo):
         c.input[0].dims.extend([3, 256, 256])
     edit_config(repo / "onnx_model", change)
     _exactly(check_repository(repo), ("onnx_model", "config dims [3, 256, 256] do not match the graph's [3, 224, 224]"),
-             *[(ensemble, "tensor 'PREPROCESSED'") for ensemble in ("onnx_classifier", "onnx_classifier_uint8")])
+             *[(ensemble, "tensor 'PREPROCESSED'") for ensemble in ("onnx_classifier", "onnx_classifier_uint8")],
+             *_warmups("onnx_model", "input 'input' is TYPE_FP32 [3, 224, 224]; the config's input is TYPE_FP32 [3, 256, 256]"))
 
 
 def test_onnx_fixed_batch_axis(repo):
@@ -106,7 +117,9 @@ def test_onnx_fixed_batch_axis(repo):
     model = onnx.load(str(path))
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1  # freezes the batch axis
     rewrite(path, model.SerializeToString())
-    _exactly(check_repository(repo), ("onnx_model", "the graph's batch axis is fixed at 1, but max_batch_size is 32"))
+    # onnxruntime infers the output's batch from the input's: its session (and Triton's backend) has both fixed
+    _exactly(check_repository(repo), ("onnx_model", "input 'input': the graph's batch axis is fixed at 1, but max_batch_size is 32"),
+             ("onnx_model", "output 'output': the graph's batch axis is fixed at 1, but max_batch_size is 32"))
 
 
 def test_torchscript_input_count(repo):
@@ -118,7 +131,8 @@ def test_torchscript_input_count(repo):
     edit_config(repo / "torch_model", change)
     _exactly(check_repository(repo), ("torch_model", "config declares 3 input(s); model.pt forward(x) takes 1"),
              *[(ensemble, "step 2: torch_model's input(s) input__1, input__2 are not mapped")
-               for ensemble in ("torch_classifier", "torch_classifier_uint8")])
+               for ensemble in ("torch_classifier", "torch_classifier_uint8")],
+             *_warmups("torch_model", "gives no data for input(s) input__1, input__2"))
 
 
 def test_torchscript_output_dims_from_a_real_forward(repo):
@@ -288,10 +302,12 @@ def test_ensemble_steps_and_tensors(repo):
                      ("onnx_classifier_uint8", "step 1 names model 'preprocess_uint9', which is not in the repository"),
                      ("onnx_classifier_uint8", "step 2: onnx_model's input(s) input are not mapped"),
                      ("torch_classifier_uint8", "the ensemble's output reads tensor 'LOGITS', which no step produces"),
+                     ("torch_classifier_uint8", "step 2 writes tensor 'LOGIT', which no step reads and the ensemble does "
+                                                "not output"),
                      ("torch_classifier_uint8", "tensor 'PIXELS': the ensemble's input is TYPE_INT8"))
     assert "onnx_model" in f.fix
     result = run_cli("repo", "check", repo)
-    assert result.exit_code == 1 and "7 error(s)" in result.output
+    assert result.exit_code == 1 and "8 error(s)" in result.output
 
 
 def test_ensemble_dims_and_batch_sizes(repo):
@@ -344,6 +360,10 @@ def _no_platform_but(backend):
     return change
 
 
+def _no_platform_nor_model_file(c):
+    c.platform, c.backend, c.default_model_filename = "", "", "weights.bin"
+
+
 def _instances(count):
     return lambda c: setattr(c.instance_group[0], "count", count)
 
@@ -372,8 +392,10 @@ ENSEMBLES_OF = {"onnx_model": ("onnx_classifier", "onnx_classifier_uint8"),
 PLANTED = {
     "unknown backend": ("onnx_model", "configs/cpu.pbtxt", _no_platform_but("onnxruntimee"),
                         [("onnx_model", "configs/cpu.pbtxt: unknown backend 'onnxruntimee'")]),
-    "neither platform nor backend": ("torch_model", "config.pbtxt", _no_platform_but(""),
-                                     [("torch_model", "config.pbtxt: neither platform nor backend is set")]),
+    # (Triton fills in the backend from default_model_filename or the version directory's model file: none here)
+    "neither platform nor backend": ("torch_model", "config.pbtxt", _no_platform_nor_model_file,
+                                     [("torch_model", "config.pbtxt: neither platform nor backend is set"),
+                                      ("torch_model", "version 1/ has no weights.bin")]),
     "name in a variant": ("onnx_model", "configs/gpu.pbtxt", _set("name", "onnx"),
                           [("onnx_model", "configs/gpu.pbtxt: name 'onnx' differs from the directory name")]),
     "platform in a variant": ("torch_model", "configs/gpu.pbtxt", _set("platform", "pytorch"),
@@ -384,10 +406,14 @@ PLANTED = {
                                  ("onnx_model", "configs/cpu.pbtxt: input 'input': config dims [3, 224, 224] do not "
                                                 "match the graph's ['?', 3, 224, 224]"),
                                  ("onnx_model", "configs/cpu.pbtxt: output 'output': config dims [1000]")]),
+    # (Triton loads a batching ensemble over a step without a batch axis whose dims agree without it, and passes that
+    # step batches of 1 only: a larger batch fails there; its output goes on to the classifier as a batch of 1)
     "dynamic batching without a batch axis": (
         "preprocess_uint8", "config.pbtxt", _no_batch_axis_but_preferred_sizes,
         [("preprocess_uint8", "config.pbtxt: dynamic_batching with max_batch_size 0"),
-         *[(e, "max_batch_size 32 but step 1's preprocess_uint8 takes at most 0") for e in ENSEMBLES_OF["preprocess_uint8"]]]),
+         *[(e, "tensor 'PIXELS': the ensemble's input is TYPE_UINT8 [224, 224, 3] with a batch axis, preprocess_uint8's "
+               "input 'PIXELS' is TYPE_UINT8 [224, 224, 3] without a batch axis (Triton passes it batches of 1 only)")
+           for e in ENSEMBLES_OF["preprocess_uint8"]]]),
     "preferred and warmup batches in a variant": (
         "torch_model", "configs/cpu.pbtxt", _set("max_batch_size", 1),
         [("torch_model", "configs/cpu.pbtxt: preferred_batch_size [4, 8, 16, 32] outside 1..max_batch_size 1"),
@@ -396,14 +422,26 @@ PLANTED = {
                      [("onnx_model", "configs/gpu.pbtxt: instance_group count 0: Triton runs 1 instance", "warning")]),
     "ONNX dtype": ("onnx_model", "config.pbtxt", _fp16_input,
                    [("onnx_model", "input 'input': config says TYPE_FP16, the graph has TYPE_FP32"),
-                    *[(e, "tensor 'PREPROCESSED'") for e in ENSEMBLES_OF["onnx_model"]]]),
+                    *[(e, "tensor 'PREPROCESSED'") for e in ENSEMBLES_OF["onnx_model"]],
+                    *_warmups("onnx_model", "input 'input' is TYPE_FP32 [3, 224, 224]; the config's input is TYPE_FP16")]),
     "ONNX dims in a variant": ("onnx_model", "configs/cpu.pbtxt", _dims("input", 0, [3, 256, 256]),
-                               [("onnx_model", "configs/cpu.pbtxt: input 'input': config dims [3, 256, 256] do not match")]),
+                               [("onnx_model", "configs/cpu.pbtxt: input 'input': config dims [3, 256, 256] do not match"),
+                                *_warmups("onnx_model", "input 'input' is TYPE_FP32 [3, 224, 224]; the config's input is "
+                                                        "TYPE_FP32 [3, 256, 256]", "configs/cpu.pbtxt")]),
     "TorchScript fails on the configured shape": (
         "torch_model", "configs/cpu.pbtxt", _dims("input", 0, [1, 224, 224]),
-        [("torch_model", "configs/cpu.pbtxt: model.pt fails on an input of the configured shape [[1, 1, 224, 224]]")]),
+        [("torch_model", "configs/cpu.pbtxt: model.pt fails on an input of the configured shape [[1, 1, 224, 224]]"),
+         *_warmups("torch_model", "input 'input__0' is TYPE_FP32 [3, 224, 224]; the config's input is TYPE_FP32 [1, 224, 224]",
+                   "configs/cpu.pbtxt")]),
     "TorchScript output count": ("torch_model", "configs/gpu.pbtxt", _second_output,
                                  [("torch_model", "configs/gpu.pbtxt: model.pt returns 1 output(s); the config declares 2")]),
+    "a platform with another backend": ("onnx_model", "configs/gpu.pbtxt", _set("backend", "pytorch"),
+                                        [("onnx_model", "configs/gpu.pbtxt: platform 'onnxruntime_onnx' with backend "
+                                                        "'pytorch' (Triton refuses the pair)"),
+                                         ("onnx_model", "configs/gpu.pbtxt: version 1/ has no model.pt")]),
+    "a dim of 0": ("torch_model", "configs/gpu.pbtxt", _dims("output", 0, [0]),
+                   [("torch_model", "configs/gpu.pbtxt: output 'output__0' has dims [0]; Triton wants at least one"),
+                    ("torch_model", "configs/gpu.pbtxt: output 'output__0': config dims [0], model.pt returns [1000]")]),
     "ensemble without steps": ("onnx_classifier", "config.pbtxt", _no_steps,
                                [("onnx_classifier", "an ensemble without ensemble_scheduling steps")]),
     "label count in a variant": ("onnx_model", "configs/cpu.pbtxt", _dims("output", 0, [999]),
@@ -485,7 +523,9 @@ def test_a_config_without_a_batch_axis_whose_dims_hold_the_batch_passes(repo):
     def no_batch_axis(c):
         c.max_batch_size = 0
         c.ClearField("dynamic_batching")
-        for tensor, dims in ((c.input[0], [1, 3, 224, 224]), (c.output[0], [1, 1000])):
+        # an ONNX output's dims are compared exactly (onnxruntime_backend): its variable batch axis is -1 there
+        output = [-1, 1000] if c.platform == "onnxruntime_onnx" else [1, 1000]
+        for tensor, dims in ((c.input[0], [1, 3, 224, 224]), (c.output[0], output)):
             del tensor.dims[:]
             tensor.dims.extend(dims)
         del c.model_warmup[1:]  # batch_1 stays, with the batch in its dims
@@ -496,6 +536,8 @@ def test_a_config_without_a_batch_axis_whose_dims_hold_the_batch_passes(repo):
         for name in ("config.pbtxt", "configs/cpu.pbtxt", "configs/gpu.pbtxt"):
             edit_config(repo / model, no_batch_axis, name)
     _exactly(check_repository(repo))
+    edit_config(repo / "onnx_model", lambda c: c.output[0].dims.__setitem__(0, 1))
+    _exactly(check_repository(repo), ("onnx_model", "output 'output': config dims [1, 1000] do not match the graph's ['?', 1000]"))
 
 
 def test_hidden_directories_and_loose_files_at_the_top_are_not_models(repo):
@@ -574,6 +616,8 @@ def test_the_libtorch_naming_rule_allows_forward_argument_names_and_indices_belo
     def rename(c):
         c.input[0].name = "x"  # forward(x)
         c.output[0].name = "output__1"  # one output: index 1 is out of range
+        for warmup in c.model_warmup:
+            warmup.inputs["x"].CopyFrom(warmup.inputs.pop("input__0"))
     edit_config(repo / "torch_model", rename, "configs/cpu.pbtxt")
     _exactly(check_repository(repo),
              ("torch_model", "configs/cpu.pbtxt: output 'output__1' does not follow the libtorch naming rule "
@@ -600,6 +644,10 @@ def test_a_repository_built_for_max_batch_1_passes(small_artifacts, tmp_path):
     repo = tmp_path / "models"
     build_repository(small_artifacts, repo, RepoOptions(kind="cpu", max_batch=1, preferred=(1,)))
     _exactly(check_repository(repo, small_artifacts))
+    # an ensemble batching above its steps' 1: the bound, and nothing about its tensors (the steps batch)
+    edit_config(repo / "onnx_classifier", lambda c: setattr(c, "max_batch_size", 2))
+    _exactly(check_repository(repo), ("onnx_classifier", "max_batch_size 2 but step 1's preprocess takes at most 1"),
+             ("onnx_classifier", "max_batch_size 2 but step 2's onnx_model takes at most 1"))
 
 
 # ------------------------------------------------------------------ models with more than one tensor of a kind
@@ -702,5 +750,347 @@ ensemble_scheduling { step [ { model_name: "constant" model_version: -1 input_ma
              ("sum_ensemble", "parameters lack preprocess.resize", "warning"),
              ("sum_ensemble", "step 1: 'y' is not an input of sum (its inputs: x, b)"),
              ("sum_ensemble", "step 1: sum's input(s) x, b are not mapped"),
-             ("constant_ensemble", "parameters lack preprocess.resize", "warning"),
-             ("constant_ensemble", "max_batch_size 1 but step 1's constant takes at most 0 (no batch axis)"))
+             # (an ensemble of max_batch_size 1 over a step without a batch axis: Triton's scheduler strips the batch of
+             # 1 from X for it, and gives its C a batch of 1)
+             ("constant_ensemble", "parameters lack preprocess.resize", "warning"))
+
+
+# ------------------------------------------------------------ rules found against the real Triton (issue 37)
+def test_trt_model_tensors_are_checked_against_the_onnx_the_plan_was_built_from(repo, artifacts_copy):
+    """tensorrt_backend compares the config's data types and dims with the engine's, whose inputs and outputs are those
+    of the ONNX it was built from (a variable dim on either side takes any)."""
+    from dataclasses import replace
+
+    from tests.conftest import record
+    from tests.repository_builder.helpers import restamp
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    entry = add_trt_model(repo, artifacts_copy)
+    record(artifacts_copy, "tensorrt", replace(entry, onnx=replace(entry.onnx, file="model.onnx")))  # [N, 3, 224, 224]
+    restamp(repo, artifacts_copy)
+    _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE)
+
+    def change(c):
+        c.input[0].dims[1] = -1  # variable: takes the engine's 224
+        c.output[0].dims.append(1)
+        c.output[0].data_type = pb.TYPE_FP16
+        for warmup in c.model_warmup:
+            warmup.inputs["input"].dims[1] = 224
+    edit_config(repo / "trt_model", change)
+    _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE,
+             ("trt_model", "output 'output': config says TYPE_FP16, the plan's is TYPE_FP32: Triton's tensorrt backend "
+                           "refuses the model"),
+             ("trt_model", "output 'output': config dims [1000, 1] do not match the plan's [1000] (batch axis excluded)"))
+    def batch_one(c):  # batching, at 1
+        c.max_batch_size = 1
+        del c.dynamic_batching.preferred_batch_size[:]
+        for warmup in c.model_warmup:
+            warmup.batch_size = 1
+    edit_config(repo / "trt_model", batch_one)
+    _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE,
+             ("trt_model", "output 'output': config says TYPE_FP16"),
+             ("trt_model", "output 'output': config dims [1000, 1] do not match the plan's [1000] (batch axis excluded)"))
+
+    def extra_output_first(c):  # a name the plan lacks (said by the names rule) does not stop the others' check
+        outputs = [pb.ModelOutput(name="extra", data_type=pb.TYPE_FP32, dims=[1]), *c.output]
+        del c.output[:]
+        c.output.extend(outputs)
+    edit_config(repo / "trt_model", extra_output_first)
+    assert [f.message for f in check_repository(repo, artifacts_copy) if "the plan's [1000]" in f.message] == [
+        "output 'output': config dims [1000, 1] do not match the plan's [1000] (batch axis excluded): Triton's tensorrt "
+        "backend refuses the model"]
+    edit_config(repo / "trt_model", lambda c: setattr(c, "max_batch_size", 0))  # the batch axis is then one of the dims
+    assert "input 'input': config dims [3, -1, 224] do not match the plan's [-1, 3, 224, 224]" in " ".join(
+        f.message for f in check_repository(repo, artifacts_copy))
+
+    # A plan's ONNX of a fixed batch and a type TensorRT's parser knows but tritonize does not name: the engine's
+    # batch is never compared with the config's (tensorrt_backend compares -1 with it), the type is named by number.
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["input"], ["output"])], "g",
+                              [helper.make_tensor_value_info("input", TensorProto.COMPLEX64, [2, 3, 224, 224])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [2, 1000])])
+    onnx.save(helper.make_model(graph), str(artifacts_copy / "fixed_batch.onnx"))
+    record(artifacts_copy, "tensorrt", replace(entry, onnx=replace(entry.onnx, file="fixed_batch.onnx")))
+    restamp(repo, artifacts_copy)
+    edit_config(repo / "trt_model", lambda c: (setattr(c, "max_batch_size", 4), c.output.pop(0), c.output[0].dims.pop(),
+                                               setattr(c.output[0], "data_type", pb.TYPE_FP32)))
+    assert [f.message for f in check_repository(repo, artifacts_copy) if "plan's" in f.message] == [
+        "input 'input': config says TYPE_FP32, the plan's is onnx elem_type 14: Triton's tensorrt backend refuses the model"]
+
+
+@pytest.mark.parametrize("model, change, backend", [
+    ("onnx_model", {"platform": ""}, "onnxruntime"),  # model.onnx in version 1
+    ("torch_model", {"platform": ""}, "pytorch"),  # model.pt
+    ("preprocess", {"backend": ""}, "python"),  # model.py
+    ("onnx_model", {"platform": "", "default_model_filename": "model.plan"}, None),  # tensorrt: no model.plan there
+])
+def test_triton_fills_in_the_backend_from_the_model_file_before_it_validates(repo, model, change, backend):
+    """core model_config_utils.cc AutoCompleteBackendFields: a config without platform and backend serves the backend
+    of its default_model_filename, else of the first version directory's model file."""
+    def edit(c):
+        for field, value in change.items():
+            setattr(c, field, value)
+    edit_config(repo / model, edit)
+    errors = _errors(check_repository(repo), model)
+    if backend:
+        assert errors == []
+    else:  # (and the repository's instances are on KIND_CPU)
+        assert errors == ["config.pbtxt: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
+                          "version 1/ has no model.plan"]
+
+
+def test_warmup_samples_are_requests_of_the_configs_inputs(repo):
+    """Triton core runs a warmup sample as `batch_size` requests of batch 1 and validates each like a request."""
+    from tritonclient.grpc import model_config_pb2 as pb
+
+    def change(c):
+        c.input[0].dims[1] = -1  # a variable dim: the sample gives its size
+        samples = list(c.model_warmup)
+        skipped = pb.ModelWarmup(name="skipped", batch_size=0)  # batch 0: never run, never read (and the first)
+        skipped.inputs["nothing"].dims.append(1)
+        del c.model_warmup[:]
+        c.model_warmup.extend([skipped, *samples])
+        sample = c.model_warmup[2]
+        sample.inputs["input"].data_type = pb.TYPE_FP16
+        given = pb.ModelWarmup.Input()
+        given.CopyFrom(c.model_warmup[1].inputs["input"])
+        del c.model_warmup[1].inputs["input"]
+        c.model_warmup[1].inputs["other"].CopyFrom(given)  # a name the config lacks, before the one it has
+        c.model_warmup[1].inputs["input"].CopyFrom(given)
+        c.model_warmup[1].inputs["input"].dims[2] = -1  # no size for a variable dim
+    edit_config(repo / "onnx_model", change)
+    _exactly(check_repository(repo),
+             ("onnx_model", "config.pbtxt: warmup 'batch_1' input 'input' is TYPE_FP32 [3, 224, -1]; the config's input "
+                            "is TYPE_FP32 [3, -1, 224]"),
+             ("onnx_model", "config.pbtxt: warmup 'batch_32' input 'input' is TYPE_FP16 [3, 224, 224]"),
+             ("onnx_model", "input 'input': config dims [3, -1, 224] do not match the graph's [3, 224, 224]"))
+
+
+@pytest.mark.parametrize("max_batch, batch, refused", [(0, 1, False), (0, 2, True), (4, 4, False), (4, 5, True)])
+def test_a_warmup_batch_runs_as_one_batch_of_at_most_max_batch_size(repo, max_batch, batch, refused):
+    """The backend runs a sample's requests as one batch and refuses it above max_batch_size, above 1 without batching
+    (the backend library's total batch rule; the Python backend's too)."""
+    def change(c):
+        c.max_batch_size = max_batch
+        c.ClearField("dynamic_batching")
+        del c.model_warmup[1:]
+        c.model_warmup[0].batch_size = batch
+        if not max_batch:
+            for t in (*c.input, *c.output):
+                t.dims.insert(0, -1)
+            c.model_warmup[0].inputs["input__0"].dims.insert(0, 1)
+    edit_config(repo / "torch_model", change)
+    errors = _errors(check_repository(repo), "torch_model")
+    assert errors == ([f"config.pbtxt: warmup 'batch_1' uses batch {batch} > max_batch_size {max_batch}"] if refused else [])
+
+
+@pytest.mark.parametrize("names, refused", [(["0"], None), (["1st"], None), ([" 1", "+0"], None), (["-1"], "-1"),
+                                            (["a"], "a"), ([""], ""), (["0", "b"], "b")])
+def test_profile_names_are_read_as_triton_reads_them(repo, artifacts_copy, names, refused):
+    """Triton core parses each name with std::stoi (GetProfileIndex): a leading integer, not negative."""
+    add_trt_model(repo, artifacts_copy)
+    edit_config(repo / "trt_model", lambda c: c.instance_group[0].profile.extend(names))
+    _exactly(check_repository(repo), NO_PLAN_FILE, *([] if refused is None else [
+        ("trt_model", f"config.pbtxt: instance_group #1: profile {names} names {refused!r}, which is not a profile index; "
+                      "Triton refuses to load the model")]))
+
+
+def test_profile_in_a_model_of_another_backend_is_refused(repo):
+    edit_config(repo / "onnx_model", lambda c: c.instance_group[0].profile.append("0"))
+    _exactly(check_repository(repo), ("onnx_model", "config.pbtxt: instance_group #1 lists profile in a model of the "
+                                                    "onnxruntime backend: Triton refuses it"))
+
+
+def test_what_triton_refuses_in_an_ensemble_config(repo):
+    """core ValidateEnsembleSchedulingConfig: no instance_group, optimization or model_warmup; input_map and output_map in
+    every step; each tensor written once; each ensemble input and each written tensor read (or an ensemble output)."""
+    def change(c):
+        c.instance_group.add(count=1)
+        c.optimization.input_pinned_memory.enable = True
+        c.model_warmup.add(name="w", batch_size=1)
+        c.input.add(name="EXTRA", data_type=c.input[0].data_type, dims=[1])
+        first, second = c.ensemble_scheduling.step
+        first.output_map["PREPROCESSED"] = "ALSO"  # written by step 1 and by step 2 below
+        second.output_map["output"] = "ALSO"
+    edit_config(repo / "onnx_classifier", change)
+    edit_config(repo / "onnx_classifier_uint8", lambda c: c.ensemble_scheduling.step[1].ClearField("output_map"))
+    _exactly(check_repository(repo),
+             *[("onnx_classifier", f"an ensemble with {what}: Triton refuses it") for what in
+               ("instance_group", "optimization", "model_warmup")],
+             ("onnx_classifier", "the ensemble's input 'EXTRA' is read by no step"),
+             ("onnx_classifier", "tensor 'ALSO' is written by step 1 and step 2"),
+             ("onnx_classifier", "step 1 writes tensor 'ALSO', which no step reads and the ensemble does not output"),
+             ("onnx_classifier", "onnx_model's input 'input' reads tensor 'PREPROCESSED', which no step produces"),
+             ("onnx_classifier", "the ensemble's output reads tensor 'LOGITS', which no step produces"),
+             ("onnx_classifier_uint8", "step 2 has no output_map: Triton refuses the ensemble"),
+             ("onnx_classifier_uint8", "the ensemble's output reads tensor 'LOGITS', which no step produces"))
+
+
+def test_an_ensemble_may_batch_over_a_step_without_a_batch_axis_whose_dims_hold_it(repo):
+    """ensemble_utils.cc ValidateEnsembleConfig: a step of max_batch_size 0 in a batching ensemble, when its dims are the
+    other side's with the batch axis ([-1, 3, 224, 224] for [3, 224, 224])."""
+    def no_batch_axis(c):
+        c.max_batch_size = 0
+        c.ClearField("dynamic_batching")
+        for t in (*c.input, *c.output):
+            t.dims.insert(0, -1)
+        del c.model_warmup[:]
+    for name in ("config.pbtxt", "configs/cpu.pbtxt", "configs/gpu.pbtxt"):
+        edit_config(repo / "onnx_model", no_batch_axis, name)
+    _exactly(check_repository(repo))
+
+
+def test_an_ensemble_without_a_batch_axis_over_batching_steps_passes(repo):
+    """Triton's ensemble scheduler gives a batching step the ensemble's unbatched tensor as a batch of 1, and strips
+    that batch from the step's output (ensemble_scheduler.cc ReshapeTensorDims); the embedded Triton serves it."""
+    edit_config(repo / "onnx_classifier", lambda c: setattr(c, "max_batch_size", 0))
+    _exactly(check_repository(repo))
+
+
+@pytest.mark.parametrize("ensemble_batch, step_dims, refused", [
+    (1, [1, 4], None),  # only batches of 1 reach the step: Triton strips the batch axis for it
+    (2, [1, 4], "tensor 'X': the ensemble's input is TYPE_FP32 [1, 4] with a batch axis, pair's input 'x' is TYPE_FP32 "
+                "[1, 4] without a batch axis (Triton passes it batches of 1 only)"),
+    (2, [2, 1, 4], None),  # the step's dims are the ensemble's with a batch axis (a fixed one agrees with -1)
+    (0, [-1, 1, 4], "tensor 'X': the ensemble's input is TYPE_FP32 [1, 4], pair's input 'x' is TYPE_FP32 [-1, 1, 4]"),
+])
+def test_an_ensemble_passes_tensors_to_a_step_without_a_batch_axis_as_triton_does(repo, ensemble_batch, step_dims,
+                                                                                refused):
+    dims = ", ".join(map(str, step_dims))
+    _model(repo, "pair", f"""backend: "python"
+max_batch_size: 0
+input [ {{ name: "x" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
+output [ {{ name: "y" data_type: TYPE_FP32 dims: [ {dims} ] }} ]
+""", {"1/model.py": lambda path: path.write_text("")})
+    _model(repo, "pair_ensemble", f"""platform: "ensemble"
+max_batch_size: {ensemble_batch}
+input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 1, 4 ] }} ]
+output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 1, 4 ] }} ]
+ensemble_scheduling {{ step [ {{ model_name: "pair" model_version: -1 input_map {{ key: "x" value: "X" }}
+                                output_map {{ key: "y" value: "Y" }} }} ] }}
+""", {})
+    errors = _errors(check_repository(repo), "pair_ensemble")
+    assert [e for e in errors if not e.startswith("tensor 'Y'")] == ([refused] if refused else [])
+
+
+def test_each_map_of_a_step_must_be_there_and_name_the_models_tensors(repo):
+    """A step without an input_map; a step mapping a key of a model that declares no inputs (its inputs: none)."""
+    _model(repo, "source", """backend: "python"
+max_batch_size: 0
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+""", {"1/model.py": lambda path: path.write_text("")})
+    _model(repo, "source_ensemble", """platform: "ensemble"
+max_batch_size: 0
+input [ { name: "X" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ { model_name: "source" model_version: -1 input_map { key: "x" value: "X" }
+                               output_map { key: "y" value: "Y" } } ] }
+""", {})
+    edit_config(repo / "onnx_classifier", lambda c: c.ensemble_scheduling.step[0].ClearField("input_map"))
+    errors = _errors(check_repository(repo))
+    assert "step 1: 'x' is not an input of source (its inputs: none)" in errors
+    assert "step 1 has no input_map: Triton refuses the ensemble" in errors
+
+
+@pytest.mark.parametrize("precision, counts", [("fp16", {"FP32": 2, "FP16": 2}), ("fp16", {"FP32": 3, "FP16": 1}),
+                                               ("fp32", {"FP32": 4}), ("int8", {"FP32": 5, "INT8": 1})])
+def test_a_plan_that_runs_more_than_half_its_layers_in_fp32_is_flagged(repo, artifacts_copy, precision, counts):
+    """From the engine's layers as the manifest records them: an fp16 or int8 plan with more than half its layers in
+    FP32 (half is not more), never an FP32 plan, which runs FP32 as asked."""
+    from dataclasses import replace
+
+    from tests.conftest import record
+    from tests.repository_builder.helpers import restamp
+    from tritonize.manifest import LayerPrecisions
+
+    entry = add_trt_model(repo, artifacts_copy)
+    layers = LayerPrecisions(counts=counts, fp32_layers=("conv1", "conv2", "fc", "pool", "add")[:counts["FP32"]],
+                             source="IEngineInspector")
+    record(artifacts_copy, "tensorrt", replace(entry, precision=precision, layers=layers))
+    restamp(repo, artifacts_copy)
+    flagged = precision != "fp32" and counts["FP32"] * 2 > sum(counts.values())
+    found = _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE,
+                     *([("trt_model", f"the {precision} plan runs", "warning")] if flagged else []))
+    if flagged:  # (the whole text: tests/golden/check_findings.json)
+        assert found[1].message.startswith(f"the {precision} plan runs {counts['FP32'] / sum(counts.values()):.0%} of its "
+                                           f"layers in FP32 ({layers.summary()}; e.g. conv1, conv2, fc): it will be about "
+                                           "as slow as an FP32 plan")
+
+
+@pytest.mark.parametrize("verified, max_batch, refused", [(16, 16, False), (16, 17, True), (16, 32, True)])
+def test_a_plan_serves_no_batch_above_the_one_it_was_verified_at_within_its_profile(repo, artifacts_copy, verified,
+                                                                                    max_batch, refused):
+    """A plan of profile 1..32 verified up to batch 16 serves at most 16, whatever its profile takes."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from tests.conftest import record
+    from tests.repository_builder.helpers import restamp
+    from tritonize.verify import verify_runner
+
+    entry = add_trt_model(repo, artifacts_copy)  # profile 1/16/32
+    ref = np.eye(verified, 10)
+    report = verify_runner(lambda b: ref[: len(b)], np.zeros((verified, 1)), ref)  # batches 1, odd, `verified`
+    record(artifacts_copy, "tensorrt", replace(entry, verification=report))
+    restamp(repo, artifacts_copy)
+
+    def bound(c):
+        c.max_batch_size = max_batch
+        del c.dynamic_batching.preferred_batch_size[:]
+        for warmup in c.model_warmup:
+            warmup.batch_size = 1
+    edit_config(repo / "trt_model", bound)
+    _exactly(check_repository(repo, artifacts_copy), NO_PLAN_FILE, *([("trt_model", f"max_batch_size {max_batch} is above "
+                                                                       f"the batch model.plan was verified at ({verified})")]
+                                                                     if refused else []))
+
+
+def test_trt_models_rules_run_on_trt_model(repo, artifacts_copy):
+    """The rules of TensorRT models' options (plan_options.py), on a config of the tensorrt backend: the GPU kind of its
+    plan, CUDA graphs, profiles against the plan's, the execution context's memory."""
+    add_trt_model(repo, artifacts_copy)
+
+    def options(c):
+        c.parameters["source.compute_capability"].string_value = "8.6"
+        c.optimization.cuda.graphs = True
+        c.optimization.cuda.graph_spec.add(batch_size=0)
+        c.instance_group[0].profile.append("2")
+        c.parameters["execution_context_allocation_strategy"].string_value = "DYNAMIC"
+    edit_config(repo / "trt_model", options)
+    _exactly(check_repository(repo, artifacts_copy, gpu_cc="7.5"), NO_PLAN_FILE,
+             ("trt_model", "no plan for this GPU's compute capability 7.5 (plans for 8.6)"),
+             ("trt_model", "graph_spec batch_size 0: Triton's tensorrt backend expects 'batch_size' to be >= 1"),
+             ("trt_model", "instance_group #1: profile 2 is not one of the plan's 1 optimization profile(s)"),
+             ("trt_model", "execution_context_allocation_strategy is 'DYNAMIC': Triton's tensorrt backend refuses"),
+             ("trt_model", "execution_context_allocation_strategy: Triton 24.04's tensorrt backend does not read it",
+              "warning"))
+
+
+def test_a_model_directory_without_any_version_directory(repo):
+    import shutil
+
+    shutil.rmtree(repo / "onnx_model" / "1")
+    _exactly(check_repository(repo), ("onnx_model", "no numeric version directory: Triton finds no version to serve"))
+
+
+def test_an_onnx_model_kept_as_a_directory_fills_in_the_onnxruntime_backend(repo):
+    """Triton fills in onnxruntime for a version directory's model.onnx whether it is a file or a directory (an ONNX
+    with its external data); model.plan and model.pt only as files."""
+    import os
+
+    model = repo / "onnx_model"
+    onnx_file = model / "1" / "model.onnx"
+    os.link(onnx_file, repo / "kept.onnx")
+    onnx_file.unlink()
+    onnx_file.mkdir()
+    edit_config(model, lambda c: setattr(c, "platform", ""))
+    assert _errors(check_repository(repo), "onnx_model") == []
+    edit_config(repo / "torch_model", lambda c: setattr(c, "platform", ""))
+    torchscript = repo / "torch_model" / "1" / "model.pt"
+    os.link(torchscript, repo / "kept.pt")
+    torchscript.unlink()
+    torchscript.mkdir()
+    assert _errors(check_repository(repo), "torch_model") == ["config.pbtxt: neither platform nor backend is set"]

@@ -161,8 +161,11 @@ def _onnx(shape) -> bytes:
 
 def _triton_onnx_dims_ok(graph_shape, max_batch: int, dims: list[int]) -> bool:
     """The onnxruntime backend's CompareDimsSupported: with batching the graph's first axis is variable; then the
-    ranks are equal and each fixed graph axis equals the config's dim (a variable one takes any)."""
+    ranks are equal and each fixed graph axis equals the config's dim (a variable one takes any). A scalar tensor
+    (ValidateInputs) takes config dims that are all 1."""
     model = [-1 if not isinstance(d, int) else d for d in graph_shape]
+    if not model and max_batch == 0:  # a scalar: only config dims of 1 (its dims are not compared)
+        return all(d == 1 for d in dims)
     if max_batch > 0:
         if not model or model[0] != -1:
             return False

@@ -89,6 +89,25 @@ def test_plans_of_two_gpu_kinds_are_gathered_checked_and_picked_by_the_gpu(emula
                                           "8.6, 9.0)" in reason, info.models
         assert info.models["onnx_model"] == ("READY", "")
 
+    # Every plan cc_model_filenames names, in every version: each missing alone in turn, then all.
+    import os
+    import shutil
+
+    (repo / "trt_model" / "configs" / f"{EMULATED_CONFIG}.pbtxt").unlink()  # (KIND_CPU: for the emulation only)
+    shutil.copytree(repo / "trt_model" / "1", repo / "trt_model" / "2", copy_function=os.link)
+    plans = [(v, cc, f"model_sm{cc.replace('.', '')}.plan") for v in ("1", "2") for cc in ("8.6", "9.0")]
+    for gone in [[plan] for plan in plans] + [plans]:
+        for version, _, name in gone:
+            os.link(repo / "trt_model" / version / name, tmp_path / f"kept-{version}-{name}")
+            (repo / "trt_model" / version / name).unlink()
+        checked = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "9.0")
+        assert [l.split(" -> fix:")[0] for l in checked.output.splitlines() if l.startswith("error:")] == [
+            f"error: trt_model: version {v}/ has no {name}, the plan cc_model_filenames names for compute capability {cc}"
+            for v, cc, name in gone]
+        for version, _, name in gone:
+            os.link(tmp_path / f"kept-{version}-{name}", repo / "trt_model" / version / name)
+            (tmp_path / f"kept-{version}-{name}").unlink()
+
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
 def test_a_single_plan_is_compared_with_the_serving_gpu(emulated_tensorrt, artifacts_copy, tmp_path, monkeypatch):

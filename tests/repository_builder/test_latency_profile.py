@@ -126,8 +126,11 @@ def test_instance_group_profiles_are_linted_against_the_plan(emulated_tensorrt, 
     assert lint(["0"], ["1", "0"]) == []
     assert lint(["0"], ["2"])[0].startswith("error: trt_model: instance_group trt_model_latency: profile 2 is not one "
                                            "of the plan's 2 optimization profile(s) (0..1)")
-    assert lint(["latency"], ["1", "0"])[0].startswith("error: trt_model: instance_group trt_model_throughput: "
-                                                        "profile ['latency'] names a profile that is not an index")
+    assert lint(["latency"], ["1", "0"])[0].startswith("error: trt_model: config.pbtxt: instance_group trt_model_throughput: "
+                                                        "profile ['latency'] names 'latency', which is not a profile index")
+    assert lint(["-1"], ["1", "0"])[0].startswith("error: trt_model: config.pbtxt: instance_group trt_model_throughput: "
+                                                  "profile ['-1'] names '-1', which is not a profile index")
+    assert lint([" 0"], ["1st", "+0"]) == []  # a name as std::stoi reads it (Triton's GetProfileIndex): its leading integer
     # A manifest whose plan has no check of the latency profile: nothing is served beyond what was verified.
     data = json.loads((artifacts_copy / "manifest.json").read_text())
     del data["artifacts"]["tensorrt"]["latency_verification"]
@@ -137,8 +140,9 @@ def test_instance_group_profiles_are_linted_against_the_plan(emulated_tensorrt, 
     onnx_config = parse_config(repo / "onnx_model" / "config.pbtxt")
     onnx_config.instance_group[0].profile.append("0")
     (repo / "onnx_model" / "config.pbtxt").write_text(text_format.MessageToString(onnx_config))
-    assert any(l.startswith("warning: onnx_model: instance_group #1 lists profile in a model of the onnxruntime "
-                            "backend") for l in lint(["0"], ["1", "0"]))
+    assert any(l.startswith("error: onnx_model: config.pbtxt: instance_group #1 lists profile in a model of the "
+                            "onnxruntime backend: Triton refuses it") for l in lint(["0"], ["1", "0"]))
+
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)

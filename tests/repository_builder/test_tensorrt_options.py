@@ -50,8 +50,33 @@ def test_cuda_graphs_are_written_linted_and_loaded(emulated_tensorrt, artifacts_
     assert ("error: trt_model: graph_spec batch_size 8: Triton's tensorrt backend expects 'batch_size' to be >= 1 and "
             "<= 4 and refuses to load the model -> fix: capture graphs for batch sizes 1..4 or rebuild with `tritonize "
             "repo build --force` --cuda-graphs") in lines
-    assert any(l.startswith("error: trt_model: graph_spec batch_size 2 names input 'images'") for l in lines)
+    # an input the engine lacks: tensorrt_backend logs that it cannot set the graph's shape and serves without the graph
+    assert any(l.startswith("warning: trt_model: graph_spec batch_size 2 names input 'images'") and
+               l.endswith("no graph is captured for it -> fix: rebuild with `tritonize repo build --force` --cuda-graphs")
+               for l in lines)
     assert any(l.startswith("warning: onnx_model: optimization.cuda.graph_spec in a model of the onnxruntime backend") for l in lines)
+    # Without batching a graph is captured at batch 0 (ValidateGraphSpec); without graphs: true none is read.
+    config.max_batch_size = 0
+    del config.optimization.cuda.graph_spec[:]
+    config.optimization.cuda.graph_spec.add(batch_size=0)
+    assert graph_findings(repo, config, artifacts_copy) == []
+    config.optimization.cuda.graph_spec[0].batch_size = 1
+    assert graph_findings(repo, config, artifacts_copy) == [
+        "error: trt_model: graph_spec batch_size 1: without batching (max_batch_size 0) Triton's tensorrt backend expects "
+        "'batch_size' to be 0 and refuses to load the model -> fix: set batch_size: 0 (and the lower bound's) or rebuild "
+        "with `tritonize repo build --force` --cuda-graphs"]
+    config.optimization.cuda.graphs = False
+    assert graph_findings(repo, config, artifacts_copy) == [
+        "warning: trt_model: optimization.cuda.graph_spec without graphs: true: no graph is captured -> fix: set "
+        "optimization { cuda { graphs: true } } or remove graph_spec"]
+
+
+def graph_findings(repo, config, artifacts) -> list[str]:
+    from google.protobuf import text_format
+
+    (repo / "trt_model" / "config.pbtxt").write_text(text_format.MessageToString(config))
+    lines = run_cli("repo", "check", repo, "--artifacts", artifacts, "--gpu-cc", "8.6").output.splitlines()
+    return [l for l in lines if l.startswith(("error: trt_model: graph_spec", "warning: trt_model: optimization.cuda"))]
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
@@ -80,11 +105,12 @@ def test_context_memory_only_for_releases_that_read_it(emulated_tensorrt, artifa
     assert ("warning: trt_model: execution_context_allocation_strategy: Triton 24.10's tensorrt backend does not read "
             "it (from 25.05)") in old.output
 
-    config.parameters["execution_context_allocation_strategy"].string_value = "DYNAMIC"
-    (repo / "trt_model" / "config.pbtxt").write_text(text_format.MessageToString(config))
-    bad = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "8.6")
-    assert "error: trt_model: execution_context_allocation_strategy is 'DYNAMIC': Triton's tensorrt backend refuses" \
-        in bad.output and bad.exit_code == 1
+    for value in ("static", "DYNAMIC"):  # the backend compares the value as written: "static" is not STATIC
+        config.parameters["execution_context_allocation_strategy"].string_value = value
+        (repo / "trt_model" / "config.pbtxt").write_text(text_format.MessageToString(config))
+        bad = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "8.6")
+        assert f"error: trt_model: execution_context_allocation_strategy is '{value}': Triton's tensorrt backend " \
+               "refuses" in bad.output and bad.exit_code == 1
     write_emulated_config(repo)
     with embedded_server(repo, model_config_name=EMULATED_CONFIG) as info:
         state, reason = info.models["trt_model"]

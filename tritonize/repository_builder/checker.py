@@ -4,17 +4,22 @@ Rules (each finding names the model, what is wrong and how to fix it). configs/*
 with --model-config-name (the embedded engine's choice on a machine without a GPU), get every rule that
 config.pbtxt gets; a variant's finding says its file, and what config.pbtxt already says is not repeated.
   schema      every config.pbtxt / configs/*.pbtxt parses as Triton's ModelConfig; its name is the directory's
-  platform    platform or backend is one Triton ships; a backend Triton knows by type with its own platform only
+  platform    platform or backend is one Triton ships; a backend Triton knows by type with its own platform only;
+              without either, the backend of the model file, as Triton fills it in
   dims        every input and output has dims, each >= 1 or -1
-  batching    max_batch_size >= 0; dynamic batching needs max_batch_size > 0; preferred and warmup
-              batch sizes in 1..max_batch_size
+  batching    max_batch_size >= 0; dynamic batching needs max_batch_size > 0; preferred batch sizes in
+              1..max_batch_size
+  warmup      a sample's batch at most max_batch_size (1 without a batch axis); every input of the config, with its
+              data type and dims, each variable one given a size
   instances   counts >= 1 (a warning: Triton runs 1); tensorrt_plan never on KIND_CPU instances
   versions    numeric version directories exist and each holds the backend's model file
   labels      the label file exists and has one line per output class
-  onnx        config names, types and dims match the real ONNX graph; its batch axis is symbolic
+  onnx        config names, types and dims match the real ONNX graph as onnxruntime's session has it (an output's
+              dims exactly); its batch axis is symbolic
   torchscript the module's forward() takes as many inputs as the config declares, names follow
               Triton's `<name>__<index>` rule, and a batch-1 forward gives the configured output dims
-  plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names
+  plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names, data types
+              and dims those of the ONNX the plan was built from
   batch       (manifest) max_batch_size is no larger than the batch the artifact was verified at
   hashes      (manifest) model files have the sha256 the manifest recorded (the artifact a model names in its
               `source.artifact` parameter, else its backend's export), and so have the artifacts themselves
@@ -22,18 +27,22 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
   gates       (manifest) a CPU precision variant is served only with `convert cpu`'s gates passed
   provenance  contract parameters present (and trt_model's plan provenance); (manifest) source.manifest_sha256
               is this manifest's hash
-  ensemble    steps name models of the repository; each step maps every input of its model and only its
-              tensor names; every tensor read is the ensemble's input or a step's output, with the same
-              dtype and dims; the ensemble batches no more than its steps
+  ensemble    no instance_group, optimization or model_warmup; steps name models of the repository; each step
+              maps inputs and outputs, every input of its model and only its tensor names; each tensor is written
+              once and read (or an ensemble output), each ensemble input read; every tensor read is the ensemble's
+              input or a step's output, with the same dtype and dims Triton can pass between them; the ensemble
+              batches no more than its batching steps
   python code a Python model that imports tritonize holds the modules it imports (1/tritonize/), equal to
               this tritonize's: the server preprocesses with the client's code
   release     (--triton-release) the plan's TensorRT is the one that release runs
-  cuda graphs graph_spec only on tensorrt models, with graphs: true; batch sizes in 1..max_batch_size (Triton's
-              tensorrt backend refuses the model otherwise) and (manifest) within the plan's profile; inputs and
-              shapes the config's
+  cuda graphs graph_spec only on tensorrt models, with graphs: true; batch sizes in 1..max_batch_size (0 without
+              batching) and lower bounds no larger (Triton's tensorrt backend refuses the model otherwise); a graph
+              it would serve without (warnings): inputs and shapes not the config's, (manifest) batch outside the
+              plan's profile
   memory      execution_context_allocation_strategy only on tensorrt models, STATIC or ON_PROFILE_CHANGE, and
               served by a release that reads it (25.05+)
-  profiles    instance_group.profile only on tensorrt models, integer names; (manifest) indices of the plan's
+  profiles    instance_group.profile only on tensorrt models, names read as Triton reads them (`std::stoi`), not
+              negative; (manifest) indices of the plan's
               verified profiles, whose batch ranges take every batch up to max_batch_size in each group
   precision   (manifest) an fp16/int8 plan whose engine runs most of its layers in FP32 (read from the engine)
   gpu kind    a tensorrt_plan model has a plan for the serving GPU's compute capability (--gpu-cc, else this
@@ -47,8 +56,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from tritonclient.grpc import model_config_pb2 as pb
-
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
 from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
@@ -57,21 +64,14 @@ from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loa
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
 from tritonize.repository_builder.model_files import ModelFileChecks
-from tritonize.repository_builder.config import CONTRACT_KEYS, PLAN_KEYS, batch_bound, kind_name
+from tritonize.repository_builder.config import CONTRACT_KEYS, PLAN_KEYS, batch_bound
+from tritonize.repository_builder.config_rules import ConfigRuleChecks, autocompleted, backend_of
 from tritonize.repository_builder.plan_options import PlanOptionChecks
 
-# platform -> backend, and the file each backend loads by default.
-PLATFORMS = {
-    "tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch",
-    "tensorflow_graphdef": "tensorflow", "tensorflow_savedmodel": "tensorflow", "ensemble": "ensemble",
-}
-TYPED_BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow"}  # the backends Triton's core knows by type
-TRITON_BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow", "openvino", "python", "fil", "dali", "vllm",
-            "tensorrtllm", "identity", "repeat", "square"}
+# the file each backend loads by default
 DEFAULT_FILES = {"tensorrt": "model.plan", "onnxruntime": "model.onnx", "pytorch": "model.pt",
                  "tensorflow": "model.savedmodel", "openvino": "model.xml", "python": "model.py"}
 ARTIFACT_KEYS = {"tensorrt": "tensorrt", "onnxruntime": "onnx", "pytorch": "torchscript"}
-
 
 
 def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None,
@@ -91,7 +91,7 @@ def check_repository(repo: Path, artifacts: Path | None = None, triton_release: 
         release=release_info(triton_release) if triton_release else None,
         configs={d.name: _parsed_or_none(d / CONFIG_NAME) for d in model_dirs},
     )
-    plans = any(_backend_of(c) == "tensorrt" for c in context.configs.values() if c is not None)
+    plans = any(backend_of(c) == "tensorrt" for c in context.configs.values() if c is not None)
     context = replace(context, gpu_cc=serving_cc(gpu_cc) if plans or gpu_cc else (None, "no tensorrt_plan model"))
     findings = _check_artifacts(manifest) if manifest else []
     for model_dir in model_dirs:
@@ -115,7 +115,7 @@ def _check_artifacts(manifest: Manifest) -> list[Finding]:
     return findings
 
 
-class _ModelCheck(ModelFileChecks, PlanOptionChecks):
+class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
     def __init__(self, model_dir: Path, context: CheckContext, loaded: dict | None = None):
         self.dir = model_dir
         self.ctx = context
@@ -140,14 +140,14 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
                 variant = _ModelCheck(self.dir, self.ctx, self.loaded)._check_served(cfg)
                 self.findings += [replace(f, message=f"{rel}: {f.message}") for f in variant
                                   if (f.severity, f.message) not in said]
-        if _backend_of(configs[CONFIG_NAME]) == "python":
+        if backend_of(configs[CONFIG_NAME]) == "python":
             self._check_python_code()
         return self.findings
 
     def _check_served(self, cfg) -> list[Finding]:
         """The checks of the model Triton loads with this config; returns their findings (also in self.findings)."""
         start = len(self.findings)
-        backend = _backend_of(cfg)
+        backend = backend_of(cfg)
         model_file = self._check_versions(cfg, backend)
         self._check_labels(cfg)
         if model_file is not None and backend == "onnxruntime":
@@ -184,59 +184,12 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
                 continue
             rel = str(path.relative_to(self.dir))
             try:
-                configs[rel] = parse_config(path)
+                configs[rel] = autocompleted(parse_config(path), self.dir)
             except TritonizeError as e:
                 detail = str(e).split(": ", 1)[-1]
                 self.add(Severity.error, f"{rel} does not parse against Triton's ModelConfig schema: {detail}",
                          f"correct that field (see model_config.proto) or {REBUILD}")
         return configs
-
-    def _check_config(self, rel: str, cfg) -> None:
-        if cfg.name and cfg.name != self.dir.name:
-            self.add(Severity.error, f"{rel}: name {cfg.name!r} differs from the directory name {self.dir.name!r}",
-                     f"set name: \"{self.dir.name}\" (Triton requires them equal)")
-        if cfg.backend and cfg.backend not in TRITON_BACKENDS:
-            self.add(Severity.error, f"{rel}: unknown backend {cfg.backend!r}", f"use one of {', '.join(sorted(TRITON_BACKENDS))}")
-        if cfg.platform and cfg.platform not in PLATFORMS and (not cfg.backend or cfg.backend in TYPED_BACKENDS):
-            # (any platform string goes with a backend Triton does not know by type, e.g. python)
-            self.add(Severity.error, f"{rel}: unknown platform {cfg.platform!r}", f"use one of {', '.join(PLATFORMS)}")
-        if not cfg.backend and not cfg.platform:
-            self.add(Severity.error, f"{rel}: neither platform nor backend is set", "set platform (e.g. onnxruntime_onnx)")
-        # Triton: a backend it knows by type takes only its own platform; an ensemble has no backend.
-        if cfg.backend and cfg.platform in PLATFORMS and PLATFORMS[cfg.platform] != cfg.backend and \
-                (cfg.backend in TYPED_BACKENDS or cfg.platform == "ensemble"):
-            self.add(Severity.error, f"{rel}: platform {cfg.platform!r} with backend {cfg.backend!r} (Triton refuses "
-                                     "the pair)", f"drop the platform or set the one of backend {cfg.backend!r}")
-        for role, tensors in (("input", cfg.input), ("output", cfg.output)):
-            for t in tensors:  # Triton's ValidateIOShape
-                if not t.dims or any(d < 1 and d != -1 for d in t.dims):
-                    self.add(Severity.error, f"{rel}: {role} {t.name!r} has dims {list(t.dims)}; Triton wants at least "
-                                             "one, each >= 1 or -1 (variable)", f"set the dims the model takes or {REBUILD}")
-
-        mb = cfg.max_batch_size
-        if mb < 0:
-            self.add(Severity.error, f"{rel}: max_batch_size is {mb}", "set max_batch_size >= 0")
-        if cfg.HasField("dynamic_batching"):
-            if mb == 0:
-                self.add(Severity.error, f"{rel}: dynamic_batching with max_batch_size 0", "set max_batch_size > 0 or drop dynamic_batching")
-            bad = [p for p in cfg.dynamic_batching.preferred_batch_size if p < 1 or p > mb]
-            if bad and mb > 0:
-                self.add(Severity.error, f"{rel}: preferred_batch_size {bad} outside 1..max_batch_size {mb}",
-                         f"keep preferred sizes <= {mb} (tritonize repo build caps them)")
-
-        for w in cfg.model_warmup:
-            if mb > 0 and w.batch_size > mb:
-                self.add(Severity.error, f"{rel}: warmup {w.name!r} uses batch {w.batch_size} > max_batch_size {mb}",
-                         f"warm up at batch <= {mb} or {REBUILD}")
-
-        backend = _backend_of(cfg)
-        for group in cfg.instance_group:
-            if group.count < 1:  # Triton runs one instance then (its NormalizeInstanceGroup)
-                self.add(Severity.warning, f"{rel}: instance_group count {group.count}: Triton runs 1 instance",
-                         "set count >= 1 to say how many")
-            if backend == "tensorrt" and kind_name(group.kind) == "KIND_CPU":
-                self.add(Severity.error, f"{rel}: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
-                         "use kind: KIND_GPU for trt_model; serve CPU-only boxes with onnx_model/torch_model")
 
     # --- files --------------------------------------------------------------------------------------
     def _check_versions(self, cfg, backend: str | None) -> Path | None:
@@ -286,54 +239,7 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
             self.add(Severity.warning, f"parameters lack {', '.join(missing)}: `tritonize serve --engine docker` cannot choose "
                                 "the container release whose TensorRT runs the plan", REBUILD)
 
-    # --- ensembles and the preprocessing code -------------------------------------------------------
-    def _check_ensemble(self, cfg) -> None:
-        steps = cfg.ensemble_scheduling.step
-        if not steps:
-            self.add(Severity.error, "an ensemble without ensemble_scheduling steps", REBUILD)
-            return
-        produced = {t.name: (t, "the ensemble's input") for t in cfg.input}  # tensor -> (declaration, by whom)
-        read = [(t.name, t, "the ensemble's output") for t in cfg.output]  # (tensor, declaration, by whom)
-        known = True  # every step's model could be read: a tensor nobody produces is then a fault of its own
-        configs = self.ctx.configs
-        for number, step in enumerate(steps, 1):
-            name = step.model_name
-            if name not in configs:
-                self.add(Severity.error, f"step {number} names model {name!r}, which is not in the repository",
-                         f"name one of {', '.join(sorted(n for n in configs if n != self.dir.name))} or {REBUILD}")
-            model = configs.get(name)
-            if model is None:  # missing, or its own findings say why its config is unusable
-                known = False
-                continue
-            inputs, outputs = {t.name: t for t in model.input}, {t.name: t for t in model.output}
-            for role, mapping, tensors in (("input", step.input_map, inputs), ("output", step.output_map, outputs)):
-                for key in mapping:
-                    if key not in tensors:
-                        self.add(Severity.error, f"step {number}: {key!r} is not an {role} of {name} (its {role}s: "
-                                          f"{', '.join(tensors) or 'none'})", f"map {name}'s own {role} names or {REBUILD}")
-            unmapped = [t for t in inputs if t not in step.input_map]
-            if unmapped:
-                self.add(Severity.error, f"step {number}: {name}'s input(s) {', '.join(unmapped)} are not mapped",
-                         f"map every input of {name} in input_map or {REBUILD}")
-            read += [(tensor, inputs[key], f"{name}'s input {key!r}") for key, tensor in step.input_map.items() if key in inputs]
-            produced.update({tensor: (outputs[key], f"{name}'s output {key!r}")
-                             for key, tensor in step.output_map.items() if key in outputs})
-            if cfg.max_batch_size > 0 and not 0 < cfg.max_batch_size <= model.max_batch_size:
-                self.add(Severity.error, f"max_batch_size {cfg.max_batch_size} but step {number}'s {name} takes at most "
-                                  f"{model.max_batch_size}" + (" (no batch axis)" if model.max_batch_size == 0 else ""),
-                         f"set the ensemble's max_batch_size <= {model.max_batch_size} or {REBUILD}")
-        for tensor, declared, reader in read:
-            if tensor not in produced:
-                if known:
-                    self.add(Severity.error, f"{reader} reads tensor {tensor!r}, which no step produces and the ensemble does "
-                                      "not take", f"map a step's output to {tensor!r} or {REBUILD}")
-                continue
-            source, writer = produced[tensor]
-            if not _fits(source, declared):
-                self.add(Severity.error, f"tensor {tensor!r}: {writer} is {pb.DataType.Name(source.data_type)} {list(source.dims)}, "
-                                  f"{reader} is {pb.DataType.Name(declared.data_type)} {list(declared.dims)}",
-                         f"make them the same dtype and dims or {REBUILD}")
-
+    # --- the preprocessing code ------------------------------------------------------------------------
     def _check_python_code(self) -> None:
         """A model.py that imports tritonize runs the copies beside it: they must be there, and be this tritonize's."""
         version = self.dir / VERSION
@@ -402,6 +308,9 @@ class _ModelCheck(ModelFileChecks, PlanOptionChecks):
             if name not in {t.name for t in tensors}:
                 self.add(Severity.error, f"the plan's {role} is {name!r}; the config names {[t.name for t in tensors]}",
                          f"name the config {role} {name!r} or {REBUILD}")
+        onnx_file = self.ctx.manifest.path(plan.onnx)  # what the engine is (to be) built from
+        if onnx_file.is_file():
+            self._check_plan_tensors(cfg, onnx_file)
 
         release = self.ctx.release
         if release is None:
@@ -426,16 +335,6 @@ def _parsed_or_none(path: Path):
         return parse_config(path) if path.is_file() else None
     except TritonizeError:
         return None
-
-
-def _fits(a, b) -> bool:
-    """Same dtype, and dims equal where neither is variable (-1)."""
-    return a.data_type == b.data_type and len(a.dims) == len(b.dims) and all(
-        x == y or -1 in (x, y) for x, y in zip(a.dims, b.dims))
-
-
-def _backend_of(cfg) -> str | None:
-    return cfg.backend or PLATFORMS.get(cfg.platform)
 
 
 def _product(dims) -> int:

@@ -18,6 +18,9 @@ class ModelFileChecks:
     """Mixed into the checker of one model: `add` a finding, `_read` a file once for all of its configs."""
 
     def _check_onnx(self, cfg, path: Path) -> None:
+        """The config against the graph as Triton's onnxruntime backend compares them when an instance loads
+        (onnxruntime_backend src/onnxruntime.cc ValidateInputs, ValidateOutputs): every graph input declared, each
+        declared tensor in the graph with its data type and dims (_compare_onnx_tensor)."""
         graph = self._read(path, "onnx", _onnx_graph)
         if isinstance(graph, Exception):
             self.add(Severity.error, f"cannot read {path.name}: {str(graph).splitlines()[0]}", REBUILD)
@@ -60,15 +63,52 @@ class ModelFileChecks:
                                   f"is {cfg.max_batch_size}",
                          "re-export with a symbolic batch axis (`tritonize export --force`) or set max_batch_size: 0")
         expected = list(t.dims)
-        # Triton's onnxruntime backend: a variable graph dim takes any config dim; a fixed one only itself (not -1).
-        same = len(dims) == len(expected) and all(g is None or g == e for g, e in zip(dims, expected))
+        if not tensor_type.shape.dim and all(e == 1 for e in expected):
+            return  # onnxruntime_backend takes a scalar for config dims of 1 (without batching: said above otherwise)
+        # onnxruntime_backend (src/onnxruntime.cc ValidateInputs/ValidateOutputs, the backend library's
+        # CompareDimsSupported): an input's variable graph dim takes any config dim, a fixed one only itself (not -1);
+        # an output is compared exactly (a variable graph dim wants -1).
+        exact = role == "output"
+        same = len(dims) == len(expected) and all(
+            e == (-1 if g is None else g) if exact else g is None or g == e for g, e in zip(dims, expected))
         if not same:
             shown = ["?" if d is None else d for d in dims]
             self.add(Severity.error, f"{role} {t.name!r}: config dims {expected} do not match the graph's {shown} "
                               "(batch axis excluded)",
-                     f"set dims to {shown} or {REBUILD}")
+                     f"set dims to {[-1 if d is None else d for d in dims]} or {REBUILD}")
+
+    def _check_plan_tensors(self, cfg, path: Path) -> None:
+        """The config's tensors against the ONNX the plan was built from, whose inputs and outputs the engine keeps, as
+        tensorrt_backend compares them with the engine's when an instance loads (src/instance_state.cc ValidateIO and
+        its CompareDimsSupported): the same data type, and the same dims where neither side is variable (-1)."""
+        graph = self._read(path, "onnx", _onnx_graph)
+        if isinstance(graph, Exception):
+            return  # (the plan's own check read it: a file changed since is the hashes' finding)
+        initializers = {t.name for t in graph.initializer}
+        engine = {v.name: v.type.tensor_type for v in (*graph.input, *graph.output) if v.name not in initializers}
+        for role, tensors in (("input", cfg.input), ("output", cfg.output)):
+            for t in tensors:
+                tensor_type = engine.get(t.name)
+                if tensor_type is None:
+                    continue  # (names: _check_plan)
+                onnx_type = ONNX_TYPES.get(tensor_type.elem_type, f"onnx elem_type {tensor_type.elem_type}")
+                if onnx_type != pb.DataType.Name(t.data_type):
+                    self.add(Severity.error, f"{role} {t.name!r}: config says {pb.DataType.Name(t.data_type)}, the plan's "
+                                             f"is {onnx_type}: Triton's tensorrt backend refuses the model",
+                             f"set data_type: {onnx_type}")
+                dims = [d.dim_value if d.HasField("dim_value") else -1 for d in tensor_type.shape.dim]
+                full = [-1, *t.dims] if cfg.max_batch_size > 0 else list(t.dims)
+                if len(dims) != len(full) or any(-1 not in (g, c) and g != c for g, c in zip(dims, full)):
+                    shown = dims[1:] if cfg.max_batch_size > 0 else dims
+                    self.add(Severity.error, f"{role} {t.name!r}: config dims {list(t.dims)} do not match the plan's "
+                                             f"{shown} (batch axis excluded): Triton's tensorrt backend refuses the model",
+                             f"set dims to {shown} or {REBUILD}")
 
     def _check_torchscript(self, cfg, path: Path) -> None:
+        """The config against the module as Triton's pytorch backend reads it when an instance loads (pytorch_backend
+        ValidateInputs, ValidateOutputs): as many inputs as forward() takes, names by the `<name>__<index>` convention
+        (an input may also name a forward() argument); then a batch-1 forward on zeros of the configured shapes, whose
+        outputs must have the configured dims (what the backend finds only when a request runs)."""
         module = self._read(path, "torchscript", _torchscript_module)
         if isinstance(module, Exception):
             self.add(Severity.error, f"cannot load {path.name} with torch.jit.load: {str(module).splitlines()[0]}", REBUILD)
@@ -111,13 +151,70 @@ class ModelFileChecks:
 
 
 def _onnx_graph(path: Path):
-    """The graph of an ONNX file, or the exception that says why it cannot be read (truncated, not ONNX)."""
+    """The graph of an ONNX file as onnxruntime's session has it, or the exception that says why it cannot be read
+    (truncated, not ONNX). onnxruntime infers the outputs' shapes and merges them with what the exporter declared:
+    an exporter may leave a size unknown or give it a symbolic name; the session (and Triton's backend) has the size."""
     import onnx
 
     try:
-        return onnx.load(str(path), load_external_data=False).graph
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as e:
         return e
+    inferred = _inferred_outputs(model)
+    for output in model.graph.output:
+        _merge_shape(output.type.tensor_type, inferred.get(output.name))
+    return model.graph
+
+
+def _inferred_outputs(model) -> dict:
+    """output name -> its shape as onnx's shape inference gives it from the graph alone (not what was declared), {} when
+    inference fails. The weights' values are left out (their shapes are all it reads) so that it stays fast."""
+    import onnx
+
+    light = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
+    graph, light_graph = model.graph, light.graph
+    light_graph.node.extend(graph.node)
+    light_graph.input.extend(graph.input)
+    for tensor in graph.initializer:  # shape-giving constants (Reshape's shape, ...) are small: they keep their values
+        if len(tensor.dims) and _count(tensor.dims) > WEIGHT_VALUES:
+            light_graph.initializer.add(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+        else:
+            light_graph.initializer.append(tensor)
+    for output in graph.output:
+        light_graph.output.add(name=output.name).type.tensor_type.elem_type = output.type.tensor_type.elem_type
+    try:
+        return {o.name: o.type.tensor_type for o in onnx.shape_inference.infer_shapes(light).graph.output
+                if o.type.tensor_type.HasField("shape")}
+    except Exception:  # an operator onnx cannot infer: the declared shapes stand, as in onnxruntime
+        return {}
+
+
+WEIGHT_VALUES = 1024
+
+
+def _count(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _merge_shape(declared, inferred) -> None:
+    """onnxruntime's merge of an inferred shape into a declared one (graph.cc MergeShapeInfo): a size wins over a
+    symbolic or unknown dim, two different sizes leave the dim unknown, and two ranks the shape unknown."""
+    if inferred is None:
+        return
+    if not declared.HasField("shape"):
+        declared.shape.CopyFrom(inferred.shape)
+        return
+    if len(declared.shape.dim) != len(inferred.shape.dim):
+        declared.ClearField("shape")
+        return
+    for mine, theirs in zip(declared.shape.dim, inferred.shape.dim):
+        if theirs.HasField("dim_value") and not mine.HasField("dim_value"):
+            mine.dim_value = theirs.dim_value
+        elif theirs.HasField("dim_value") and mine.dim_value != theirs.dim_value:
+            mine.Clear()
 
 
 def _torchscript_module(path: Path):

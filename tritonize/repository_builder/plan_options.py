@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tritonize.manifest import Manifest, Status
-from tritonize.model_repository import missing_plan
+from tritonize.model_repository import missing_plan, profile_index
 from tritonize.repository_builder.config import (
     ALLOCATION_FROM_RELEASE, ALLOCATION_PARAMETER, ALLOCATION_STRATEGIES, release_has_allocation_strategy,
 )
@@ -33,8 +33,11 @@ class PlanOptionChecks:
         return path if path is not None and path.is_file() else None
 
     def _check_cuda_graphs(self, cfg, backend: str | None) -> None:
-        """As Triton's tensorrt backend validates graph specs when an instance loads (src/instance_state.cc
-        ValidateGraphSpec), before any server starts; and against the plan's profile with the manifest."""
+        """As Triton's tensorrt backend reads graph specs: with graphs: true it validates each when an instance loads
+        and refuses the model on a bad one (src/instance_state.cc InitializeGraphSpecs, ValidateGraphSpec: batch sizes
+        in 1..max_batch_size, 0 without batching, the lower bound's no larger, shapes of sizes >= 0 and lower bounds no
+        larger); a graph it then cannot capture (an input the engine lacks, a shape or batch outside the plan's profile)
+        is logged and served without (BuildCudaGraph): a warning. Without graphs: true it reads none."""
         cuda = cfg.optimization.cuda
         if not cuda.graph_spec:
             return
@@ -45,29 +48,49 @@ class PlanOptionChecks:
         if not cuda.graphs:
             self.add(Severity.warning, "optimization.cuda.graph_spec without graphs: true: no graph is captured",
                      "set optimization { cuda { graphs: true } } or remove graph_spec")
+            return
+        mb = cfg.max_batch_size
         inputs = {t.name: list(t.dims) for t in cfg.input}
         manifest: Manifest | None = self.ctx.manifest
         plan = manifest.plan if manifest is not None else None
         for spec in cuda.graph_spec:
-            lower = spec.graph_lower_bound.batch_size if spec.HasField("graph_lower_bound") else spec.batch_size
-            if not (1 <= spec.batch_size <= cfg.max_batch_size and 1 <= lower <= cfg.max_batch_size):
+            bounded = spec.HasField("graph_lower_bound")
+            lower = spec.graph_lower_bound.batch_size if bounded else spec.batch_size
+            if mb == 0 and (spec.batch_size, lower) != (0, 0):
+                self.add(Severity.error, f"graph_spec batch_size {spec.batch_size}: without batching (max_batch_size 0) "
+                                         "Triton's tensorrt backend expects 'batch_size' to be 0 and refuses to load the model",
+                         f"set batch_size: 0 (and the lower bound's) or {REBUILD} --cuda-graphs")
+                continue
+            if mb > 0 and not (1 <= spec.batch_size <= mb and 1 <= lower <= mb):
                 self.add(Severity.error, f"graph_spec batch_size {spec.batch_size}: Triton's tensorrt backend expects 'batch_size' "
-                                  f"to be >= 1 and <= {cfg.max_batch_size} and refuses to load the model",
-                         f"capture graphs for batch sizes 1..{cfg.max_batch_size} or {REBUILD} --cuda-graphs")
-            elif lower > spec.batch_size:
+                                  f"to be >= 1 and <= {mb} and refuses to load the model",
+                         f"capture graphs for batch sizes 1..{mb} or {REBUILD} --cuda-graphs")
+                continue
+            if lower > spec.batch_size:
                 self.add(Severity.error, f"graph_spec batch_size {spec.batch_size}: its graph_lower_bound {lower} is larger",
                          "set graph_lower_bound.batch_size <= batch_size")
-            elif plan is not None and plan.status is Status.built and not plan.profile.min <= spec.batch_size <= plan.profile.max:
-                self.add(Severity.error, f"graph_spec batch_size {spec.batch_size} is outside the plan's profile "
-                                  f"{plan.profile.min}..{plan.profile.max}: the engine cannot run it to capture a graph",
-                         f"capture graphs for batch sizes {plan.profile.min}..{plan.profile.max} or {REBUILD} --cuda-graphs")
+                continue
+            lower_shapes = spec.graph_lower_bound.input if bounded else spec.input
             for name, shape in spec.input.items():
-                if name not in inputs:
-                    self.add(Severity.error, f"graph_spec batch_size {spec.batch_size} names input {name!r}, which the config "
-                                      f"does not have ({', '.join(inputs)})", f"{REBUILD} --cuda-graphs")
+                low = lower_shapes.get(name)
+                if low is None or len(low.dim) != len(shape.dim) or any(d < 0 for d in [*shape.dim, *low.dim]) or any(
+                        lo > hi for lo, hi in zip(low.dim, shape.dim)):
+                    self.add(Severity.error, f"graph_spec batch_size {spec.batch_size}: input {name!r} shape {list(shape.dim)} "
+                                             f"with lower bound {list(low.dim) if low is not None else 'none'}: Triton's "
+                                             "tensorrt backend expects sizes >= 0, a lower bound of the same rank and no "
+                                             "larger, and refuses to load the model", f"{REBUILD} --cuda-graphs")
+                elif name not in inputs:
+                    self.add(Severity.warning, f"graph_spec batch_size {spec.batch_size} names input {name!r}, which the config "
+                                        f"does not have ({', '.join(inputs)}): no graph is captured for it",
+                             f"{REBUILD} --cuda-graphs")
                 elif any(d >= 0 and g != d for g, d in zip(shape.dim, inputs[name])) or len(shape.dim) != len(inputs[name]):
-                    self.add(Severity.error, f"graph_spec batch_size {spec.batch_size}: input {name!r} shape {list(shape.dim)} is "
-                                      f"not the config's {inputs[name]}", f"{REBUILD} --cuda-graphs")
+                    self.add(Severity.warning, f"graph_spec batch_size {spec.batch_size}: input {name!r} shape {list(shape.dim)} is "
+                                        f"not the config's {inputs[name]}: no graph is captured for it",
+                             f"{REBUILD} --cuda-graphs")
+            if plan is not None and plan.status is Status.built and not plan.profile.min <= spec.batch_size <= plan.profile.max:
+                self.add(Severity.warning, f"graph_spec batch_size {spec.batch_size} is outside the plan's profile "
+                                    f"{plan.profile.min}..{plan.profile.max}: the engine cannot run it, and no graph is captured",
+                         f"capture graphs for batch sizes {plan.profile.min}..{plan.profile.max} or {REBUILD} --cuda-graphs")
         if plan is not None and plan.status is Status.built:
             self._check_graphs_in_each_context(cfg, plan.profiles)
 
@@ -90,6 +113,8 @@ class PlanOptionChecks:
                              f"capture graphs only for batch sizes every group's profiles run, or {REBUILD} --cuda-graphs")
 
     def _check_allocation_strategy(self, cfg, backend: str | None) -> None:
+        """execution_context_allocation_strategy as tensorrt_backend reads it (src/model_state.cc ParseParameters, from
+        release 25.05): STATIC or ON_PROFILE_CHANGE, anything else refuses the model; earlier releases ignore it."""
         if ALLOCATION_PARAMETER not in cfg.parameters:
             return
         value = cfg.parameters[ALLOCATION_PARAMETER].string_value
@@ -117,28 +142,18 @@ class PlanOptionChecks:
                      "trt_model on a GPU kind it has a plan for")
 
     def _check_profiles(self, cfg, backend: str | None) -> None:
-        """instance_group.profile as tensorrt_backend reads it (e2ef6d7): each name an integer (tensorrt_utils.cc
-        GetProfileIndex), an index of the plan's profiles (instance_state.cc InitOptimizationProfiles refuses the load
-        otherwise), verified, and every batch up to max_batch_size taken by one of the group's profiles: the dynamic
+        """instance_group.profile as tensorrt_backend reads it (e2ef6d7): an index of the plan's profiles
+        (instance_state.cc InitOptimizationProfiles refuses the load otherwise), verified, and every batch up to max_batch_size taken by one of the group's profiles: the dynamic
         batcher may send any of them to any instance, and a batch outside the instance's profiles fails there
         ("request specifies invalid shape"; config.profile_groups)."""
         manifest: Manifest | None = self.ctx.manifest
         plan = manifest.plan if manifest is not None and manifest.plan is not None else None
         profiles = plan.profiles if plan is not None and plan.status is Status.built else None
         for number, group in enumerate(cfg.instance_group):
-            if not group.profile:
-                continue
+            indices = [profile_index(p) for p in group.profile]
+            if not indices or backend != "tensorrt" or any(i is None or i < 0 for i in indices):
+                continue  # (what Triton core refuses: the checker's _check_instance_group)
             name = group.name or f"#{number + 1}"
-            if backend != "tensorrt":
-                self.add(Severity.warning, f"instance_group {name} lists profile in a model of the {backend} backend: only "
-                                           "the tensorrt backend reads it", "remove profile")
-                continue
-            indices = [int(p) if p.strip().lstrip("-").isdigit() else None for p in group.profile]
-            if None in indices:
-                self.add(Severity.error, f"instance_group {name}: profile {list(group.profile)} names a profile that is "
-                                         "not an index; Triton's tensorrt backend refuses to load the model",
-                         f"list profile indices (\"0\", \"1\") or {REBUILD}")
-                continue
             if profiles is None:
                 continue
             wrong = [i for i in indices if not 0 <= i < len(profiles)]

@@ -1193,6 +1193,8 @@ class IExecutionContext(_Object):
             results = _session(engine._onnx).run([t.name for t in engine._header.outputs], feeds)
         except Exception as e:  # noqa: BLE001
             raise _ExecutionError(f"execution failed: {str(e).strip().splitlines()[0]}") from None
+        if str(self._profile) in os.environ.get("STANDIN_TRT_WRONG_PROFILE", "").split(","):  # a test's fault: wrong kernels
+            results = [np.flip(result, axis=-1) for result in results]
         for tensor, result in zip(engine._header.outputs, results):
             data = np.ascontiguousarray(result, dtype=NUMPY[tensor.dtype])
             allocator = self._allocators.get(tensor.name)

@@ -133,10 +133,16 @@ class TritonPythonModel(BatchingModel):
 
 def instance_profiles(config: dict, instance_name: str) -> list[int]:
     """The profile indices of the instance's group (instance_group.profile; Triton names an instance after its group,
-    `<group>_<n>`), else profile 0; a name that is not an integer fails the load, as in tensorrt_backend (GetProfileIndex)."""
+    `<group>_<n>`), else profile 0; each name read as tensorrt_backend reads it (GetProfileIndex: its leading integer),
+    and one that is not an integer fails the load there too."""
+    from tritonize.model_repository import profile_index
+
     for group in config.get("instance_group") or []:
         if group.get("profile") and instance_name.startswith(f"{group.get('name')}_"):
-            return [int(p) for p in group["profile"]]
+            indices = [profile_index(p) for p in group["profile"]]
+            if None in indices:
+                raise RuntimeError(f"unable to parse the profile names {group['profile']} of {instance_name}")
+            return indices
     return [0]
 
 
