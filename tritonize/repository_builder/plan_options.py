@@ -34,9 +34,9 @@ class PlanOptionChecks:
 
     def _check_cuda_graphs(self, cfg, backend: str | None) -> None:
         """As Triton's tensorrt backend reads graph specs: with graphs: true it validates each when an instance loads
-        and refuses the model on a bad one (src/instance_state.cc InitializeGraphSpecs, ValidateGraphSpec: batch sizes
-        in 1..max_batch_size, 0 without batching, the lower bound's no larger, shapes of sizes >= 0 and lower bounds no
-        larger); a graph it then cannot capture (an input the engine lacks, a shape or batch outside the plan's profile)
+        and refuses the model on a bad one (tensorrt_backend src/instance_state.cc InitializeGraphSpecs,
+        ValidateGraphSpec: batch sizes in 1..max_batch_size, 0 without batching, the lower bound's no larger, shapes of
+        sizes >= 0 and lower bounds no larger); a graph it then cannot capture (an input the engine lacks, a shape or batch outside the plan's profile)
         is logged and served without (BuildCudaGraph): a warning. Without graphs: true it reads none."""
         cuda = cfg.optimization.cuda
         if not cuda.graph_spec:
