@@ -218,7 +218,7 @@ def test_a_config_loaded_with_fewer_instances_is_not_a_crash(serve):
 
 # ------------------------------------------------------------------ a bad request is not a crash
 
-IDLE_S = 30  # no traffic after the bad requests: 60 rounds of the supervisor, 6 of its probe intervals
+IDLE_S = 12  # no traffic after the bad requests: 24 rounds of the supervisor, 2 of its probe intervals
 # Triton 2.51 counts one failed ensemble request twice in the ensemble's nv_inference_request_failure (reason
 # OTHER), and the step that refused it once in nv_inference_request_success: its error is its response (measured).
 ENSEMBLE_FAILURE_COUNTS = 2
