@@ -135,7 +135,9 @@ def test_a_model_with_two_instances_heals_when_either_instance_dies(serve):
             line = serve.expect("onnx_pair: ", timeout=30)
             healed = time.monotonic()
             time.sleep(3)
-        assert line.startswith(f"onnx_pair: stub {victim} (pid {pid}) died"), line
+        # Found by its death, or (a busy machine: a failed request counted first) by the probe that reached it.
+        assert line.startswith((f"onnx_pair: stub {victim} (pid {pid}) died",
+                                f"onnx_pair: Stub process '{victim}' is not healthy")), line
         after = [error for sent, error in traffic.records if sent > healed]
         assert len(after) > 10 and not [e for e in after if e], set(after)
         assert {i for i in stub_processes(serve.server_pid) if i.startswith("onnx_pair_")} == {"onnx_pair_0_0", "onnx_pair_0_1"}
