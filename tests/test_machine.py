@@ -131,3 +131,25 @@ print(verify_plan(plan, ("images", "logits"), x, ref, Tolerance(), [1, 2], "ones
     (cu12 / "libcudart.so.12").unlink()
     alone = run("from tritonize.convert.builders import gpu_problem; print(gpu_problem())")
     assert f"{cu13 / 'libcudart.so.13'}: 35 (cudaErrorInsufficientDriver)" in alone, alone
+
+
+@pytest.mark.parametrize("value, threads", [("1", 1), ("3", 3), (None, 0), ("", 0), ("two", 0)])
+def test_onnxruntime_computes_on_the_threads_torch_does(value, threads, tmp_path, monkeypatch):
+    """The verifying and calibrating onnxruntime sessions take OMP_NUM_THREADS as torch does (two test workers on
+    two cores: one thread each, not two that spin); unset, onnxruntime's own choice (0)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from tritonize.convert.precision import ort_session
+    from tritonize.machine import compute_threads
+
+    if value is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "relu.onnx")
+    assert compute_threads() == threads
+    assert ort_session(tmp_path / "relu.onnx").get_session_options().intra_op_num_threads == threads

@@ -18,6 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+def compute_threads() -> int:
+    """Intra-op threads for onnxruntime's CPU sessions that verify and calibrate in this process: OMP_NUM_THREADS
+    where it is set, as torch computes (onnxruntime does not read it, and its idle threads spin on a core another
+    process may be using), else 0: onnxruntime's own choice, every core."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() else 0
+
+
 # Where Polygraphy 0.53.6 (polygraphy/cuda/cuda.py, _find_cuda_lib_dirs) looks for libcudart.so* on Linux:
 # LD_LIBRARY_PATH, these, then <sys.path>/nvidia/cuda_runtime/lib (the CUDA 12 wheel); it loads the first file it
 # finds and never asks whether it works. It never looks in <sys.path>/nvidia/cu13/lib, where the CUDA 13 runtime

@@ -32,6 +32,7 @@ from typing import Iterable
 import numpy as np
 
 from tritonize.errors import TritonizeError
+from tritonize.machine import compute_threads
 
 FP16_MAX = 65504.0
 # Activations above this stay FP32: sums and products of values this large overflow FP16 inside
@@ -46,6 +47,7 @@ def ort_session(model, optimize: bool = True):
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    opts.intra_op_num_threads = compute_threads()
     if not optimize:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     source = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)

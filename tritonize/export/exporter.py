@@ -12,6 +12,7 @@ import numpy as np
 from tritonize.errors import TritonizeError
 from tritonize.files import ensure_writable_dir, staged_path, sweep_stale
 from tritonize.facts import file_facts, now_iso, tool_versions
+from tritonize.machine import compute_threads
 from tritonize.manifest import MANIFEST_NAME, ExportedArtifact, Manifest, Status
 from tritonize.progress import say, step
 from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec, build_model
@@ -325,4 +326,5 @@ def _ort_session(path: Path):
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    opts.intra_op_num_threads = compute_threads()
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
