@@ -73,3 +73,42 @@ def test_front_door_version_short_help_and_module_entry():
     assert short.exit_code == 0 and "Make a repository" in short.output and "Examples" in short.output
     as_module = subprocess.run([sys.executable, "-m", "tritonize", "--version"], capture_output=True, text=True, timeout=120)
     assert as_module.returncode == 0 and as_module.stdout.strip() == f"tritonize {version('tritonize')}"
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path):
+    """Ctrl-C during a command: `error: interrupted` and exit 130 (c892129: typer 0.29 exited 130 saying nothing)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    process = subprocess.Popen([sys.executable, "-m", "tritonize", "export", "--arch", "resnet18", "--weights", "none",
+                                "--artifacts", str(tmp_path / "build")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, cwd=tmp_path,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # a background job's is ignored
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "build").exists() and time.monotonic() < deadline:  # the command has started
+            time.sleep(0.1)
+        time.sleep(1)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, (out, err)
+    assert err.strip().splitlines()[-1] == "error: interrupted" and "Traceback" not in err, err
+
+
+def test_an_aborted_command_is_one_line_and_exit_1():
+    """An input that ends (EOFError) or a command's typer.Abort: `error: aborted`, exit 1, no traceback. c892129
+    looked for click's Abort where typer 0.29's click has none: an AttributeError's traceback instead."""
+    import subprocess
+    import sys
+
+    code = ("import typer, tritonize.cli as cli\n"
+            "@cli.app.command('ends')\n"
+            "def ends():\n    raise EOFError\n"
+            "cli.main()")
+    done = subprocess.run([sys.executable, "-c", code, "ends"], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr.strip().splitlines()[-1:]) == (1, ["error: aborted"]), done.stderr
+    assert "Traceback" not in done.stderr

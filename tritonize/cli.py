@@ -27,6 +27,9 @@ class _UserErrorsAsOneLine(TyperGroup):
         except TritonizeError as e:  # its first line says what happened; a server log's tail may follow
             typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
             raise typer.Exit(e.exit_code) from None
+        except KeyboardInterrupt:  # typer would exit 130 saying nothing
+            _error("interrupted")
+            raise typer.Exit(130) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
@@ -42,9 +45,9 @@ class _UserErrorsAsOneLine(TyperGroup):
         except click_errors.ClickException as e:  # a bad file argument and the like
             _error(e.format_message())
             sys.exit(e.exit_code)
-        except click_errors.Abort:
-            _error("interrupted")
-            sys.exit(130)
+        except typer.Abort:  # typer's own (its click has none): an input that ended, or a command that aborted
+            _error("aborted")
+            sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
 
