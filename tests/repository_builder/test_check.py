@@ -954,6 +954,7 @@ def test_an_ensemble_without_a_batch_axis_over_batching_steps_passes(repo):
     (2, [1, 4], "tensor 'X': the ensemble's input is TYPE_FP32 [1, 4] with a batch axis, pair's input 'x' is TYPE_FP32 "
                 "[1, 4] without a batch axis (Triton passes it batches of 1 only)"),
     (2, [2, 1, 4], None),  # the step's dims are the ensemble's with a batch axis (a fixed one agrees with -1)
+    (1, [2, 1, 4], None),  # so at max_batch_size 1 too: the ensemble's input has its batch axis there as well
     (0, [-1, 1, 4], "tensor 'X': the ensemble's input is TYPE_FP32 [1, 4], pair's input 'x' is TYPE_FP32 [-1, 1, 4]"),
 ])
 def test_an_ensemble_passes_tensors_to_a_step_without_a_batch_axis_as_triton_does(repo, ensemble_batch, step_dims,
