@@ -67,11 +67,13 @@ perf-analyzer: $(STAMP)
 # show NAME` shows one). The artifacts the tests share are exported once for every mutant's tests, from
 # squeezenet1_1 (5 MB, where resnet18 is 47 MB: each mutant's tests load them afresh, which halves the run);
 # torch runs one thread per test process (mutmut runs one process per core: more threads only wait on each other).
+# The suite's /tmp check is make test's: each mutant's pytest would count the folders its neighbour's leave meanwhile.
 MUTATION_ARTIFACTS := build/mutation-squeezenet1_1
 mutation: $(STAMP)
 	$(PY) -m pip install -q -e ".[mutation]"
 	$(VENV)/bin/tritonize export --arch squeezenet1_1 --weights none --format all --artifacts $(MUTATION_ARTIFACTS) > /dev/null
-	OMP_NUM_THREADS=1 TRITONIZE_HYPOTHESIS=mutation TRITONIZE_TEST_ARTIFACTS=$(abspath $(MUTATION_ARTIFACTS)) $(VENV)/bin/mutmut run
+	OMP_NUM_THREADS=1 TRITONIZE_HYPOTHESIS=mutation TRITONIZE_TESTS_TMP_CHECKED_BY=mutation \
+	  TRITONIZE_TEST_ARTIFACTS=$(abspath $(MUTATION_ARTIFACTS)) $(VENV)/bin/mutmut run
 	$(VENV)/bin/mutmut results
 
 # The bugs planted by hand (benchmarks/planted/*.patch, docs/mutation.md): each applied to a scratch copy of

@@ -1070,10 +1070,15 @@ def test_trt_models_rules_run_on_trt_model(repo, artifacts_copy):
               "warning"))
 
 
-def test_a_model_directory_without_any_version_directory(repo):
+@pytest.mark.parametrize("every_subdirectory", [False, True], ids=["no_version", "no_subdirectory"])
+def test_a_model_directory_without_any_version_directory(repo, every_subdirectory):
+    """Also with no subdirectory at all (no configs/ either): the backend Triton fills in from the first one's files
+    has none to look in."""
     import shutil
 
-    shutil.rmtree(repo / "onnx_model" / "1")
+    model = repo / "onnx_model"
+    for subdirectory in [p for p in model.iterdir() if p.is_dir()] if every_subdirectory else [model / "1"]:
+        shutil.rmtree(subdirectory)
     _exactly(check_repository(repo), ("onnx_model", "no numeric version directory: Triton finds no version to serve"))
 
 
