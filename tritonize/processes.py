@@ -67,6 +67,14 @@ def _live_members(pgid: int) -> bool:
     return False
 
 
+def signal_name(number: int) -> str:
+    """`SIGSEGV` for 11; `signal 99` for a number Python does not name."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def start_time(pid: int) -> str | None:
     """When the process started (clock ticks after boot), None once it is dead (a zombie too): with
     the pid, it tells the process from a later one that got the same pid."""

@@ -7,7 +7,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from tritonize.access import WORKDIR_PREFIX, ControlKey, write_addresses
 from tritonize.errors import TritonizeError
-from tritonize.processes import die_with_parent, start_time, stop_process_group
+from tritonize.processes import die_with_parent, signal_name, start_time, stop_process_group
 from tritonize.progress import Ticker, say
 from tritonize.repository_index import model_states
 from tritonize.serve import shm
@@ -399,8 +398,5 @@ class ServerHandle:
 def exit_words(code: int) -> str:
     """A Popen return code in words: `was killed by SIGSEGV`, `exited with code 1`."""
     if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
+        return f"was killed by {signal_name(-code)}"
     return f"exited with code {code}"

@@ -58,7 +58,7 @@ from pathlib import Path
 from tritonize.access import ControlKey
 from tritonize.progress import say
 from tritonize.serve import shm, unavailable
-from tritonize.processes import start_time
+from tritonize.processes import signal_name, start_time
 from tritonize.repository_index import clean_reason, model_states
 
 POLL_S = 0.5
@@ -384,10 +384,7 @@ def failure_counts(metrics_url: str) -> dict[str, float]:
 def _how(status: int) -> str:
     """A wait status in words."""
     if status & 0x7F:
-        try:
-            return f"killed by {signal.Signals(status & 0x7F).name}"
-        except ValueError:
-            return f"killed by signal {status & 0x7F}"
+        return f"killed by {signal_name(status & 0x7F)}"
     return f"exit code {status >> 8}"
 
 
