@@ -241,7 +241,7 @@ class EmbeddedServer(ServerHandle):
             self.front = Front(self.host, self.ports.http, self.ports.metrics, (self.inner.http, self.inner.metrics),
                                self.samples)
             self.front.start()
-            grpc_url = endpoints(self.host, self.ports)[0]
+            grpc_url, http_url, metrics_url = endpoints(self.host, self.ports)  # what clients reach
             self.server = RunningServer(
                 self.command(), urls=(grpc_url, *endpoints("127.0.0.1", self.inner)[1:]),
                 log_path=self.log_path or self.workdir / "tritonserver.log", ready_timeout=self.ready_timeout, env=env,
@@ -250,7 +250,6 @@ class EmbeddedServer(ServerHandle):
             )
             info = self.server.start()
             self.serving(info)
-            _, http_url, metrics_url = endpoints(self.host, self.ports)
             return dataclasses.replace(info, http_url=http_url, metrics_url=metrics_url)
         except BaseException:
             self.stop()
