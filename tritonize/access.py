@@ -50,6 +50,28 @@ RESTRICTED_APIS = ("model-repository", "statistics", "trace", "logging", "shared
 HTTP_RESTRICTION_FROM = "23.11"  # --http-restricted-api (r23.11, commit 4b481a6f6); gRPC's is older than r23.10
 MIN_KEY_CHARS = 16
 RESTRICTED = "is restricted, expecting header"  # in Triton's refusal (gRPC and HTTP)
+HTTP_REFUSAL = f"This API {RESTRICTED} '{KEY_HEADER}'"  # Triton's words; the front's too
+GRPC_REFUSAL = f"This protocol {RESTRICTED} '{GRPC_KEY_HEADER}'"
+
+# The APIs left open (health, metadata, inference, model config), as tritonserver 2.51 routes them
+# (src/http_server.cc HTTPAPIServer::Handle, src/grpc/grpc_server.cc): anything else needs the key, unknown paths
+# included. `/v2/models/stats` is statistics although the model pattern matches it: Triton checks it first.
+_OPEN_HTTP = re.compile(r"/v2(?:/health/(?:live|ready))?"
+                        r"|/v2/models/[^/]+(?:/versions/[0-9]+)?(?:/(?:infer|generate|generate_stream|ready|config))?")
+OPEN_GRPC_METHODS = frozenset(
+    [f"/inference.GRPCInferenceService/{m}" for m in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata",
+                                                     "ModelMetadata", "ModelInfer", "ModelStreamInfer", "ModelConfig")]
+    + ["/grpc.health.v1.Health/Check"])
+
+
+def http_api_open(path: str) -> bool:
+    """Whether an HTTP request for `path` (the target without its query) needs no key."""
+    return path != "/v2/models/stats" and _OPEN_HTTP.fullmatch(path) is not None
+
+
+def grpc_method_open(path: bytes) -> bool:
+    """Whether a gRPC call of `path` (its :path, /package.Service/Method) needs no key."""
+    return path.decode("ascii", "replace") in OPEN_GRPC_METHODS
 
 
 def is_loopback(host: str) -> bool:
