@@ -159,13 +159,14 @@ def test_the_front_keeps_a_connection_for_several_requests(server):
         connection.close()
 
 
-def test_the_front_answers_while_no_tritonserver_listens():
+def test_the_front_answers_while_no_tritonserver_listens(tmp_path):
     """Between a crash and the new server: 503 on HTTP, tritonize's own metrics on the metrics port."""
-    from tritonize.serve.front import Front
+    from tritonize.serve.front import Front, Upstream
     from tritonize.serve.process import choose_ports
 
-    ports, nobody = choose_ports("127.0.0.1", None, None, None), choose_ports("127.0.0.1", None, None, None)
-    front = Front("127.0.0.1", ports.http, ports.metrics, (nobody.http, nobody.metrics), lambda: "tritonize_x 1\n")
+    ports = choose_ports("127.0.0.1", None, None, None)
+    front = Front("127.0.0.1", (ports.http, ports.grpc, ports.metrics), Upstream(tmp_path),
+                  samples=lambda: "tritonize_x 1\n")
     front.start()
     try:
         with pytest.raises(urllib.error.HTTPError) as refused:
