@@ -17,9 +17,11 @@ The key: given in a file (`--control-key-file`, readable only by its owner) or i
 never as a value on a command line; `tritonize serve` generates one per start when none was given, on
 loopback too: a model load may carry files (`file:1/model.py`) that the server runs, so holding the key is
 running code as the serving user (docs/serving-other-machines.md). `--open-control-apis` leaves them open.
-tritonserver 2.51 takes the key only on its own command line (no file or environment form), so `ps` on the
-serving machine shows it in tritonserver's arguments (for the docker engine, in the container's tritonserver,
-not in `docker run`).
+tritonserver 2.51 takes a key only on its own command line (no file or environment form), which every user can
+read: so `tritonize serve` gives it none. tritonserver listens only on Unix sockets in the server's private
+directory, and serve's front (serve/front.py) checks the key, with Triton's own rules for which API is which
+(http_api_open, grpc_method_open) and Triton's own refusals. restriction_flags remain for the servers tritonize
+does not front: `serve --print-command`, Kubernetes, compose.
 
 tritonize's own commands find the key of a `tritonize serve` of the same user on this machine by themselves:
 each server's directory (mode 700, the user's) holds ADDRESSES_FILE, naming its ports and its key file.

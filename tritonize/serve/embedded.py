@@ -42,7 +42,6 @@ from tritonize.serve.repository import (
     model_control_flags,
     validate_repository,
 )
-from tritonize.serve.front import Front, Upstream
 from tritonize.serve.process import RunningServer, ServerHandle, ServerInfo, choose_ports, endpoints
 
 

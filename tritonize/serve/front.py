@@ -291,7 +291,7 @@ async def _next_request(client: h11.Connection, reader: asyncio.StreamReader) ->
             deadline = time.monotonic() + HEAD_TIMEOUT_S
         wait = IDLE_TIMEOUT_S if deadline is None else deadline - time.monotonic()
         try:
-            data = await asyncio.wait_for(reader.read(PIECE), max(wait, 0))
+            data = await _read(reader, max(wait, 0))
         except asyncio.TimeoutError:
             if deadline is None:
                 return None
@@ -300,6 +300,21 @@ async def _next_request(client: h11.Connection, reader: asyncio.StreamReader) ->
             deadline = time.monotonic() + HEAD_TIMEOUT_S
         fed += len(data)
         client.receive_data(data)
+
+
+async def _read(reader: asyncio.StreamReader, seconds: float) -> bytes:
+    """What `reader` has next; asyncio.TimeoutError after `seconds` (a timer, not wait_for's task per read: a read
+    per request piece is the front's most frequent wait)."""
+    task, fired = asyncio.current_task(), []
+    timer = asyncio.get_running_loop().call_later(seconds, lambda: (fired.append(True), task.cancel()))
+    try:
+        return await reader.read(PIECE)
+    except asyncio.CancelledError:
+        if fired:  # the connection ends: what the read may have got meanwhile goes with it
+            raise asyncio.TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
 
 
 def _h11_words(e: h11.RemoteProtocolError) -> str:
@@ -385,7 +400,7 @@ class HttpConnection:
 
     async def _read(self) -> bytes:
         try:
-            return await asyncio.wait_for(self.reader.read(PIECE), BODY_TIMEOUT_S)
+            return await _read(self.reader, BODY_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise Refused(408, f"the request's body stalled for {BODY_TIMEOUT_S:g} s") from None
 
@@ -445,13 +460,14 @@ class HttpConnection:
     async def _answer_back(self, upstream) -> None:
         """tritonserver's answer, passed back to the client as it comes."""
         reader, _, triton = upstream
-        started = False
+        started, out = False, []
         while True:
             try:
                 event = triton.next_event()
             except h11.RemoteProtocolError:
                 event = h11.ConnectionClosed()
             if event is h11.NEED_DATA:
+                await self._send(out)
                 triton.receive_data(await reader.read(PIECE))
                 continue
             if isinstance(event, h11.InformationalResponse):
@@ -466,18 +482,33 @@ class HttpConnection:
                 started = True
                 event = h11.Response(status_code=event.status_code, reason=event.reason, headers=[
                     (n, v) for n, v in event.headers.raw_items() if n.lower() not in (b"connection", b"keep-alive")])
-            self.writer.write(self.client.send(event))
-            try:
-                await asyncio.wait_for(self.writer.drain(), BODY_TIMEOUT_S)
-            except asyncio.TimeoutError:
-                raise asyncio.IncompleteReadError(b"", None) from None  # a client that does not read
+            out.append(self.client.send(event))
             if isinstance(event, h11.EndOfMessage):
+                await self._send(out)
                 if triton.our_state is h11.DONE and triton.their_state is h11.DONE:
                     triton.start_next_cycle()
                 else:
                     self.upstream[1].close()
                     self.upstream = None
                 return
+
+
+    async def _send(self, out: list[bytes]) -> None:
+        """What is ready for the client, in one write; waits only while the client is slow to read it."""
+        if out:
+            self.writer.write(b"".join(out))
+            out.clear()
+            await _drain(self.writer)
+
+
+async def _drain(writer: asyncio.StreamWriter) -> None:
+    """Wait (up to BODY_TIMEOUT_S) while `writer` holds more than its transport's high-water mark; a client that does
+    not read for that long is gone."""
+    if writer.transport.get_write_buffer_size():
+        try:
+            await asyncio.wait_for(writer.drain(), BODY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise asyncio.IncompleteReadError(b"", None) from None
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, message: str,
