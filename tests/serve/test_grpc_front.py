@@ -72,7 +72,7 @@ def rig(tmp_path):
 
 def _call(channel, method, payload=b"x", key=None, other=()):
     metadata = ([(GRPC_KEY_HEADER, key)] if key else []) + list(other)
-    return channel.unary_unary(f"/{SERVICE}/{method}")(payload, metadata=metadata, timeout=30)
+    return channel.unary_unary(f"/{SERVICE}/{method}")(payload, metadata=metadata, timeout=10)
 
 
 def test_open_methods_pass_and_restricted_ones_want_the_key(rig):
@@ -109,7 +109,7 @@ def test_messages_pass_byte_for_byte(rig):
     payload = bytes(range(256)) * (5 * 2**20 // 256)  # a batch-8 request's size
     assert _call(channel, "ModelInfer", payload) == payload
     stream = channel.stream_stream(f"/{SERVICE}/ModelStreamInfer")
-    assert list(stream(iter([b"a" * 100_000, b"b", payload]), timeout=30)) == [b"a" * 100_000, b"b", payload]
+    assert list(stream(iter([b"a" * 100_000, b"b", payload]), timeout=10)) == [b"a" * 100_000, b"b", payload]
 
 
 def test_a_refused_stream_gives_its_window_back(rig):
@@ -119,7 +119,146 @@ def test_a_refused_stream_gives_its_window_back(rig):
     register = channel.stream_stream(f"/{SERVICE}/SystemSharedMemoryRegister")
     for _ in range(5):
         with pytest.raises(grpc.RpcError) as refused:
-            list(register(iter([b"z" * 200_000] * 3), timeout=30))
+            list(register(iter([b"z" * 200_000] * 3), timeout=10))
         assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     assert _call(channel, "ModelInfer", b"y" * 300_000, key=key.value) == b"y" * 300_000
-    assert list(register(iter([b"ok"]), metadata=[(GRPC_KEY_HEADER, key.value)], timeout=30)) == [b"ok"]
+    assert list(register(iter([b"ok"]), metadata=[(GRPC_KEY_HEADER, key.value)], timeout=10)) == [b"ok"]
+
+
+class _Collect:
+    """A stand-in for a StreamWriter: what was written."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def write(self, data):
+        self.data += data
+
+
+def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    from tritonize.serve.grpc_front import _header
+
+    found, pos = [], 0
+    while pos < len(data):
+        length, kind, flags, stream = _header(data, pos)
+        found.append((kind, flags, stream, bytes(data[pos + 9:pos + 9 + length])))
+        pos += 9 + length
+    return found
+
+
+@pytest.mark.parametrize("ended", [False, True], ids=["client-still-sending", "client-done"])
+def test_a_refusal_is_tritons_trailers_only_answer_and_leaves_the_clients_hpack_table_alone(ended):
+    import hpack
+
+    from tritonize.serve import grpc_front as g
+
+    client, upstream = _Collect(), _Collect()
+    relay = g.Relay(None, client, upstream, None)
+    decoder = hpack.Decoder()  # the client's, holding what tritonserver's answers put in its table
+    decoder.decode(hpack.Encoder().encode([("x-earlier", "kept")]))
+    table = list(decoder.header_table.dynamic_entries)
+    relay._refuse(7, g.END_STREAM if ended else 0)
+    frames = _frames(client.data)
+    kind, flags, stream, block = frames[0]
+    assert (kind, flags, stream) == (g.HEADERS, g.END_HEADERS | g.END_STREAM, 7)
+    assert decoder.decode(block) == [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "14"),
+                                     ("grpc-message", GRPC_REFUSAL)]
+    assert list(decoder.header_table.dynamic_entries) == table and upstream.data == b""
+    if ended:
+        assert len(frames) == 1 and 7 not in relay.refused
+    else:
+        assert frames[1] == (g.RST_STREAM, 0, 7, bytes(4)) and len(frames) == 2 and 7 in relay.refused
+
+
+def test_the_refusal_message_is_percent_encoded_as_grpc_wants():
+    from tritonize.serve.grpc_front import _percent
+
+    assert _percent("a b%c\né") == b"a b%25c%0A%C3%A9"
+
+
+class _Front:
+    def __init__(self, key: str | None):
+        self.key = key
+
+    def authorized(self, value):
+        return self.key is None or value == self.key.encode()
+
+
+class _Connection:
+    busy, since = False, 0.0
+
+
+def _relay(key: str | None = "k" * 20):
+    from tritonize.serve import grpc_front as g
+
+    client, upstream = _Collect(), _Collect()
+    return g.Relay(_Front(key), client, upstream, _Connection()), client, upstream
+
+
+def _request(path: str, extra=(), encoder=None):
+    import hpack
+
+    return (encoder or hpack.Encoder()).encode([(":method", "POST"), (":scheme", "http"), (":path", path),
+                                                (":authority", "x"), *extra])
+
+
+def test_a_header_block_in_pieces_padded_and_prioritized_goes_on_whole_and_without_the_key():
+    import hpack
+
+    from tritonize.serve import grpc_front as g
+
+    relay, client, upstream = _relay()
+    block = _request(f"/{SERVICE}/RepositoryIndex", [(GRPC_KEY_HEADER, "k" * 20), ("x-a", "b")])
+    first = bytes([3]) + bytes(5) + block[:10] + b"\0\0\0"  # pad length 3, priority (5 bytes), padding
+    relay._special(g.HEADERS, g.PADDED | g.PRIORITY_FLAG, 1, first)
+    assert upstream.data == b"" and relay.block is not None
+    relay._special(g.CONTINUATION, 0, 1, block[10:20])
+    relay._special(g.CONTINUATION, g.END_HEADERS, 1, block[20:])
+    (kind, flags, stream, passed), = _frames(upstream.data)
+    assert (kind, flags, stream) == (g.HEADERS, g.END_HEADERS, 1) and relay.open == {1} and relay.block is None
+    assert hpack.Decoder().decode(passed) == [(":method", "POST"), (":scheme", "http"),
+                                              (":path", f"/{SERVICE}/RepositoryIndex"), (":authority", "x"), ("x-a", "b")]
+    with pytest.raises(g.ProtocolError):
+        relay._special(g.CONTINUATION, g.END_HEADERS, 3, b"")  # no block open
+    relay._special(g.HEADERS, 0, 3, _request("/x"))
+    with pytest.raises(g.ProtocolError):
+        relay._special(g.DATA, 0, 3, b"x")  # a block interrupted
+
+
+@pytest.mark.parametrize("case", ["no key", "wrong key", "two keys", "two paths"])
+def test_what_is_refused_goes_nowhere_and_what_follows_on_its_stream_is_dropped(case):
+    from tritonize.serve import grpc_front as g
+
+    relay, client, upstream = _relay()
+    extra = {"no key": [], "wrong key": [(GRPC_KEY_HEADER, "x" * 20)],
+             "two keys": [(GRPC_KEY_HEADER, "k" * 20), (GRPC_KEY_HEADER, "k" * 20)],
+             "two paths": [(":path", f"/{SERVICE}/ModelInfer"), (GRPC_KEY_HEADER, "x" * 20)]}[case]
+    relay._special(g.HEADERS, g.END_HEADERS, 5, _request(f"/{SERVICE}/ModelStatistics", extra))
+    assert upstream.data == b"" and 5 in relay.refused and relay.open == set()
+    client.data.clear()
+    relay._special(g.DATA, 0, 5, b"x" * 1000)
+    assert _frames(client.data) == [(g.WINDOW_UPDATE, 0, 0, (1000).to_bytes(4, "big"))]
+    relay._special(g.WINDOW_UPDATE, 0, 5, bytes(4))
+    relay._special(g.DATA, g.END_STREAM, 5, b"")
+    assert 5 not in relay.refused and upstream.data == b""
+
+
+def test_an_open_method_or_no_key_set_passes_and_the_servers_settings_are_followed():
+    import hpack
+
+    from tritonize.serve import grpc_front as g
+
+    relay, _, upstream = _relay(key=None)
+    relay._settings(bytes.fromhex("0001 00000000 0005 00004000".replace(" ", "")))  # table 0, frames 16384
+    assert relay.encoder.header_table_size == 0 and relay.decoder.max_allowed_table_size == 0
+    relay.frame_size = 20
+    client_encoder = hpack.Encoder()
+    client_encoder.header_table_size = 0  # as the client does once it has tritonserver's SETTINGS
+    relay._special(g.HEADERS, g.END_HEADERS | g.END_STREAM, 1, _request(f"/{SERVICE}/ModelStatistics",
+                                                                        encoder=client_encoder))
+    frames = _frames(upstream.data)
+    assert [f[0] for f in frames] == [g.HEADERS] + [g.CONTINUATION] * (len(frames) - 1) and len(frames) > 1
+    assert frames[0][1] == g.END_STREAM and frames[-1][1] & g.END_HEADERS and all(len(f[3]) <= 20 for f in frames)
+    assert hpack.Decoder().decode(b"".join(f[3] for f in frames))[2] == (":path", f"/{SERVICE}/ModelStatistics")
+    relay._special(g.RST_STREAM, 0, 1, bytes(4))  # the client ends the call: passed on, no longer open
+    assert relay.open == set() and _frames(upstream.data)[-1] == (g.RST_STREAM, 0, 1, bytes(4))

@@ -180,7 +180,7 @@ class Relay:
         """Triton's answer to a restricted call without the key, from the front (a trailers-only response)."""
         block = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple(name, value) for name, value in (
             (b":status", b"200"), (b"content-type", b"application/grpc"), (b"grpc-status", UNAVAILABLE),
-            (b"grpc-message", _percent(GRPC_REFUSAL)))], huffman=False)
+            (b"grpc-message", _percent(GRPC_REFUSAL)))])
         self.client.write(frame(HEADERS, END_HEADERS | END_STREAM, stream, block))
         if not ended:
             self.client.write(frame(RST_STREAM, 0, stream, struct.pack(">I", NO_ERROR)))
