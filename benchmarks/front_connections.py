@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import multiprocessing
 import os
 import resource
 import selectors
@@ -20,7 +21,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -35,8 +35,11 @@ from tritonize.repository_builder import RepoOptions, build_repository  # noqa: 
 from tritonize.serve.process import choose_ports  # noqa: E402
 
 
-def slow_clients(port: int, count: int, seconds: float, opened: list[int]) -> None:
-    """`count` connections kept open for `seconds`, each sending a head a byte at a time, every 3 s."""
+def slow_clients(port: int, count: int, seconds: float, opened) -> None:
+    """`count` connections kept open for `seconds`, each sending a head a byte at a time, every 3 s (in a process of
+    its own: the measuring client must not wait on it). `opened`: a shared counter of the connections opened."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     selector, conns = selectors.DefaultSelector(), {}
 
     def connect():
@@ -48,7 +51,7 @@ def slow_clients(port: int, count: int, seconds: float, opened: list[int]) -> No
             return
         conns[s] = [b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Slow: ", 0.0]
         selector.register(s, selectors.EVENT_READ)
-        opened[0] += 1
+        opened.value += 1
 
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -99,13 +102,16 @@ def main() -> None:
                 assert serve.poll() is None, log.read_text()
                 time.sleep(0.5)
             start_size = log.stat().st_size
-            opened = [0]
-            attack = threading.Thread(target=slow_clients, args=(ports.http, args.connections, args.seconds, opened))
+            opened = multiprocessing.Value("l", 0)
+            attack = multiprocessing.Process(target=slow_clients, args=(ports.http, args.connections, args.seconds, opened))
             attack.start()
             x = grpcclient.InferInput("input", [1, 3, 224, 224], "FP32")
             x.set_data_from_numpy(np.zeros((1, 3, 224, 224), np.float32))
             served, failed, latencies = {"http": 0, "grpc": 0}, {"http": [], "grpc": []}, []
+            rss = []
             while attack.is_alive():
+                rss.append(int(next(line for line in Path(f"/proc/{serve.pid}/status").read_text().splitlines()
+                                    if line.startswith("VmRSS:")).split()[1]) // 1024)
                 started = time.perf_counter()
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{ports.http}/v2/health/ready", timeout=10) as r:
@@ -126,18 +132,21 @@ def main() -> None:
         finally:
             serve.terminate()
             serve.wait(60)
-    result = {"connections": args.connections, "seconds": args.seconds, "slow_connections_opened": opened[0],
+    opened = opened.value
+    result = {"connections": args.connections, "seconds": args.seconds, "slow_connections_opened": opened,
               "served": served, "failed": {k: len(v) for k, v in failed.items()},
               "first_failures": {k: v[:3] for k, v in failed.items()},
               "client_round_ms": {"median": statistics.median(latencies), "max": max(latencies)},
+              "serve_rss_mb": {"first": rss[0], "max": max(rss)},
               "log_bytes_during": len(text), "log_lines_during": text.decode(errors="replace").splitlines(),
               "load_average_after": os.getloadavg()}
     save("front_connections", result)
     print(markdown_table(["slow connections", "opened in all", "seconds", "health served / failed",
-                          "gRPC infer served / failed", "client round ms (median, max)", "serve's log during"],
-                         [[args.connections, opened[0], args.seconds, f"{served['http']} / {len(failed['http'])}",
+                          "gRPC infer served / failed", "client round ms (median, max)", "serve's RSS MB",
+                          "serve's log during"],
+                         [[args.connections, opened, args.seconds, f"{served['http']} / {len(failed['http'])}",
                            f"{served['grpc']} / {len(failed['grpc'])}",
-                           f"{statistics.median(latencies):.0f}, {max(latencies):.0f}",
+                           f"{statistics.median(latencies):.0f}, {max(latencies):.0f}", f"{rss[0]} -> {max(rss)}",
                            f"{len(text)} bytes, {len(result['log_lines_during'])} lines"]]))
     print("\n".join(result["log_lines_during"]))
 

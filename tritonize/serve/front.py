@@ -23,6 +23,7 @@ refused (HTTP: 503). Each kind of trouble is logged in one line at most once a m
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import hmac
 import json
@@ -48,7 +49,7 @@ HEAD_TIMEOUT_S = 10.0  # from a request's first byte to the end of its head
 BODY_TIMEOUT_S = 30.0  # the longest a body, or an answer to a client, may stall
 IDLE_TIMEOUT_S = 600.0  # a connection between requests
 LINGER_S = 5.0  # how long the body of a refused request is read and dropped
-MAX_CONNECTIONS = 4096
+MAX_CONNECTIONS = 16384  # about 4 KB of serve's memory each while idle (benchmarks/front_connections.py)
 RESERVED_FILES = 64  # file descriptors kept for everything else serve does
 LOG_EVERY_S = 60.0
 FORM = b"application/x-www-form-urlencoded"
@@ -118,8 +119,9 @@ class Log:
 
 
 def connection_limit() -> int:
-    """MAX_CONNECTIONS, or fewer where the open-files limit (raised to its hard limit first) does not allow two files
-    for each (the client's and tritonserver's)."""
+    """MAX_CONNECTIONS, or fewer where the open-files limit (raised to its hard limit first) is lower. A connection
+    holds one file until its request's head is in, a second (to tritonserver) while it is in a request; a request
+    that finds no file left gets 503."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         try:
@@ -127,7 +129,7 @@ def connection_limit() -> int:
             soft = hard
         except (ValueError, OSError):
             pass
-    return max(1, min(MAX_CONNECTIONS, (soft - RESERVED_FILES) // 2))
+    return max(1, min(MAX_CONNECTIONS, soft - RESERVED_FILES))
 
 
 class Connection:
@@ -142,7 +144,8 @@ class Connection:
 
 
 class Connections:
-    """The open connections of every port, at most `limit`."""
+    """The open connections of every port, at most `limit`, in the order they last became idle (a dict keeps it: the
+    one to close at the bound is found in its first entries, not by a scan of thousands at each new connection)."""
 
     def __init__(self, limit: int, log: Log):
         self.limit, self.log, self.open = limit, log, {}
@@ -150,17 +153,22 @@ class Connections:
     def admit(self, connection: Connection) -> bool:
         """Make room for `connection` (closing the one idle longest at the bound); False: every one is busy."""
         if len(self.open) >= self.limit:
-            idle = [c for c in self.open if not c.busy]
-            if not idle:
+            victim = next((c for c in self.open if not c.busy), None)
+            if victim is None:
                 self.log("full", f"{len(self.open)} connections open, the limit, all in a request: new ones get 503")
                 return False
             self.log("evicted", f"{len(self.open)} connections open, the limit: closing those idle longest for new ones "
                                 "(slow or idle clients?)")
-            victim = min(idle, key=lambda c: c.since)
             del self.open[victim]
             victim.close()
         self.open[connection] = None
         return True
+
+    def idle(self, connection: Connection) -> None:
+        """`connection` waits for its next request: it goes last in line to be closed."""
+        connection.busy, connection.since = False, time.monotonic()
+        if self.open.pop(connection, False) is None:
+            self.open[connection] = None
 
     def remove(self, connection: Connection) -> None:
         self.open.pop(connection, None)
@@ -275,6 +283,11 @@ class Front:
 async def _next_request(client: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
     """The next request's head, within HEAD_TIMEOUT_S of its first byte (a connection between requests waits up to
     IDLE_TIMEOUT_S); None when the client is done."""
+    if not client.trailing_data[0]:  # the usual case: nothing of this head read yet
+        head = await _head(reader)
+        client.receive_data(head)
+        if not head:
+            return None
     deadline, fed = None, len(client.trailing_data[0])
     while True:
         try:
@@ -302,19 +315,41 @@ async def _next_request(client: h11.Connection, reader: asyncio.StreamReader) ->
         client.receive_data(data)
 
 
-async def _read(reader: asyncio.StreamReader, seconds: float) -> bytes:
-    """What `reader` has next; asyncio.TimeoutError after `seconds` (a timer, not wait_for's task per read: a read
-    per request piece is the front's most frequent wait)."""
+async def _head(reader: asyncio.StreamReader) -> bytes:
+    """A request head up to its empty line, waited for up to IDLE_TIMEOUT_S, then HEAD_TIMEOUT_S from its first byte
+    (b"" when the client closes first). StreamReader finds the end as bytes come, without waking the parser for each:
+    a slow client costs little."""
+    first = await _within(reader.read(1), IDLE_TIMEOUT_S)
+    if not first:
+        return b""
+    try:
+        return first + await _within(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        raise Refused(408, f"the request's head did not arrive within {HEAD_TIMEOUT_S:g} s") from None
+    except asyncio.LimitOverrunError:
+        raise Refused(431, f"the request line and headers are over {MAX_HEAD} bytes") from None
+    except asyncio.IncompleteReadError as e:  # the client closed mid-head: h11 says what that is
+        return first + e.partial
+
+
+async def _within(awaitable, seconds: float):
+    """`awaitable`'s result; asyncio.TimeoutError after `seconds` (a timer, not wait_for's task per read: a read is
+    the front's most frequent wait)."""
     task, fired = asyncio.current_task(), []
     timer = asyncio.get_running_loop().call_later(seconds, lambda: (fired.append(True), task.cancel()))
     try:
-        return await reader.read(PIECE)
+        return await awaitable
     except asyncio.CancelledError:
         if fired:  # the connection ends: what the read may have got meanwhile goes with it
             raise asyncio.TimeoutError from None
         raise
     finally:
         timer.cancel()
+
+
+async def _read(reader: asyncio.StreamReader, seconds: float) -> bytes:
+    """What `reader` has next; asyncio.TimeoutError after `seconds`."""
+    return await _within(reader.read(PIECE), seconds)
 
 
 def _h11_words(e: h11.RemoteProtocolError) -> str:
@@ -349,8 +384,7 @@ class HttpConnection:
     async def serve(self) -> None:
         try:
             while True:
-                self.connection.busy = False
-                self.connection.since = time.monotonic()
+                self.front.connections.idle(self.connection)
                 request = await _next_request(self.client, self.reader)
                 if request is None:
                     return
@@ -450,8 +484,11 @@ class HttpConnection:
             self.upstream[1].close()
         try:
             reader, writer = await asyncio.open_unix_connection(str(self.front.upstream.http), limit=MAX_HEAD)
-        except OSError:
+        except OSError as e:
             self.upstream = None
+            if e.errno in (errno.EMFILE, errno.ENFILE):
+                self.front.log("files", "no file left for a connection to tritonserver: new requests get 503")
+                raise Refused(503, "this server has too many connections open just now; retry in a few seconds") from None
             raise Refused(503, "tritonserver is not listening (starting, or starting again after a crash); "
                                "retry in a few seconds") from None
         self.upstream = (reader, writer, h11.Connection(h11.CLIENT))
