@@ -102,8 +102,9 @@ def main() -> None:
                 assert serve.poll() is None, log.read_text()
                 time.sleep(0.5)
             start_size = log.stat().st_size
-            opened = multiprocessing.Value("l", 0)
-            attack = multiprocessing.Process(target=slow_clients, args=(ports.http, args.connections, args.seconds, opened))
+            spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: gRPC's threads do not survive a fork
+            opened = spawn.Value("l", 0)
+            attack = spawn.Process(target=slow_clients, args=(ports.http, args.connections, args.seconds, opened))
             attack.start()
             x = grpcclient.InferInput("input", [1, 3, 224, 224], "FP32")
             x.set_data_from_numpy(np.zeros((1, 3, 224, 224), np.float32))

@@ -262,3 +262,110 @@ def test_an_open_method_or_no_key_set_passes_and_the_servers_settings_are_follow
     assert hpack.Decoder().decode(b"".join(f[3] for f in frames))[2] == (":path", f"/{SERVICE}/ModelStatistics")
     relay._special(g.RST_STREAM, 0, 1, bytes(4))  # the client ends the call: passed on, no longer open
     assert relay.open == set() and _frames(upstream.data)[-1] == (g.RST_STREAM, 0, 1, bytes(4))
+
+
+class _Drained(_Collect):
+    """A StreamWriter stand-in that counts its writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.writes = 0
+
+    def write(self, data):
+        super().write(data)
+        self.writes += 1
+
+    async def drain(self):
+        pass
+
+
+def _through(step, chunks: list[bytes]) -> None:
+    """Run `step` (a relay's from_client or from_server) on a reader whose reads give `chunks`, one each."""
+    import asyncio
+
+    class Reader:
+        async def read(self, _n):
+            return chunks.pop(0) if chunks else b""
+
+    asyncio.run(step(Reader()))
+
+
+def test_the_servers_frames_go_to_the_client_whole_and_are_noted():
+    """Frames cut anywhere by the reads reach the client as whole frames (the front's own go between them); the
+    server's SETTINGS are followed, its ACK of the client's not; a stream ends with END_STREAM or RST_STREAM."""
+    from tritonize.serve import grpc_front as g
+
+    relay, _, _ = _relay()
+    relay.client = _Drained()
+    relay.open = {1, 3, 5, 7}
+    relay.connection.busy = True
+    settings = g.frame(g.SETTINGS, 0, 0, bytes.fromhex("0001 00000800 0005 00008000 0003 00000064".replace(" ", "")))
+    frames = [settings, g.frame(g.SETTINGS, g.ACK, 0, bytes.fromhex("000500004000")),
+              g.frame(g.HEADERS, g.END_HEADERS, 1, b"h" * 30), g.frame(g.DATA, 0, 1, b"d" * 100),
+              g.frame(g.DATA, g.END_STREAM, 1, b""), g.frame(g.HEADERS, g.END_HEADERS | g.END_STREAM, 3, b"t"),
+              g.frame(g.RST_STREAM, 0, 5, bytes(4)), g.frame(g.PING, 0, 0, bytes(8))]
+    data = b"".join(frames)
+    cuts = [0, 5, 20, 40, 41, 150, len(data)]
+    _through(relay.from_server, [data[a:b] for a, b in zip(cuts, cuts[1:])])
+    assert bytes(relay.client.data) == data and _frames(relay.client.data) == _frames(data)
+    assert relay.client.writes <= len(cuts) - 1
+    assert relay.frame_size == 0x8000 and relay.encoder.header_table_size == 0x800
+    assert relay.decoder.max_allowed_table_size == 0x800
+    assert relay.open == {7} and relay.connection.busy is True
+    relay.open.clear()
+    _through(relay.from_server, [g.frame(g.PING, 0, 0, bytes(8))])
+    assert relay.connection.busy is False
+
+
+def test_each_write_to_the_client_ends_on_a_frame():
+    from tritonize.serve import grpc_front as g
+
+    relay, _, _ = _relay()
+    writes = []
+
+    class Writer(_Drained):
+        def write(self, data):
+            writes.append(bytes(data))
+            super().write(data)
+
+    relay.client = Writer()
+    data = g.frame(g.DATA, 0, 1, b"a" * 50) + g.frame(g.DATA, 0, 1, b"b" * 50)
+    _through(relay.from_server, [data[:30], data[30:70], data[70:]])
+    assert writes == [data[:59], data[59:]]
+
+
+def test_the_clients_runs_pass_unchanged_and_its_header_blocks_are_taken_out():
+    """from_client: the frames around a header block go on as they came, in the order they came, whatever the reads'
+    cuts; the block goes on re-encoded (here, without the key); a stream refused has its frames dropped."""
+    import asyncio
+
+    import hpack
+
+    from tritonize.serve import grpc_front as g
+
+    relay, client, _ = _relay()
+    relay.upstream = _Drained()
+    ping, window = g.frame(g.PING, 0, 0, bytes(8)), g.frame(g.WINDOW_UPDATE, 0, 0, (5).to_bytes(4, "big"))
+    allowed = _request(f"/{SERVICE}/ModelInfer", [(GRPC_KEY_HEADER, "k" * 20)])
+    refused = _request(f"/{SERVICE}/RepositoryIndex")
+    data = (g.frame(g.SETTINGS, 0, 0, b"") + ping + g.frame(g.HEADERS, g.END_HEADERS, 1, allowed) +
+            g.frame(g.DATA, g.END_STREAM, 1, b"m" * 70) + window + g.frame(g.HEADERS, g.END_HEADERS, 3, refused) +
+            g.frame(g.DATA, 0, 3, b"n" * 40) + ping)
+    _through(relay.from_client, [data[i:i + 23] for i in range(0, len(data), 23)])
+    passed = _frames(relay.upstream.data)
+    assert [(k, f, s) for k, f, s, _ in passed] == [(g.SETTINGS, 0, 0), (g.PING, 0, 0), (g.HEADERS, g.END_HEADERS, 1),
+                                                    (g.DATA, g.END_STREAM, 1), (g.WINDOW_UPDATE, 0, 0), (g.PING, 0, 0)]
+    assert hpack.Decoder().decode(passed[2][3])[2:] == [(":path", f"/{SERVICE}/ModelInfer"), (":authority", "x")]
+    assert passed[3][3] == b"m" * 70 and relay.open == {1} and relay.connection.busy is True
+    answered = _frames(client.data)
+    assert [(k, s) for k, _, s, _ in answered] == [(g.HEADERS, 3), (g.RST_STREAM, 3), (g.WINDOW_UPDATE, 0)]
+    assert answered[2][3] == (40).to_bytes(4, "big") and relay.refused == {3: None}
+
+
+def test_refused_streams_are_remembered_up_to_a_bound():
+    from tritonize.serve import grpc_front as g
+
+    relay, _, _ = _relay()
+    for stream in range(1, 2 * g.MAX_REFUSED + 10, 2):
+        relay._refuse(stream, 0)
+    assert len(relay.refused) == g.MAX_REFUSED and next(iter(relay.refused)) == 11  # 1, 3, 5, 7, 9 forgotten
