@@ -115,23 +115,23 @@ def resolve_spec(arch: str = DEFAULT_ARCH, weights: str | None = None) -> ModelS
         notes.append(f"random-init weights (seed {RANDOM_INIT_SEED}): the labels are meaningless for predictions")
     if kind == "checkpoint":
         notes.append(f"checkpoint weights: preprocessing and labels assumed from {type(default).__name__}.{default.name}")
-    crop = int(transforms.crop_size[0])
+    preprocessing = Preprocessing(
+        resize=int(transforms.resize_size[0]),
+        crop=int(transforms.crop_size[0]),
+        mean=tuple(float(v) for v in transforms.mean),
+        std=tuple(float(v) for v in transforms.std),
+        interpolation=transforms.interpolation.value,
+        antialias=bool(transforms.antialias),
+    )
     return ModelSpec(
         arch=arch,
         weights=label,
         weights_kind=kind,
-        preprocessing=Preprocessing(
-            resize=int(transforms.resize_size[0]),
-            crop=crop,
-            mean=tuple(float(v) for v in transforms.mean),
-            std=tuple(float(v) for v in transforms.std),
-            interpolation=transforms.interpolation.value,
-            antialias=bool(transforms.antialias),
-        ),
+        preprocessing=preprocessing,
         labels=tuple(source.meta["categories"]),
         labels_source=f"torchvision {type(source).__name__}.{source.name} meta['categories']",
         preprocessing_source=f"torchvision {type(source).__name__}.{source.name}.transforms()",
-        input_shape=(3, crop, crop),
+        input_shape=preprocessing.input_shape,
         num_classes=len(source.meta["categories"]),
         notes=tuple(notes),
     )
