@@ -48,6 +48,26 @@ def _size(value: Any, what: str) -> int | tuple[int, int]:
     return int(value)
 
 
+def _floats(value: Any, what: str) -> tuple[float, ...]:
+    """A tuple of floats, also from the text form `0.485,0.456,0.406`."""
+    try:
+        return tuple(float(v) for v in (value.split(",") if isinstance(value, str) else value))
+    except (TypeError, ValueError):
+        raise TritonizeError(f"preprocessing {what} {value!r} is not a list of numbers: give one per channel, "
+                             "like 0.485,0.456,0.406") from None
+
+
+def _scale(value: Any) -> float:
+    """A float, also from the text forms `0.00392` and `1/255`."""
+    try:
+        if isinstance(value, str) and "/" in value:
+            numerator, denominator = value.split("/")
+            return float(numerator) / float(denominator)
+        return float(value)
+    except (TypeError, ValueError, ZeroDivisionError):
+        raise TritonizeError(f"preprocessing scale {value!r} is not a number: give one like 1/255 or 0.0039") from None
+
+
 def _size_text(size: int | tuple[int, int]) -> str:
     return str(size) if isinstance(size, int) else f"{size[0]},{size[1]}"
 
@@ -70,9 +90,11 @@ class Preprocessing:
             crop = crop[0]  # CenterCrop(N) and CenterCrop((N, N)) are one contract
         object.__setattr__(self, "resize", resize)
         object.__setattr__(self, "crop", crop)
-        object.__setattr__(self, "mean", tuple(float(v) for v in self.mean))
-        object.__setattr__(self, "std", tuple(float(v) for v in self.std))
-        object.__setattr__(self, "scale", float(self.scale))
+        object.__setattr__(self, "mean", _floats(self.mean, "mean"))
+        object.__setattr__(self, "std", _floats(self.std, "std"))
+        object.__setattr__(self, "scale", _scale(self.scale))
+        object.__setattr__(self, "channel_order", str(self.channel_order).upper())
+        object.__setattr__(self, "layout", str(self.layout).upper())
         if self.interpolation not in PIL_FILTERS:
             raise TritonizeError(f"unknown interpolation {self.interpolation!r} in the preprocessing contract; expected one of {', '.join(PIL_FILTERS)}")
         if self.channel_order not in CHANNEL_ORDERS or self.layout not in LAYOUTS:
@@ -102,7 +124,8 @@ class Preprocessing:
         return cls(**data)
 
     def replace(self, **changes) -> "Preprocessing":
-        """This contract with some fields changed (the user's flags over what the model's source said), checked."""
+        """This contract with some fields changed (the user's flags over what the model's source said), checked.
+        A change of None is no change; values may be given in their text forms (`160,320`, `0.5,0.5,0.5`, `1/255`)."""
         unknown = set(changes) - {f.name for f in fields(self)}
         if unknown:
             raise TritonizeError(f"unknown preprocessing field(s) {', '.join(sorted(unknown))}; the contract has "
