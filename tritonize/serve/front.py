@@ -201,7 +201,7 @@ class Front:
                                        (self._metrics, self.ports[2], None)):
                 self._servers.append(self._loop.run_until_complete(asyncio.start_server(
                     self._bounded(handler, refuse=handler == self._http), self.host, port, limit=MAX_HEAD,
-                    reuse_address=True, ssl=tls, backlog=1024)))
+                    reuse_address=True, ssl=tls, backlog=4096)))
         except BaseException:
             self.stop()
             raise
