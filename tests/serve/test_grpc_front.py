@@ -185,7 +185,7 @@ class _Front:
 
 
 class _Connection:
-    busy, since = False, 0.0
+    busy = False
 
 
 def _relay(key: str | None = "k" * 20):
@@ -369,3 +369,66 @@ def test_refused_streams_are_remembered_up_to_a_bound():
     for stream in range(1, 2 * g.MAX_REFUSED + 10, 2):
         relay._refuse(stream, 0)
     assert len(relay.refused) == g.MAX_REFUSED and next(iter(relay.refused)) == 11  # 1, 3, 5, 7, 9 forgotten
+
+
+def test_a_last_frame_without_payload_is_passed_at_once_and_an_endless_header_block_is_refused():
+    from tritonize.serve import grpc_front as g
+    from tritonize.serve.front import MAX_HEAD
+
+    relay, _, _ = _relay()
+    relay.upstream = _Drained()
+    ack = g.frame(g.SETTINGS, g.ACK, 0, b"")
+    _through(relay.from_client, [ack])
+    assert bytes(relay.upstream.data) == ack
+    relay, _, _ = _relay()
+    relay.upstream = _Drained()
+    opened = g.frame(g.HEADERS, 0, 1, _request("/x")[:5])
+    with pytest.raises(g.ProtocolError):  # a CONTINUATION announcing more than a head may hold
+        _through(relay.from_client, [opened + g._FRAME.pack((MAX_HEAD + 1) >> 8, (MAX_HEAD + 1) & 0xFF, g.CONTINUATION, 0, 1)])
+
+
+@pytest.fixture
+def bare(tmp_path, monkeypatch):
+    """A front whose gRPC port leads to a Unix socket that this test accepts on itself: (front, listener)."""
+    import socket
+
+    from tritonize.serve import front as front_module
+    from tritonize.serve.front import Front, Upstream
+    from tritonize.serve.process import choose_ports
+
+    monkeypatch.setattr(front_module, "HEAD_TIMEOUT_S", 1.0)
+    upstream = Upstream(tmp_path)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(upstream.grpc))
+    listener.listen(8)
+    ports = choose_ports("127.0.0.1", None, None, None)
+    front = Front("127.0.0.1", (ports.http, ports.grpc, ports.metrics), upstream)
+    front.start()
+    yield front, listener
+    front.stop()
+    listener.close()
+
+
+def test_a_client_that_sends_no_preface_is_closed_after_the_head_timeout(bare):
+    import socket
+    import time
+
+    front, listener = bare
+    with socket.create_connection(("127.0.0.1", front.ports[1]), timeout=10) as client:
+        started = time.monotonic()
+        assert client.recv(100) == b"" and time.monotonic() - started < 5
+
+
+def test_when_tritonserver_goes_away_the_client_is_closed(bare):
+    import socket
+
+    from tritonize.serve.grpc_front import PREFACE
+
+    front, listener = bare
+    with socket.create_connection(("127.0.0.1", front.ports[1]), timeout=10) as client:
+        client.sendall(PREFACE)
+        server, _ = listener.accept()
+        server.settimeout(10)
+        assert server.recv(100) == PREFACE
+        server.close()  # tritonserver died: the front ends the client's connection too
+        assert client.recv(100) == b""

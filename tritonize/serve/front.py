@@ -136,7 +136,7 @@ class Connection:
     """One client connection as the bound sees it: `busy` while a request is in progress; `close()` ends it."""
 
     def __init__(self, task: asyncio.Task | None):
-        self.task, self.busy, self.since = task, False, time.monotonic()
+        self.task, self.busy = task, False
 
     def close(self) -> None:
         if self.task is not None:
@@ -166,7 +166,7 @@ class Connections:
 
     def idle(self, connection: Connection) -> None:
         """`connection` waits for its next request: it goes last in line to be closed."""
-        connection.busy, connection.since = False, time.monotonic()
+        connection.busy = False
         if self.open.pop(connection, False) is None:
             self.open[connection] = None
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 
 import hpack
 
@@ -30,7 +29,6 @@ END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 SETTINGS_HEADER_TABLE_SIZE, SETTINGS_MAX_FRAME_SIZE = 0x1, 0x5
 NO_ERROR = 0
 DEFAULT_FRAME_SIZE = 16384  # RFC 9113's initial SETTINGS_MAX_FRAME_SIZE
-MAX_PAYLOAD = 2**24 - 1
 READ = 2**20
 MAX_REFUSED = 1024  # refused streams remembered (to drop what the client still sends on them)
 UNAVAILABLE = b"14"
@@ -100,8 +98,8 @@ class Relay:
                 length, kind, flags, stream = _header(buf, pos)
                 end = pos + 9 + length
                 if end > len(buf):
-                    if length > MAX_PAYLOAD or (self.block is not None and length > MAX_HEAD):
-                        raise ProtocolError("frame too large")
+                    if self.block is not None and length > MAX_HEAD:
+                        raise ProtocolError("header block too large")
                     break
                 if self.block is None and kind not in (HEADERS, CONTINUATION, RST_STREAM) and stream not in self.refused:
                     pos = end  # passed on as it came, with the run it belongs to
@@ -113,7 +111,6 @@ class Relay:
             if pos > run:
                 self.upstream.write(bytes(buf[run:pos]))
             del buf[:pos]
-            self.connection.since = time.monotonic()
             self.connection.busy = bool(self.open)
             await self.upstream.drain()
 
