@@ -297,21 +297,25 @@ def test_the_servers_frames_go_to_the_client_whole_and_are_noted():
 
     relay, _, _ = _relay()
     relay.client = _Drained()
-    relay.open = {1, 3, 5, 7}
+    relay.open = {1, 3, 5, 7, 9}
     relay.connection.busy = True
-    settings = g.frame(g.SETTINGS, 0, 0, bytes.fromhex("0001 00000800 0005 00008000 0003 00000064".replace(" ", "")))
-    frames = [settings, g.frame(g.SETTINGS, g.ACK, 0, bytes.fromhex("000500004000")),
+    # Read 2 bytes off, setting 3 (max streams) would be a setting 5 (frame size) of 0x00010001; the frame after the
+    # SETTINGS, read on as settings, would set the frame size to 0x100.
+    settings = g.frame(g.SETTINGS, 0, 0, bytes.fromhex("0005 00008000 0003 00050001 0001 00000800".replace(" ", "")))
+    frames = [settings, g.frame(g.DATA, 0, 0x500, b"\0\1\0" + b"p" * 10),
+              g.frame(g.SETTINGS, g.ACK, 0, bytes.fromhex("000500004000")),
               g.frame(g.HEADERS, g.END_HEADERS, 1, b"h" * 30), g.frame(g.DATA, 0, 1, b"d" * 100),
               g.frame(g.DATA, g.END_STREAM, 1, b""), g.frame(g.HEADERS, g.END_HEADERS | g.END_STREAM, 3, b"t"),
-              g.frame(g.RST_STREAM, 0, 5, bytes(4)), g.frame(g.PING, 0, 0, bytes(8))]
+              g.frame(g.HEADERS, g.END_HEADERS, 9, b"h"), g.frame(g.DATA, 0, 9, b"d"),
+              g.frame(g.RST_STREAM, 0, 5, bytes(4)), g.frame(g.PING, 0, 0, bytes(8)), g.frame(g.SETTINGS, g.ACK, 0)]
     data = b"".join(frames)
-    cuts = [0, 5, 20, 40, 41, 150, len(data)]
+    cuts = [0, 5, 150, 160, 161, 200, len(data) - 9, len(data)]
     _through(relay.from_server, [data[a:b] for a, b in zip(cuts, cuts[1:])])
     assert bytes(relay.client.data) == data and _frames(relay.client.data) == _frames(data)
     assert relay.client.writes <= len(cuts) - 1
     assert relay.frame_size == 0x8000 and relay.encoder.header_table_size == 0x800
     assert relay.decoder.max_allowed_table_size == 0x800
-    assert relay.open == {7} and relay.connection.busy is True
+    assert relay.open == {7, 9} and relay.connection.busy is True
     relay.open.clear()
     _through(relay.from_server, [g.frame(g.PING, 0, 0, bytes(8))])
     assert relay.connection.busy is False
