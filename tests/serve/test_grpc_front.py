@@ -173,7 +173,14 @@ def test_a_refusal_is_tritons_trailers_only_answer_and_leaves_the_clients_hpack_
 def test_the_refusal_message_is_percent_encoded_as_grpc_wants():
     from tritonize.serve.grpc_front import _percent
 
-    assert _percent("a b%c\né") == b"a b%25c%0A%C3%A9"
+    assert _percent("a b%c\né~") == b"a b%25c%0A%C3%A9~"
+
+
+def test_a_frames_length_takes_its_three_bytes():
+    from tritonize.serve.grpc_front import DATA, _header, frame
+
+    for size in (0, 255, 256, 300, 70_000):
+        assert _header(frame(DATA, 1, 3, b"x" * size), 0) == (size, DATA, 1, 3)
 
 
 class _Front:
@@ -258,7 +265,8 @@ def test_an_open_method_or_no_key_set_passes_and_the_servers_settings_are_follow
                                                                         encoder=client_encoder))
     frames = _frames(upstream.data)
     assert [f[0] for f in frames] == [g.HEADERS] + [g.CONTINUATION] * (len(frames) - 1) and len(frames) > 1
-    assert frames[0][1] == g.END_STREAM and frames[-1][1] & g.END_HEADERS and all(len(f[3]) <= 20 for f in frames)
+    assert frames[0][1] == g.END_STREAM and frames[-1][1] == g.END_HEADERS and all(len(f[3]) <= 20 for f in frames)
+    assert all(f[1] == 0 for f in frames[1:-1])
     assert hpack.Decoder().decode(b"".join(f[3] for f in frames))[2] == (":path", f"/{SERVICE}/ModelStatistics")
     relay._special(g.RST_STREAM, 0, 1, bytes(4))  # the client ends the call: passed on, no longer open
     assert relay.open == set() and _frames(upstream.data)[-1] == (g.RST_STREAM, 0, 1, bytes(4))
