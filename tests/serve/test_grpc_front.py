@@ -349,8 +349,6 @@ def test_each_write_to_the_client_ends_on_a_frame():
 def test_the_clients_runs_pass_unchanged_and_its_header_blocks_are_taken_out():
     """from_client: the frames around a header block go on as they came, in the order they came, whatever the reads'
     cuts; the block goes on re-encoded (here, without the key); a stream refused has its frames dropped."""
-    import asyncio
-
     import hpack
 
     from tritonize.serve import grpc_front as g
