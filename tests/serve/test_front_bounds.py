@@ -124,3 +124,26 @@ def test_the_log_says_each_trouble_once_a_minute_with_a_count(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["front: closing", "front: closing (60 times since the last such line)",
                      "front: closing (60 times since the last such line)"]
+
+
+@pytest.mark.parametrize("soft, hard, limit", [(1024, 1024, 1024 - 64), (1024, 524288, 16384), (20000, 20000, 16384),
+                                               (100, 100, 36), (10, 10, 1)])
+def test_the_bound_follows_the_open_files_limit_raised_to_its_hard_limit(monkeypatch, soft, hard, limit):
+    import resource
+
+    raised = []
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (soft, hard))
+    monkeypatch.setattr(resource, "setrlimit", lambda which, value: raised.append((which, value)))
+    assert front_module.connection_limit() == limit
+    assert raised == ([(resource.RLIMIT_NOFILE, (hard, hard))] if soft != hard else [])
+
+
+def test_a_limit_that_cannot_be_raised_stays(monkeypatch):
+    import resource
+
+    def refuse(which, value):
+        raise ValueError("not allowed")
+
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (1024, 4096))
+    monkeypatch.setattr(resource, "setrlimit", refuse)
+    assert front_module.connection_limit() == 1024 - 64

@@ -231,3 +231,27 @@ def _requests(draw) -> bytes:
 @given(request=_requests())
 def test_whatever_the_front_passes_on_evhtp_frames_the_same(rig, request):
     _check(*rig, request)
+
+
+@pytest.mark.parametrize("head, status, words", [
+    (b"BREW /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n", 405, "method BREW is not one this server takes"),
+    (b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400,
+     "ambiguous body length: Content-Length and Transfer-Encoding"),
+    (b"GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n", 400, "the request target must be a path"),
+    (b"GET http://x/a HTTP/1.1\r\nHost: x\r\n\r\n", 400, "the request target must be a path"),
+    (b"GET /a HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\n\r\n", 400, "the value of header x-a holds a control character"),
+    (b"GET /a HTTP/1.1\r\nHost: x\r\nX-A: \xe9\r\n\r\n", 400, "or a byte above 0x7e"),
+    (b"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "malformed request"),
+    (b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 67108865\r\n\r\n", 413,
+     "the request body of 67108865 bytes is over this server's limit of 67108864 bytes"),
+    (b"GET /a HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", 431,
+     "the request line and headers are over 65536 bytes"),
+], ids=["method", "length-and-chunked", "fragment", "absolute-form", "control-character", "above-0x7e",
+        "gzip", "over-the-body-limit", "head-over-64k"])
+def test_what_the_front_refuses_it_answers_from_the_head(rig, head, status, words):
+    import json
+
+    answer, framed = _check(*rig, head)
+    line, _, body = answer.partition(b"\r\n")
+    assert line.startswith(b"HTTP/1.1 %d " % status) and framed == [], answer[:200]
+    assert words in json.loads(body.partition(b"\r\n\r\n")[2])["error"]
