@@ -18,17 +18,26 @@ Every connection is bounded in time (a head within HEAD_TIMEOUT_S of its first b
 BODY_TIMEOUT_S) and in number (MAX_CONNECTIONS, fewer where the open-files limit is lower): at the bound the
 connection idle longest is closed for the new one, and only when every connection is in a request is the new one
 refused (HTTP: 503). Each kind of trouble is logged in one line at most once a minute, never per connection.
+
+A slow or idle client costs little: until its request's head is in (gRPC: the connection preface), a connection is
+parked, a socket in the front's own epoll with the bytes h11 has so far, and no task, transport or timer of its own.
+Its deadline waits in a line of deadlines of one span (so in order), whose due ones one timer finds at the front.
+New connections are accepted as many as the kernel holds at each wake (benchmarks/front_connections.py: 10,000 slow
+clients arriving at once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import errno
 import functools
 import hmac
 import json
 import re
 import resource
+import select
+import socket
 import ssl
 import threading
 import time
@@ -132,23 +141,43 @@ def connection_limit() -> int:
     return max(1, min(MAX_CONNECTIONS, soft - RESERVED_FILES))
 
 
-class Connection:
-    """One client connection as the bound sees it: `busy` while a request is in progress; `close()` ends it."""
+IDLE, HEAD, LINGER = "idle", "head", "linger"  # the lines a parked connection waits in (Front.lines)
+PARK, CLOSE = "park", "close"  # what a handler's serve() leaves its connection to (or LINGER): the next head, the end
+BACKLOG = 4096  # connections the kernel holds for accept(), all accepted at each wake of a listener
+READS_BATCH = 1024  # parked connections read at a turn of the event loop
+SWEEP_BATCH = 256  # deadlines acted on at a turn of the event loop
 
-    def __init__(self, task: asyncio.Task | None):
-        self.task, self.busy = task, False
+
+def _span(line: str) -> float:
+    """How long a connection waits in `line` (read when it starts waiting: the tests shorten them)."""
+    return {IDLE: IDLE_TIMEOUT_S, HEAD: HEAD_TIMEOUT_S, LINGER: LINGER_S}[line]
+
+
+class Connection:
+    """One client connection: `sock` (None once an asyncio transport owns it), its port's `handler`, `busy` while a
+    request is in progress. Between requests it is parked (`parked`, no task): the front's own epoll watches it, and
+    it waits in one of the front's lines (`line`) for its deadline. In a request, `task` serves it."""
+
+    __slots__ = ("front", "sock", "fd", "handler", "busy", "task", "line", "parked")
+
+    def __init__(self, front: Front, sock: socket.socket):
+        self.front, self.sock, self.fd, self.handler, self.busy = front, sock, sock.fileno(), None, False
+        self.task, self.line, self.parked = None, None, False
 
     def close(self) -> None:
         if self.task is not None:
-            self.task.cancel()
+            self.task.cancel()  # its end closes it
+        else:
+            self.front.close(self)
 
 
 class Connections:
-    """The open connections of every port, at most `limit`, in the order they last became idle (a dict keeps it: the
-    one to close at the bound is found in its first entries, not by a scan of thousands at each new connection)."""
+    """The open connections of every port, at most `limit`, in the order they last became idle (an OrderedDict keeps
+    it: the one to close at the bound is found in its first entries, not by a scan of thousands at each new
+    connection)."""
 
     def __init__(self, limit: int, log: Log):
-        self.limit, self.log, self.open = limit, log, {}
+        self.limit, self.log, self.open = limit, log, collections.OrderedDict()
 
     def admit(self, connection: Connection) -> bool:
         """Make room for `connection` (closing the one idle longest at the bound); False: every one is busy."""
@@ -167,17 +196,42 @@ class Connections:
     def idle(self, connection: Connection) -> None:
         """`connection` waits for its next request: it goes last in line to be closed."""
         connection.busy = False
-        if self.open.pop(connection, False) is None:
-            self.open[connection] = None
+        if connection in self.open:
+            self.open.move_to_end(connection)
 
     def remove(self, connection: Connection) -> None:
         self.open.pop(connection, None)
 
 
+def listen(host: str, port: int) -> list[socket.socket]:
+    """Non-blocking listening sockets on every address of `host` (as asyncio.start_server binds them)."""
+    sockets = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(socket.getaddrinfo(
+                host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, True)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, True)
+            sock.bind(address)
+            sock.listen(BACKLOG)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 class Front:
     """The HTTP, gRPC and metrics listeners on `host`, in a thread of their own: `start()`, `stop()`. `upstream`:
     tritonserver's sockets; `key`: the control key the restricted APIs want (None: open); `tls`: gRPC over TLS;
-    `samples()`: the lines added to Triton's metrics. `ports`: (HTTP, gRPC, metrics)."""
+    `samples()`: the lines added to Triton's metrics. `ports`: (HTTP, gRPC, metrics).
+
+    A connection is parked between requests (Connection); what its bytes mean is its port's handler's (HttpConnection,
+    MetricsConnection, grpc_front.GrpcConnection): `feed(data)` takes what came, True once there is something to act
+    on (a whole head, an error, the end); `serve()` acts on it in a task and says what follows (PARK or CLOSE)."""
 
     def __init__(self, host: str, ports: tuple[int, int, int], upstream: Upstream, *, key: ControlKey | None = None,
                  tls: ServerTLS | None = None, samples: Callable[[], str] = lambda: ""):
@@ -185,27 +239,37 @@ class Front:
         self.log = Log()
         self.connections = Connections(connection_limit(), self.log)
         self.buffered = 0  # bytes of chunked bodies held
-        self._loop = asyncio.new_event_loop()
-        self._loop.set_exception_handler(lambda _loop, context: self.log(
+        self.lines = {line: collections.OrderedDict() for line in (IDLE, HEAD, LINGER)}  # connection -> deadline
+        self.parked = select.epoll()  # the parked connections' sockets: one file in the event loop's selector
+        self.by_fd: dict[int, Connection] = {}  # the parked connections
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(lambda _loop, context: self.log(
             "error", f"unexpected: {context.get('exception') or context.get('message')!r}"))
-        self._servers: list[asyncio.AbstractServer] = []
-        self._thread = threading.Thread(target=self._loop.run_forever, name="tritonize-front", daemon=True)
+        self.tls_context: ssl.SSLContext | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._listeners: list[socket.socket] = []
+        self._thread = threading.Thread(target=self.loop.run_forever, name="tritonize-front", daemon=True)
 
     def start(self) -> None:
         """Listen (an OSError when a port is taken), then serve from the thread."""
-        from tritonize.serve.grpc_front import relay
+        self.listen()
+        self._thread.start()
 
-        grpc = functools.partial(relay, self)
+    def listen(self) -> None:
+        """Listen on the ports, served by the event loop once it runs (start(); tests run it on their own thread)."""
+        from tritonize.serve.grpc_front import GrpcConnection
+
+        self.tls_context = self._tls_context()
+        self.loop.add_reader(self.parked.fileno(), self.readable)
         try:
-            for handler, port, tls in ((self._http, self.ports[0], None), (grpc, self.ports[1], self._tls_context()),
-                                       (self._metrics, self.ports[2], None)):
-                self._servers.append(self._loop.run_until_complete(asyncio.start_server(
-                    self._bounded(handler, refuse=handler == self._http), self.host, port, limit=MAX_HEAD,
-                    reuse_address=True, ssl=tls, backlog=4096)))
+            for handler, port in ((HttpConnection, self.ports[0]), (GrpcConnection, self.ports[1]),
+                                  (MetricsConnection, self.ports[2])):
+                for listener in listen(self.host, port):
+                    self._listeners.append(listener)
+                    self.loop.add_reader(listener.fileno(), self.accept, listener, handler)
         except BaseException:
             self.stop()
             raise
-        self._thread.start()
 
     def _tls_context(self) -> ssl.SSLContext | None:
         if self.tls is None:
@@ -217,119 +281,197 @@ class Front:
 
     def stop(self) -> None:
         if self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join()
-        if not self._loop.is_closed():
-            self._loop.run_until_complete(self._close())
-            self._loop.close()
+        if not self.loop.is_closed():
+            self.loop.run_until_complete(self._stop())
+            self.loop.close()
+            self.parked.close()
 
-    async def _close(self) -> None:
-        for server in self._servers:
-            server.close()
+    async def _stop(self) -> None:
+        for listener in self._listeners:
+            self.loop.remove_reader(listener.fileno())
+            listener.close()
+        self.loop.remove_reader(self.parked.fileno())
+        for connection in list(self.connections.open):
+            connection.close()
         tasks = asyncio.all_tasks() - {asyncio.current_task()}
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _bounded(self, handler, refuse: bool):
-        """`handler` for each connection the bound admits; the others are refused (HTTP: 503) or closed."""
-        async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            connection = Connection(asyncio.current_task())
-            try:
-                if self.connections.admit(connection):
-                    await handler(reader, writer, connection)
-                elif refuse:
-                    await _answer(writer, 503, f"this server has {self.connections.limit} connections open, its limit, "
-                                               "all in a request; retry in a few seconds")
-            except asyncio.CancelledError:  # closed for a new connection, or the front stops
-                pass
-            except (OSError, asyncio.IncompleteReadError, ssl.SSLError):  # the client went away
-                pass
-            except Exception as e:  # noqa: BLE001 - a bug: one line, and the other connections go on
-                self.log("error", f"unexpected {e!r}")
-            finally:
-                self.connections.remove(connection)
-                writer.close()
-        return run
-
     def authorized(self, value: bytes | None) -> bool:
         """Whether `value` (a request's key header) is the control key; any request is, when there is none."""
         return self.key is None or (value is not None and hmac.compare_digest(value, self.key.value.encode()))
 
-    async def _http(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection) -> None:
-        await HttpConnection(self, reader, writer, connection).serve()
+    # The event loop's side: connections accepted, parked, read as their bytes come, their deadlines in lines.
 
-    async def _metrics(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, _connection) -> None:
-        """GET /metrics: Triton's metrics (none while it restarts), then tritonize's."""
-        client = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+    def accept(self, listener: socket.socket, handler: type) -> None:
+        """The new connections on `listener` (BACKLOG at most: the kernel holds no more)."""
+        for _ in range(BACKLOG):
+            try:
+                sock, _ = listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as e:  # out of files: the bound is too high for what else runs; wait a moment
+                self.log("files", f"cannot accept connections ({e.strerror}): paused a second at a time")
+                self.loop.remove_reader(listener.fileno())
+                self.loop.call_later(1, self.loop.add_reader, listener.fileno(), self.accept, listener, handler)
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # answers go out as they are written
+            connection = Connection(self, sock)
+            if not self.connections.admit(connection):
+                if handler.refuses:
+                    _send_now(sock, _error(503, f"this server has {self.connections.limit} connections open, its "
+                                                "limit, all in a request; retry in a few seconds"))
+                sock.close()
+                continue
+            connection.handler = handler(self, connection)
+            if connection.handler.waits:
+                self.park(connection, handler.first)
+            else:
+                self.serve(connection)
+
+    def park(self, connection: Connection, line: str) -> None:
+        """`connection` waits, read by `readable`, in `line` (IDLE: for a first byte; HEAD: for the rest of a head;
+        LINGER: for the client to close)."""
+        self.connections.idle(connection)
+        if not connection.parked:
+            self.parked.register(connection.fd, select.EPOLLIN)
+            self.by_fd[connection.fd] = connection
+            connection.parked = True
+        self.wait(connection, line)
+
+    def unpark(self, connection: Connection) -> None:
+        if connection.parked:
+            self.parked.unregister(connection.fd)
+            del self.by_fd[connection.fd]
+            connection.parked = False
+
+    def readable(self) -> None:
+        """The parked connections that have bytes or an end to read (READS_BATCH at most at a turn of the loop)."""
+        for fd, _ in self.parked.poll(0, READS_BATCH):
+            self.read(self.by_fd[fd])
+
+    def read(self, connection: Connection) -> None:
+        """A parked connection's bytes, to its handler, which is served once it has something to act on."""
         try:
-            request = await _next_request(client, reader)
-        except Refused as refusal:
-            return await _answer(writer, refusal.status, str(refusal))
-        if request is None:
+            data = connection.sock.recv(MAX_HEAD)
+        except (BlockingIOError, InterruptedError):
             return
-        if request.target.split(b"?")[0] != b"/metrics":
-            return await _answer(writer, 404, "the metrics are at /metrics")
+        except OSError:  # the client reset the connection
+            return self.close(connection)
+        if connection.line == LINGER:  # a refused request's rest, dropped until the client closes
+            if not data:
+                self.close(connection)
+        elif connection.handler.feed(data):
+            self.serve(connection)
+        elif connection.line == IDLE:  # the first byte of a head: it has HEAD_TIMEOUT_S to be whole
+            self.wait(connection, HEAD)
+
+    def serve(self, connection: Connection) -> None:
+        self.unpark(connection)
+        self.unwait(connection)
+        connection.task = self.loop.create_task(self._serve(connection))
+
+    async def _serve(self, connection: Connection) -> None:
+        then = CLOSE
         try:
-            triton = await asyncio.wait_for(_get(self.upstream.metrics, "/metrics"), 10)
-        except (OSError, asyncio.TimeoutError, ValueError):
-            triton = b""
-        body = triton + self.samples().encode()
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-                     b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-        await asyncio.wait_for(writer.drain(), BODY_TIMEOUT_S)
+            then = await connection.handler.serve()
+        except asyncio.CancelledError:  # closed for a new connection, or the front stops
+            pass
+        except (OSError, asyncio.IncompleteReadError, ssl.SSLError):  # the client went away
+            pass
+        except Exception as e:  # noqa: BLE001 - a bug: one line, and the other connections go on
+            self.log("error", f"unexpected {e!r}")
+        finally:
+            connection.task = None
+            if then == PARK:
+                self.park(connection, HEAD if connection.handler.started() else IDLE)
+            elif then == LINGER:
+                self.linger(connection)
+            else:
+                self.close(connection)
 
-
-async def _next_request(client: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
-    """The next request's head, within HEAD_TIMEOUT_S of its first byte (a connection between requests waits up to
-    IDLE_TIMEOUT_S); None when the client is done."""
-    if not client.trailing_data[0]:  # the usual case: nothing of this head read yet
-        head = await _head(reader)
-        client.receive_data(head)
-        if not head:
-            return None
-    deadline, fed = None, len(client.trailing_data[0])
-    while True:
+    def linger(self, connection: Connection) -> None:
+        """After an answer that ends the connection: the client's sending side is read and dropped for up to LINGER_S,
+        as a server's lingering close does (closed at once, the connection would be reset before the client read the
+        answer)."""
         try:
-            event = client.next_event()
-        except h11.RemoteProtocolError as e:
-            raise Refused(e.error_status_hint, _h11_words(e)) from None
-        if isinstance(event, h11.Request):
-            if fed - len(client.trailing_data[0]) > MAX_HEAD:  # h11 bounds only a head still incomplete
-                raise Refused(431, f"the request line and headers are over {MAX_HEAD} bytes")
-            return checked(event)
-        if event is not h11.NEED_DATA:  # ConnectionClosed, or PAUSED after a request that closes the connection
-            return None
-        if deadline is None and client.trailing_data[0]:
-            deadline = time.monotonic() + HEAD_TIMEOUT_S
-        wait = IDLE_TIMEOUT_S if deadline is None else deadline - time.monotonic()
-        try:
-            data = await _read(reader, max(wait, 0))
-        except asyncio.TimeoutError:
-            if deadline is None:
-                return None
-            raise Refused(408, f"the request's head did not arrive within {HEAD_TIMEOUT_S:g} s") from None
-        if deadline is None and data:
-            deadline = time.monotonic() + HEAD_TIMEOUT_S
-        fed += len(data)
-        client.receive_data(data)
+            connection.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return self.close(connection)
+        self.park(connection, LINGER)
+
+    def close(self, connection: Connection) -> None:
+        self.connections.remove(connection)
+        self.unwait(connection)
+        if connection.handler is not None:
+            connection.handler.close()
+        self.unpark(connection)
+        if connection.sock is not None:
+            connection.sock.close()
+            connection.sock = None
+
+    def wait(self, connection: Connection, line: str) -> None:
+        """`connection` waits in `line` from now: last in it, as its deadline is the latest (each line's span is one)."""
+        self.unwait(connection)
+        when = self.loop.time() + _span(line)
+        self.lines[line][connection] = when
+        connection.line = line
+        if self._timer is None or when < self._timer.when():
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self.loop.call_at(when, self.sweep)
+
+    def unwait(self, connection: Connection) -> None:
+        if connection.line is not None:
+            del self.lines[connection.line][connection]
+            connection.line = None
+
+    def sweep(self) -> None:
+        """Act on the deadlines that are due (SWEEP_BATCH at a turn of the loop), then wait for the next one."""
+        self._timer, now, done = None, self.loop.time(), 0
+        for line, waiting in self.lines.items():
+            while waiting and done < SWEEP_BATCH:
+                connection, when = next(iter(waiting.items()))
+                if when > now:
+                    break
+                self.unwait(connection)
+                self.expire(connection, line)
+                done += 1
+        if done == SWEEP_BATCH:
+            self._timer = self.loop.call_at(now, self.sweep)
+        else:
+            firsts = [next(iter(waiting.values())) for waiting in self.lines.values() if waiting]
+            if firsts:
+                self._timer = self.loop.call_at(min(firsts), self.sweep)
+
+    def expire(self, connection: Connection, line: str) -> None:
+        """`connection`'s time in `line` is up: a head that did not come in time is answered 408 (where the port's
+        protocol answers) and the connection lingers; anything else is closed."""
+        if line == HEAD and connection.handler.refuses:
+            _send_now(connection.sock, _error(408, f"the request's head did not arrive within {HEAD_TIMEOUT_S:g} s"))
+            self.linger(connection)
+        else:
+            self.close(connection)
 
 
-async def _head(reader: asyncio.StreamReader) -> bytes:
-    """A request head up to its empty line, waited for up to IDLE_TIMEOUT_S, then HEAD_TIMEOUT_S from its first byte
-    (b"" when the client closes first). StreamReader finds the end as bytes come, without waking the parser for each:
-    a slow client costs little."""
-    first = await _within(reader.read(1), IDLE_TIMEOUT_S)
-    if not first:
-        return b""
+def _send_now(sock: socket.socket, data: bytes) -> None:
+    """`data` (a short answer) to a socket whose buffer is empty, without waiting."""
     try:
-        return first + await _within(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
-    except asyncio.TimeoutError:
-        raise Refused(408, f"the request's head did not arrive within {HEAD_TIMEOUT_S:g} s") from None
-    except asyncio.LimitOverrunError:
-        raise Refused(431, f"the request line and headers are over {MAX_HEAD} bytes") from None
-    except asyncio.IncompleteReadError as e:  # the client closed mid-head: h11 says what that is
-        return first + e.partial
+        sock.send(data)
+    except OSError:
+        pass
+
+
+@functools.lru_cache(maxsize=64)
+def _error(status: int, message: str) -> bytes:
+    """An error answer in Triton's form ({"error": ...}) that closes the connection."""
+    body = json.dumps({"error": message}).encode()
+    return (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n").encode() + body
 
 
 async def _within(awaitable, seconds: float):
@@ -345,11 +487,6 @@ async def _within(awaitable, seconds: float):
         raise
     finally:
         timer.cancel()
-
-
-async def _read(reader: asyncio.StreamReader, seconds: float) -> bytes:
-    """What `reader` has next; asyncio.TimeoutError after `seconds`."""
-    return await _within(reader.read(PIECE), seconds)
 
 
 def _h11_words(e: h11.RemoteProtocolError) -> str:
@@ -373,31 +510,125 @@ def checked(request: h11.Request) -> h11.Request:
     return request
 
 
-class HttpConnection:
-    """One client's connection, passed on request by request over one connection to tritonserver."""
+class HeadReader:
+    """A client connection read with h11, one request at a time: `feed()` while parked (True once h11 has a head, an
+    error or the end), the rest of a request read and its answer written by the task that serves it (`read()`,
+    `write()`, each bounded by BODY_TIMEOUT_S)."""
 
-    def __init__(self, front: Front, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection: Connection):
-        self.front, self.reader, self.writer, self.connection = front, reader, writer, connection
+    refuses = True  # answers 408 when a head does not come in time, 503 at the bound
+    first = IDLE  # a new connection waits for its first byte as long as one between requests
+    waits = True  # parked until its head is in
+
+    def __init__(self, front: Front, connection: Connection):
+        self.front, self.connection = front, connection
         self.client = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self.event: object = h11.NEED_DATA
+        self.fed = 0  # bytes given to h11 since this request began
+
+    def feed(self, data: bytes) -> bool:
+        self.fed += len(data)
+        self.client.receive_data(data)
+        return self._next()
+
+    def _next(self) -> bool:
+        try:
+            self.event = self.client.next_event()
+        except h11.RemoteProtocolError as e:
+            self.event = e
+        return self.event is not h11.NEED_DATA
+
+    def started(self) -> bool:
+        """Whether bytes of the next request are in (its head's deadline then runs)."""
+        return bool(self.client.trailing_data[0])
+
+    def request(self) -> h11.Request | None:
+        """The request h11 found (checked), None when the client is done; Refused for a bad one."""
+        event = self.event
+        if isinstance(event, h11.RemoteProtocolError):
+            raise Refused(event.error_status_hint, _h11_words(event))
+        if not isinstance(event, h11.Request):  # ConnectionClosed, or PAUSED after a request that closes
+            return None
+        if self.fed - len(self.client.trailing_data[0]) > MAX_HEAD:  # h11 bounds only a head still incomplete
+            raise Refused(431, f"the request line and headers are over {MAX_HEAD} bytes")
+        return checked(event)
+
+    def next_cycle(self) -> bool:
+        """Ready for the client's next request; True when its whole head is already in (pipelined)."""
+        self.client.start_next_cycle()
+        self.fed = len(self.client.trailing_data[0])
+        return self._next()
+
+    async def read(self) -> bytes:
+        try:
+            return await _within(self.front.loop.sock_recv(self.connection.sock, PIECE), BODY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise Refused(408, f"the request's body stalled for {BODY_TIMEOUT_S:g} s") from None
+
+    async def write(self, data: bytes) -> None:
+        """`data` to the client; a client that reads none of it for BODY_TIMEOUT_S is gone."""
+        try:
+            await _within(self.front.loop.sock_sendall(self.connection.sock, data), BODY_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            raise asyncio.IncompleteReadError(b"", None) from None
+
+    async def refuse(self, refusal: Refused) -> str:
+        await self.write(_error(refusal.status, str(refusal)))
+        return LINGER
+
+    def close(self) -> None:
+        pass
+
+
+class MetricsConnection(HeadReader):
+    """GET /metrics: Triton's metrics (none while it restarts), then tritonize's."""
+
+    async def serve(self) -> str:
+        try:
+            request = self.request()
+        except Refused as refusal:
+            return await self.refuse(refusal)
+        if request is None:
+            return CLOSE
+        if request.target.split(b"?")[0] != b"/metrics":
+            return await self.refuse(Refused(404, "the metrics are at /metrics"))
+        try:
+            triton = await asyncio.wait_for(_get(self.front.upstream.metrics, "/metrics"), 10)
+        except (OSError, asyncio.TimeoutError, ValueError):
+            triton = b""
+        body = triton + self.front.samples().encode()
+        await self.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                         b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        return CLOSE
+
+
+class HttpConnection(HeadReader):
+    """One client's connection, passed on request by request over one connection to tritonserver (kept while the
+    client's is)."""
+
+    def __init__(self, front: Front, connection: Connection):
+        super().__init__(front, connection)
         self.upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter, h11.Connection] | None = None
 
-    async def serve(self) -> None:
+    async def serve(self) -> str:
+        """The requests h11 has whole, in turn; PARK when the next is still to come."""
         try:
             while True:
-                self.front.connections.idle(self.connection)
-                request = await _next_request(self.client, self.reader)
+                request = self.request()
                 if request is None:
-                    return
+                    return CLOSE
                 self.connection.busy = True
                 await self._exchange(request)
                 if self.client.our_state is not h11.DONE or self.client.their_state is not h11.DONE:
-                    return  # either side closes the connection
-                self.client.start_next_cycle()
+                    return CLOSE  # either side closes the connection
+                if not self.next_cycle():
+                    return PARK
         except Refused as refusal:
-            await _answer(self.writer, refusal.status, str(refusal), self.reader)
-        finally:
-            if self.upstream is not None:
-                self.upstream[1].close()
+            return await self.refuse(refusal)
+
+    def close(self) -> None:
+        if self.upstream is not None:
+            self.upstream[1].close()
+            self.upstream = None
 
     async def _exchange(self, request: h11.Request) -> None:
         """Pass `request` on (its body as it comes) and its answer back."""
@@ -411,7 +642,7 @@ class HttpConnection:
             raise Refused(413, f"the request body of {length} bytes is over this server's limit of {MAX_BODY} bytes; "
                                "send large inputs over gRPC")
         if self.client.client_is_waiting_for_100_continue:
-            self.writer.write(self.client.send(h11.InformationalResponse(status_code=100, headers=[])))
+            await self.write(self.client.send(h11.InformationalResponse(status_code=100, headers=[])))
         body = await self._body(MAX_BODY) if chunked else None
         try:
             upstream = await self._upstream()
@@ -432,12 +663,6 @@ class HttpConnection:
                 self.front.buffered -= len(body)
         await self._answer_back(upstream)
 
-    async def _read(self) -> bytes:
-        try:
-            return await _read(self.reader, BODY_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            raise Refused(408, f"the request's body stalled for {BODY_TIMEOUT_S:g} s") from None
-
     async def _events(self):
         """The client's body events, up to its EndOfMessage (whose trailers are dropped)."""
         while True:
@@ -446,7 +671,7 @@ class HttpConnection:
             except h11.RemoteProtocolError as e:
                 raise Refused(e.error_status_hint, _h11_words(e)) from None
             if event is h11.NEED_DATA:
-                self.client.receive_data(await self._read())
+                self.client.receive_data(await self.read())
             elif isinstance(event, h11.Data):
                 yield event.data
             elif isinstance(event, h11.EndOfMessage):
@@ -480,12 +705,10 @@ class HttpConnection:
     async def _upstream(self):
         if self.upstream is not None and self.upstream[2].our_state is h11.IDLE:
             return self.upstream
-        if self.upstream is not None:
-            self.upstream[1].close()
+        self.close()
         try:
             reader, writer = await asyncio.open_unix_connection(str(self.front.upstream.http), limit=MAX_HEAD)
         except OSError as e:
-            self.upstream = None
             if e.errno in (errno.EMFILE, errno.ENFILE):
                 self.front.log("files", "no file left for a connection to tritonserver: new requests get 503")
                 raise Refused(503, "this server has too many connections open just now; retry in a few seconds") from None
@@ -495,7 +718,7 @@ class HttpConnection:
         return self.upstream
 
     async def _answer_back(self, upstream) -> None:
-        """tritonserver's answer, passed back to the client as it comes."""
+        """tritonserver's answer, passed back to the client as it comes (what is ready, in one write)."""
         reader, _, triton = upstream
         started, out = False, []
         while True:
@@ -504,7 +727,9 @@ class HttpConnection:
             except h11.RemoteProtocolError:
                 event = h11.ConnectionClosed()
             if event is h11.NEED_DATA:
-                await self._send(out)
+                if out:
+                    await self.write(b"".join(out))
+                    out.clear()
                 triton.receive_data(await reader.read(PIECE))
                 continue
             if isinstance(event, h11.InformationalResponse):
@@ -521,53 +746,12 @@ class HttpConnection:
                     (n, v) for n, v in event.headers.raw_items() if n.lower() not in (b"connection", b"keep-alive")])
             out.append(self.client.send(event))
             if isinstance(event, h11.EndOfMessage):
-                await self._send(out)
+                await self.write(b"".join(out))
                 if triton.our_state is h11.DONE and triton.their_state is h11.DONE:
                     triton.start_next_cycle()
                 else:
-                    self.upstream[1].close()
-                    self.upstream = None
+                    self.close()
                 return
-
-
-    async def _send(self, out: list[bytes]) -> None:
-        """What is ready for the client, in one write; waits only while the client is slow to read it."""
-        if out:
-            self.writer.write(b"".join(out))
-            out.clear()
-            await _drain(self.writer)
-
-
-async def _drain(writer: asyncio.StreamWriter) -> None:
-    """Wait (up to BODY_TIMEOUT_S) while `writer` holds more than its transport's high-water mark; a client that does
-    not read for that long is gone."""
-    if writer.transport.get_write_buffer_size():
-        try:
-            await asyncio.wait_for(writer.drain(), BODY_TIMEOUT_S)
-        except asyncio.TimeoutError:
-            raise asyncio.IncompleteReadError(b"", None) from None
-
-
-async def _answer(writer: asyncio.StreamWriter, status: int, message: str,
-                  reader: asyncio.StreamReader | None = None) -> None:
-    """An error in Triton's form ({"error": ...}); the connection closes after it. What the client still sends
-    meanwhile (`reader`: the body of a refused request) is read and dropped for up to LINGER_S, as a server's
-    lingering close does: closed at once, the connection would be reset before the client read the answer."""
-    body = json.dumps({"error": message}).encode()
-    try:
-        writer.write(f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-        await asyncio.wait_for(writer.drain(), BODY_TIMEOUT_S)
-        if reader is not None and writer.can_write_eof():
-            writer.write_eof()
-            await asyncio.wait_for(_drop(reader), LINGER_S)
-    except (OSError, asyncio.TimeoutError):
-        pass
-
-
-async def _drop(reader: asyncio.StreamReader) -> None:
-    while await reader.read(PIECE):
-        pass
 
 
 async def _get(socket_path: Path, path: str) -> bytes:

@@ -22,6 +22,8 @@ import struct
 import hpack
 
 from tritonize.access import GRPC_KEY_HEADER, GRPC_REFUSAL, grpc_method_open
+from tritonize.serve import front as front_module  # its timeouts read when used: the tests shorten them
+from tritonize.serve.front import CLOSE, HEAD, MAX_HEAD
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
@@ -49,17 +51,56 @@ def _header(buf: bytearray | bytes, pos: int) -> tuple[int, int, int, int]:
     return (high << 8) | low, kind, flags, stream & 0x7FFFFFFF
 
 
+class GrpcConnection:
+    """A client connection to the gRPC port (serve/front.py's handler): parked until the connection preface is in, then
+    relayed over an asyncio transport (over TLS, the handshake first)."""
+
+    refuses = False  # HTTP/2 has no answer to a connection that never began: it is closed
+    first = HEAD  # the preface is due within HEAD_TIMEOUT_S of the connection
+
+    def __init__(self, front, connection):
+        self.front, self.connection, self.data = front, connection, bytearray()
+        self.waits = front.tls_context is None
+
+    def feed(self, data: bytes) -> bool:
+        self.data += data
+        return not data or len(self.data) >= len(PREFACE) or not PREFACE.startswith(self.data)
+
+    def started(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    async def serve(self) -> str:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_HEAD)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        sock, self.connection.sock = self.connection.sock, None  # the transport's from here on
+        tls = self.front.tls_context
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, ssl=tls,
+                                                          ssl_handshake_timeout=front_module.HEAD_TIMEOUT_S if tls else None)
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        reader.feed_data(bytes(self.data))
+        try:
+            await relay(self.front, reader, writer, self.connection)
+        finally:
+            writer.close()
+        return CLOSE
+
+
 async def relay(front, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection) -> None:
     """One client connection, relayed over one connection to tritonserver until either side ends it."""
-    from tritonize.serve.front import HEAD_TIMEOUT_S
-
+    try:
+        if await asyncio.wait_for(reader.readexactly(len(PREFACE)), front_module.HEAD_TIMEOUT_S) != PREFACE:
+            return
+    except (asyncio.TimeoutError, asyncio.IncompleteReadError):
+        return
     try:
         upstream_reader, upstream = await asyncio.open_unix_connection(str(front.upstream.grpc))
     except OSError:  # no tritonserver: the client sees the connection close (UNAVAILABLE) and retries
         return
     try:
-        if await asyncio.wait_for(reader.readexactly(len(PREFACE)), HEAD_TIMEOUT_S) != PREFACE:
-            return
         upstream.write(PREFACE)
         relay = Relay(front, writer, upstream, connection)
         tasks = [asyncio.ensure_future(relay.from_client(reader)), asyncio.ensure_future(relay.from_server(upstream_reader))]
@@ -69,8 +110,6 @@ async def relay(front, reader: asyncio.StreamReader, writer: asyncio.StreamWrite
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-    except (asyncio.TimeoutError, asyncio.IncompleteReadError):
-        pass
     finally:
         upstream.close()
 
@@ -88,8 +127,6 @@ class Relay:
         self.block: tuple[int, int, bytearray] | None = None  # a header block waiting for its CONTINUATION frames
 
     async def from_client(self, reader: asyncio.StreamReader) -> None:
-        from tritonize.serve.front import MAX_HEAD
-
         buf = bytearray()
         while data := await reader.read(READ):
             buf += data
@@ -116,8 +153,6 @@ class Relay:
 
     def _special(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
         """A client frame that is not passed on in a run: a header block's, a RST_STREAM, or one of a refused stream."""
-        from tritonize.serve.front import MAX_HEAD
-
         if self.block is not None and (kind != CONTINUATION or stream != self.block[0]):
             raise ProtocolError("a header block interrupted")
         if kind == HEADERS:
@@ -187,8 +222,6 @@ class Relay:
 
     async def from_server(self, reader: asyncio.StreamReader) -> None:
         """tritonserver's frames to the client, in whole frames; its SETTINGS followed, its ended streams noted."""
-        from tritonize.serve.front import BODY_TIMEOUT_S
-
         buf = bytearray()
         while data := await reader.read(READ):
             buf += data
@@ -206,7 +239,7 @@ class Relay:
                 self.client.write(bytes(buf[:pos]))
                 del buf[:pos]
                 self.connection.busy = bool(self.open)
-                await asyncio.wait_for(self.client.drain(), BODY_TIMEOUT_S)
+                await asyncio.wait_for(self.client.drain(), front_module.BODY_TIMEOUT_S)
 
     def _settings(self, payload: bytes) -> None:
         for i in range(0, len(payload) - 5, 6):
