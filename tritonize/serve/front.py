@@ -330,6 +330,7 @@ class Front:
             connection.handler = handler(self, connection)
             if connection.handler.waits:
                 self.park(connection, handler.first)
+                self.read(connection)  # a client that waited in the kernel's queue has sent its request meanwhile
             else:
                 self.serve(connection)
 
