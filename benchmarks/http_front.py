@@ -1,8 +1,8 @@
-"""What serve's front (tritonize/serve/front.py, grpc_front.py) costs a client: the same requests sent straight to
-tritonserver's own Unix sockets, through the front, and (HTTP) through the hand-written front it replaced (issue 35's,
-read from git at deb75ca and pointed at the same socket), in turn, on one keep-alive connection (one gRPC channel)
-each. resnet18 (random init) as onnx_model on the embedded server, in one run: the machine may be shared, so compare
-the columns of one row, not runs.
+"""What serve's front (tritonize/serve/front.py, http_front.py, grpc_front.py) costs a client: the same requests sent
+straight to tritonserver's own Unix sockets, through the front, and (HTTP) through the hand-written front it replaced
+(issue 35's, read from git at deb75ca and pointed at the same socket), in turn, on one keep-alive connection (one gRPC
+channel) each. resnet18 (random init) as onnx_model on the embedded server, in one run: the machine may be shared,
+so compare the columns of one row, not runs.
 
 HTTP: GET /v2/health/ready (nothing to copy), a batch-1 JSON inference (0.6 MB body) and a batch-8 one (4.8 MB).
 gRPC: a batch-8 ModelInfer with the tensor in the message (4.8 MB), as tritonclient sends it, straight, through the

@@ -85,7 +85,7 @@ def test_a_big_form_encoded_body_leaves_the_server_serving(server, size, model):
 
 
 def test_a_body_over_the_limit_is_refused_before_triton(server):
-    from tritonize.serve.front import MAX_BODY
+    from tritonize.serve.http_front import MAX_BODY
 
     status, answer = _post(server.http_url, f"/v2/models/{MODEL}/infer", _body(MAX_BODY + 1, MODEL), "application/json")
     assert status == 413 and f"{MAX_BODY}" in json.loads(answer)["error"], answer[:300]
@@ -128,7 +128,8 @@ def _raw(http_url: str, data: bytes) -> bytes:
 
 
 def test_the_front_refuses_what_it_cannot_pass_on_safely(server):
-    from tritonize.serve.front import MAX_BODY, MAX_HEAD
+    from tritonize.serve.front_common import MAX_HEAD
+    from tritonize.serve.http_front import MAX_BODY
 
     infer = f"POST /v2/models/{MODEL}/infer HTTP/1.1\r\nHost: x\r\n"
     big_head = _raw(server.http_url, f"{infer}X-Big: {'a' * MAX_HEAD}\r\n\r\n".encode())
@@ -161,7 +162,8 @@ def test_the_front_keeps_a_connection_for_several_requests(server):
 
 def test_the_front_answers_while_no_tritonserver_listens(tmp_path):
     """Between a crash and the new server: 503 on HTTP, tritonize's own metrics on the metrics port."""
-    from tritonize.serve.front import Front, Upstream
+    from tritonize.serve.front import Front
+    from tritonize.serve.front_common import Upstream
     from tritonize.serve.process import choose_ports
 
     ports = choose_ports("127.0.0.1", None, None, None)

@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 from tritonize.serve import front as front_module
+from tritonize.serve import front_common
 
 
 class _Backend(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -39,11 +40,12 @@ class _Answer(socketserver.StreamRequestHandler):
 
 @pytest.fixture
 def front(tmp_path, monkeypatch):
-    from tritonize.serve.front import Front, Upstream
+    from tritonize.serve.front import Front
+    from tritonize.serve.front_common import Upstream
     from tritonize.serve.process import choose_ports
 
     monkeypatch.setattr(front_module, "MAX_CONNECTIONS", 40)
-    monkeypatch.setattr(front_module, "HEAD_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(front_common, "HEAD_TIMEOUT_S", 2.0)
     upstream = Upstream(tmp_path)
     backend = _Backend(str(upstream.http), _Answer)
     threading.Thread(target=backend.serve_forever, daemon=True).start()
@@ -77,7 +79,7 @@ def test_slow_clients_leave_the_others_served_and_the_log_short(front, capfd):
             assert _get(port) == 200
     assert [_get(port) for _ in range(20)] == [200] * 20
     assert len(front.connections.open) <= 40
-    time.sleep(front_module.HEAD_TIMEOUT_S + 1)
+    time.sleep(front_common.HEAD_TIMEOUT_S + 1)
     left = slow[-30:]  # those the bound did not close: the head timeout did, with 408
     answers = []
     for s in left:

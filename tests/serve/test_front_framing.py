@@ -75,7 +75,8 @@ class Tap:
 @pytest.fixture(scope="module")
 def rig(oracle_binary, tmp_path_factory):
     """(the front's HTTP port, the oracle, the tap)."""
-    from tritonize.serve.front import Front, Upstream
+    from tritonize.serve.front import Front
+    from tritonize.serve.front_common import Upstream
     from tritonize.serve.process import choose_ports
 
     directory = tmp_path_factory.mktemp("sockets")

@@ -1,7 +1,8 @@
-"""The front (serve/front.py) with its event loop run on the test's own thread: a stand-in for tritonserver (an asyncio
-server on the front's upstream Unix socket) and the test's clients run on the same loop, so every decision the front
-makes is made here, in the order the test sets. Timeouts are shortened; the bound is small. What a connection costs
-while it waits (no task, one place in the front's epoll and in a line of deadlines) is checked too."""
+"""The front (serve/front.py, http_front.py) with its event loop run on the test's own thread: a stand-in for
+tritonserver (an asyncio server on the front's upstream Unix socket) and the test's clients run on the same loop, so
+every decision the front makes is made here, in the order the test sets. Timeouts are shortened; the bound is small.
+What a connection costs while it waits (no task, one place in the front's epoll and in a line of deadlines) is
+checked too."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 
 from tritonize.access import ControlKey
 from tritonize.serve import front as front_module
-from tritonize.serve.front import Front, Upstream
+from tritonize.serve import front_common, http_front
+from tritonize.serve.front import Front
+from tritonize.serve.front_common import Upstream
 
 KEY = ControlKey("a-control-key-for-these-tests-0123")
 
@@ -80,9 +83,9 @@ def rig(tmp_path, monkeypatch):
     """(front, tritonserver stand-in), listening, the loop not yet run."""
     from tritonize.serve.process import choose_ports
 
-    monkeypatch.setattr(front_module, "HEAD_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(front_module, "BODY_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(front_module, "LINGER_S", 0.5)
+    monkeypatch.setattr(front_common, "HEAD_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(front_common, "BODY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(front_common, "LINGER_S", 0.5)
     monkeypatch.setattr(front_module, "MAX_CONNECTIONS", 8)
     ports = choose_ports("127.0.0.1", None, None, None)
     front = Front("127.0.0.1", (ports.http, ports.grpc, ports.metrics), Upstream(tmp_path), key=KEY,
@@ -342,7 +345,7 @@ def test_a_body_that_stalls_is_408(rig, body, status):
 
 def test_chunked_bodies_are_bounded_one_by_one_and_all_together(rig, monkeypatch):
     front, triton = rig
-    monkeypatch.setattr(front_module, "MAX_BODY", 10)
+    monkeypatch.setattr(http_front, "MAX_BODY", 10)
 
     async def go():
         await triton.start(front.upstream)
@@ -351,7 +354,7 @@ def test_chunked_bodies_are_bounded_one_by_one_and_all_together(rig, monkeypatch
             reader, writer = await connect(front)
             writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks)
             answers.append(await answer(reader) if chunks.startswith(b"6") else await one(reader))
-        front.buffered = front_module.MAX_BUFFERED - 3  # other connections hold all but 3 bytes
+        front.buffered = http_front.MAX_BUFFERED - 3  # other connections hold all but 3 bytes
         reader, writer = await connect(front)
         writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
                      b"2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n")
@@ -363,7 +366,7 @@ def test_chunked_bodies_are_bounded_one_by_one_and_all_together(rig, monkeypatch
                                 "over gRPC")
     assert fits[0] == 200 and triton.requests[0][3] == b"abcde"
     assert error(crowded)[0] == 503 and "too many chunked bodies" in error(crowded)[1]
-    assert front.buffered == front_module.MAX_BUFFERED - 3  # each refused body gave its bytes back
+    assert front.buffered == http_front.MAX_BUFFERED - 3  # each refused body gave its bytes back
 
 
 def test_a_client_that_goes_away_mid_body_frees_what_it_held(rig):
@@ -412,7 +415,7 @@ def test_metrics_are_tritons_then_tritonizes_and_only_at_metrics(rig):
 
 def test_heads_that_do_not_come_in_time_are_408_idle_connections_are_closed_and_each_has_no_task(rig, monkeypatch):
     front, triton = rig
-    monkeypatch.setattr(front_module, "IDLE_TIMEOUT_S", 0.7)
+    monkeypatch.setattr(front_common, "IDLE_TIMEOUT_S", 0.7)
 
     async def go():
         await triton.start(front.upstream)
@@ -440,7 +443,7 @@ def test_heads_that_do_not_come_in_time_are_408_idle_connections_are_closed_and_
 def test_deadlines_are_acted_on_in_turns_of_a_batch(rig, monkeypatch):
     front, triton = rig
     monkeypatch.setattr(front_module, "SWEEP_BATCH", 2)
-    monkeypatch.setattr(front_module, "IDLE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(front_common, "IDLE_TIMEOUT_S", 0.2)
 
     async def go():
         clients = [await connect(front) for _ in range(5)]
@@ -514,7 +517,7 @@ def test_a_bug_in_a_handler_is_one_line_and_the_connection_ends(rig, monkeypatch
     async def broken(self):
         raise KeyError("bug")
 
-    monkeypatch.setattr(front_module.HttpConnection, "serve", broken)
+    monkeypatch.setattr(http_front.HttpConnection, "serve", broken)
 
     async def go():
         reader, writer = await connect(front)
@@ -543,7 +546,7 @@ def test_listen_binds_every_address_and_a_taken_port_is_an_error(rig):
 
 
 def test_an_error_answer_is_tritons_json_and_closes():
-    data = front_module._error(404, 'the "thing" is gone')
+    data = http_front.error_answer(404, 'the "thing" is gone')
     head, _, body = data.partition(b"\r\n\r\n")
     assert head.split(b"\r\n") == [b"HTTP/1.1 404 Not Found", b"Content-Type: application/json",
                                    b"Content-Length: %d" % len(body), b"Connection: close"]
@@ -559,11 +562,11 @@ def test_an_error_answer_is_tritons_json_and_closes():
      "the value of header x holds a control character or a byte above 0x7e"),
 ])
 def test_checked_refuses_what_libevhtp_would_read_otherwise(request_, status, words):
-    with pytest.raises(front_module.Refused) as refused:
-        front_module.checked(request_)
+    with pytest.raises(http_front.Refused) as refused:
+        http_front.checked(request_)
     assert refused.value.status == status and str(refused.value).startswith(words)
 
 
 def test_checked_passes_the_usual():
     ok = h11.Request(method="POST", target="/v2/models/m/infer?x=%41&y=/z", headers=[("Host", "h"), ("X", "a\tb ~")])
-    assert front_module.checked(ok) is ok
+    assert http_front.checked(ok) is ok

@@ -53,7 +53,8 @@ class Backend:
 @pytest.fixture
 def rig(tmp_path):
     """(a channel to the front, the backend, the key)."""
-    from tritonize.serve.front import Front, Upstream
+    from tritonize.serve.front import Front
+    from tritonize.serve.front_common import Upstream
     from tritonize.serve.process import choose_ports
 
     upstream = Upstream(tmp_path)
@@ -440,11 +441,12 @@ def bare(tmp_path, monkeypatch):
     """A front whose gRPC port leads to a Unix socket that this test accepts on itself: (front, listener)."""
     import socket
 
-    from tritonize.serve import front as front_module
-    from tritonize.serve.front import Front, Upstream
+    from tritonize.serve import front_common
+    from tritonize.serve.front import Front
+    from tritonize.serve.front_common import Upstream
     from tritonize.serve.process import choose_ports
 
-    monkeypatch.setattr(front_module, "HEAD_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(front_common, "HEAD_TIMEOUT_S", 1.0)
     upstream = Upstream(tmp_path)
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(upstream.grpc))

@@ -101,7 +101,7 @@ def docker_command(
             bind = f"{host}:" if host not in ("", "0.0.0.0") else ""
             publish += ["-p", f"{bind}{host_port}:{container_port}"]
     else:
-        from tritonize.serve.front import Upstream
+        from tritonize.serve.front_common import Upstream
 
         mounts += ["-v", f"{sockets}:{SOCKETS}"]
         listen = Upstream(Path(sockets)).flags(inside=SOCKETS)

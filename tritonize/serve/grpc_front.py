@@ -29,8 +29,8 @@ from hyperframe.frame import (ContinuationFrame, DataFrame, Frame, HeadersFrame,
                               SettingsFrame, WindowUpdateFrame)
 
 from tritonize.access import GRPC_KEY_HEADER, GRPC_REFUSAL, grpc_method_open
-from tritonize.serve import front as front_module  # its timeouts read when used: the tests shorten them
-from tritonize.serve.front import CLOSE, HEAD, MAX_HEAD
+from tritonize.serve import front_common as common  # its timeouts read when used: the tests shorten them
+from tritonize.serve.front_common import CLOSE, HEAD, MAX_HEAD
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 HEADER = 9  # bytes of a frame's header
@@ -81,7 +81,7 @@ class GrpcConnection:
         sock, self.connection.sock = self.connection.sock, None  # the transport's from here on
         tls = self.front.tls_context
         transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, ssl=tls,
-                                                          ssl_handshake_timeout=front_module.HEAD_TIMEOUT_S if tls else None)
+                                                          ssl_handshake_timeout=common.HEAD_TIMEOUT_S if tls else None)
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         reader.feed_data(bytes(self.data))
         try:
@@ -94,7 +94,7 @@ class GrpcConnection:
 async def relay(front, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection) -> None:
     """One client connection, relayed over one connection to tritonserver until either side ends it."""
     try:
-        if await asyncio.wait_for(reader.readexactly(len(PREFACE)), front_module.HEAD_TIMEOUT_S) != PREFACE:
+        if await asyncio.wait_for(reader.readexactly(len(PREFACE)), common.HEAD_TIMEOUT_S) != PREFACE:
             return
     except (asyncio.TimeoutError, asyncio.IncompleteReadError):
         return
@@ -280,7 +280,7 @@ class Relay:
             if end:
                 self.client.write(memoryview(data)[:end])
                 self.connection.busy = bool(self.open)
-                await asyncio.wait_for(self.client.drain(), front_module.BODY_TIMEOUT_S)
+                await asyncio.wait_for(self.client.drain(), common.BODY_TIMEOUT_S)
             held = data[end:]
 
     def whole_frames(self, data: bytes) -> int:

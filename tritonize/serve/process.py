@@ -22,7 +22,8 @@ from tritonize.processes import die_with_parent, signal_name, start_time, stop_p
 from tritonize.progress import Ticker, say
 from tritonize.repository_index import model_states
 from tritonize.serve import shm
-from tritonize.serve.front import Front, Upstream
+from tritonize.serve.front import Front
+from tritonize.serve.front_common import Upstream
 from tritonize.serve.healing import LOADED, Recorder, Served, read, restore
 # A server that keeps dying is started again after the back-off of a model that keeps crashing.
 from tritonize.serve.supervisor import CRASH_WINDOW_S, RELOAD_DELAYS_S, WINDOW, Supervisor
