@@ -21,7 +21,7 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
+from tests.pyproject import tomllib
 import urllib.error
 import urllib.request
 from email.parser import Parser
