@@ -193,9 +193,12 @@ def test_each_tensorrt_version_keeps_its_own_timing_cache(emulated_tensorrt, art
 
 @pytest.mark.parametrize("emulated_tensorrt", ["11.4.0.106"], indirect=True)
 def test_a_host_tensorrt_no_release_runs_gets_the_pins_printed(emulated_tensorrt, artifacts_copy):
-    """N4: the pins of the releases tritonize knows, when this TensorRT matches none of them."""
+    """N4: the pins of the releases tritonize knows, when this TensorRT matches none of them (building for the newest
+    release, named: N37)."""
+    from tritonize.releases import latest_release
+
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
-                     "--builder", "tensorrt")
+                     "--builder", "tensorrt", "--triton-release", latest_release().release)
     assert result.exit_code == 0, result.output
     assert "no release in tritonize's table runs TensorRT 11.4.0.106" in result.output
     assert ("Triton 24.08 (TensorRT 10.3.0.26): pip install -e '.[gpu,dev]' 'tensorrt-cu12==10.3.0' 'torch-tensorrt==2.5.0' "

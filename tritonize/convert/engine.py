@@ -90,7 +90,7 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
     try:
         version = builder.tensorrt_version()
         entry = replace(entry, tensorrt_version=version)
-        check_target(builder.name, version, release, job.version_compatible)
+        check_target(builder.name, version, release, job.version_compatible, named=options.triton_release is not None)
         check_opset(builder.name, version, out / job.onnx_file)
         gpu = gpu_facts()
         job = replace(job, timing_cache=timing_cache_file(job.timing_cache, version, gpu.get("compute_capability")))
@@ -147,9 +147,15 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
     return entry
 
 
-def check_target(builder: str, version: str, release: Release, version_compatible: bool) -> None:
+def check_target(builder: str, version: str, release: Release, version_compatible: bool, named: bool = True) -> None:
     """Refuse a build whose plan the target release's TensorRT would not load; name the pip pins of the
-    releases it would load in (or of the target's) when this TensorRT matches none."""
+    releases it would load in (or of the target's) when this TensorRT matches none. For a release whose TensorRT
+    the table does not know, only the container (the server's own TensorRT) builds unless the user `named` it (N37)."""
+    if not release.tensorrt and not named and builder != "container":
+        raise TritonizeError(
+            f"{builder}: tritonize does not know Triton {release.release}'s TensorRT, so a plan built with TensorRT "
+            f"{version} may not load there; name that release (--triton-release {release.release}) to build for it all "
+            "the same, or use --builder container (it builds with the server's own TensorRT)")
     if not release.tensorrt:
         say(f"  ! tritonize does not know Triton {release.release}'s TensorRT; building with TensorRT {version} "
             "(--builder container matches the server by construction)")

@@ -176,26 +176,27 @@ def _built_detail(plan: Plan) -> str:
 
 
 def target_release(choice: str | None) -> Release:
-    """The release a plan is built for: --triton-release YY.MM, the newest release tritonize knows (None), or with
-    `auto` the newest release whose TensorRT is this machine's (this Python's `tensorrt`, else trtexec's)."""
-    if choice is None:
-        return latest_release()
-    if choice != AUTO_RELEASE:
+    """The release a plan is built for: --triton-release YY.MM; `auto`, the newest release whose TensorRT is this
+    machine's (this Python's `tensorrt`, else trtexec's); and without one (None), `auto`'s where this machine has a
+    TensorRT a release runs, else the newest release tritonize knows (N37: the card's command names no release)."""
+    if choice is not None and choice != AUTO_RELEASE:
         return release_info(choice)
     version, where = host_tensorrt(), "this Python's TensorRT"
     if version is None:
         executable = find_trtexec()
         version, where = (probe_trtexec(executable) if executable else None), f"the trtexec at {executable}"
+    matching = [r for r in load_releases() if version and r.tensorrt and tensorrt_matches(version, r.tensorrt)]
+    if choice is None and not matching:
+        return latest_release()
     if version is None:
         raise TritonizeError("--triton-release auto: this machine has no TensorRT (no `tensorrt` Python package, no "
                              "trtexec on PATH); give --triton-release YY.MM (`tritonize convert releases` lists the pins)")
-    matching = [r for r in load_releases() if r.tensorrt and tensorrt_matches(version, r.tensorrt)]
     if not matching:
         raise TritonizeError(f"--triton-release auto: no release in tritonize's table runs TensorRT {version} ({where}); "
                              "install the pins of your target release (`tritonize convert releases`) or give "
                              "--triton-release YY.MM")
     release = matching[-1]
-    say(f"--triton-release auto: Triton {release.release}, whose TensorRT {release.tensorrt} is {where}")
+    say(f"--triton-release {choice or 'not given'}: Triton {release.release}, whose TensorRT {release.tensorrt} is {where}")
     return release
 
 
