@@ -83,6 +83,13 @@ def latest_release() -> Release:
     return load_releases()[-1]
 
 
+def tensorrt_major_floor(release: Release) -> int | None:
+    """The lowest TensorRT major `release` can ship: its own, else that of the nearest earlier release whose TensorRT
+    the table knows (a later container never ships an older TensorRT); None when no earlier one is known."""
+    known = [r for r in load_releases() if r.tensorrt and r.release <= release.release]
+    return version_parts(known[-1].tensorrt)[0] if known else None
+
+
 def version_parts(version: str) -> tuple[int, ...]:
     """Leading numeric components: "10.5.0.18" -> (10, 5, 0, 18); "9.3.0.post12.dev1" -> (9, 3, 0)."""
     parts = []

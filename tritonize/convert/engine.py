@@ -20,7 +20,7 @@ from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
 from tritonize.convert.plan_check import PlanCheck, last_line
 from tritonize.convert.prepare import (
-    FP16_TOLERANCE, INT8_TOLERANCE, TENSORRT_8_OPSET, check_inputs, cpu_data, random_init_tolerance,
+    FP16_TOLERANCE, INT8_TOLERANCE, TENSORRT_8_OPSET, check_inputs, cpu_data, onnx_opset, random_init_tolerance,
 )
 from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
@@ -176,19 +176,16 @@ def check_target(builder: str, version: str, release: Release, version_compatibl
 
 def check_opset(builder: str, version: str, onnx_file: Path) -> None:
     """Refuse to let a TensorRT 8.x parser read an ONNX newer than it knows: it would not refuse, it would
-    misread it (prepare.TENSORRT_8_OPSET)."""
+    misread it (prepare.TENSORRT_8_OPSET). The stage converts the ONNX for every TensorRT 8 it knows of (the target's,
+    the probed builders'), so this guards a builder whose TensorRT changed since it was probed."""
     if version_parts(version)[:1] != (8,):
         return
-    import onnx
-
-    model = onnx.load(str(onnx_file), load_external_data=False)
-    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    opset = onnx_opset(onnx_file)
     if opset > TENSORRT_8_OPSET:
         raise TritonizeError(
             f"{builder} has TensorRT {version}, whose ONNX parser reads opsets up to {TENSORRT_8_OPSET} and misreads "
-            f"{onnx_file.name} (opset {opset}); target a release with TensorRT 8 (e.g. --triton-release 24.04), for "
-            f"which tritonize converts the ONNX to opset {TENSORRT_8_OPSET}, or use a TensorRT 10 builder"
-        )
+            f"{onnx_file.name} (opset {opset}); run `tritonize convert trt` again: it converts the ONNX to opset "
+            f"{TENSORRT_8_OPSET} for the TensorRT 8 it finds")
 
 
 def timing_cache_file(base: str, version: str, compute_capability: str | None) -> str:

@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 from tritonize.convert.builders import IMAGE_TRTEXEC, LOG_NAME, TRTEXEC_FALLBACK
+from tritonize.convert.prepare import TENSORRT_8_OPSET
 from tritonize.convert.trtexec import SUPPORTED_MAJORS, BuildJob, profiles_problem, trtexec_argv
 from tritonize.files import atomic_path
 
@@ -27,8 +28,9 @@ def _cache_mount(job: BuildJob) -> str:
     return f"-v {folder}:{folder} "
 
 
-def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) -> Path:
-    """Write convert.sh (mode 0755) next to the plan; returns its path."""
+def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str], opset: int) -> Path:
+    """Write convert.sh (mode 0755) next to the plan; returns its path. `opset`: the ONNX's, which trtexec 8.x
+    misreads above TENSORRT_8_OPSET (its branch then refuses, saying why)."""
     lines = [
         "#!/usr/bin/env bash",
         "# Written by `tritonize convert trt`. Rebuilds the TensorRT plan by hand on a GPU box:",
@@ -58,6 +60,12 @@ def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) ->
         'case "$TRT_MAJOR" in',
     ]
     for major, argv in argv_by_major(job).items():
+        if major == "8" and opset > TENSORRT_8_OPSET:
+            why = (f"trtexec of TensorRT 8 misreads {job.onnx_file} (opset {opset}; its ONNX parser reads up to opset "
+                   f"{TENSORRT_8_OPSET}): build in the release's container (bash {SCRIPT_NAME} container) or with a "
+                   "TensorRT 10 trtexec")
+            lines.append(f"  8) echo {shlex.quote(why)} >&2; exit 2 ;;")
+            continue
         lines.append(f"  {major}) ARGS=({' '.join(shlex.quote(a) for a in argv[1:])}) ;;")
     lines += [
         f'  *) echo "trtexec of TensorRT $TRT_MAJOR cannot build this plan (majors: {", ".join(argv_by_major(job))})" >&2; exit 2 ;;',

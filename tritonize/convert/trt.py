@@ -20,7 +20,7 @@ from tritonize.convert.builders import (Builder, ContainerBuilder, TensorRTApiBu
 from tritonize.convert.engine import PLAN_NAME, build_engine, plan_check
 from tritonize.convert.network import Network, network_from_onnx
 from tritonize.convert.options import AUTO_RELEASE, ConvertOptions
-from tritonize.convert.prepare import opset_for_tensorrt, prepare_opset, prepare_precision
+from tritonize.convert.prepare import onnx_opset, opset_for_release, opset_for_tensorrt, prepare_opset, prepare_precision
 from tritonize.convert.reproducer import argv_by_major, write_reproducer
 from tritonize.convert.torch_trt import TorchTensorRTBuilder
 from tritonize.convert.trtexec import BuildJob, probe_trtexec, profiles_problem, trtexec_argv, version_tuple
@@ -61,7 +61,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
     candidates = {} if options.dry_run else candidate_builders(release, manifest)
     problems = {name: b.why_not() for name, b in candidates.items() if options.builder.value in ("auto", name)}
     source = fp32_onnx
-    opset = opset_for_tensorrt(release.tensorrt) if release.tensorrt else builders_opset(candidates, problems)
+    opset = min((o for o in (opset_for_release(release), builders_opset(candidates, problems)) if o), default=None)
     if opset is not None:
         source = prepare_opset(manifest, network, fp32_onnx, opset, options)
     prepared = prepare_precision(manifest, network, source, options)
@@ -92,7 +92,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         f"Serving release {release.release}: TensorRT {release.tensorrt or 'unknown to tritonize (check the NGC release notes)'}",
         f"Full build with verification and manifest entry: {gpu_command}",
     ]
-    script = write_reproducer(out, job, release.image, header)
+    script = write_reproducer(out, job, release.image, header, onnx_opset(out / job.onnx_file))
     if options.dry_run:
         builders, why = [], "--dry-run"
     else:
@@ -229,13 +229,12 @@ def _timing_cache(out: Path, options: ConvertOptions) -> str:
 
 
 def builders_opset(candidates: dict[str, Builder], problems: dict[str, str | None]) -> int | None:
-    """The ONNX opset for a target whose TensorRT the release table does not know (23.10-24.01 ship 8.6): the one the
-    oldest parser among the builders that can run here reads, from each one's probed TensorRT (N27)."""
+    """The ONNX opset the oldest parser among the builders that can run here reads, from each one's probed TensorRT
+    (N27: the table does not know 23.10-24.01's 8.6; a TensorRT 8.6 builder of a version-compatible plan for 10)."""
     versions = [candidates[name].tensorrt_version() for name, problem in problems.items() if problem is None]
     opsets = [o for o in map(opset_for_tensorrt, versions) if o is not None]
     if opsets:
-        say(f"  Triton's TensorRT is unknown to tritonize; the builder's is {min(versions, key=version_tuple)}: "
-            f"the ONNX is converted to opset {min(opsets)}")
+        say(f"  the builder's TensorRT is {min(versions, key=version_tuple)}: the ONNX is converted to opset {min(opsets)}")
     return min(opsets, default=None)
 
 
