@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.convert import build_job
 from tritonize.convert.torch_trt import torchscript_frontend_refuses
 from tritonize.convert.trtexec import BuildJob
 
@@ -12,7 +13,7 @@ def job(**kw) -> BuildJob:
     base = dict(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
                 input_shape=(3, 224, 224), profile={"min": 1, "opt": 16, "max": 32}, precision="fp32",
                 workspace_mib=4096, timing_cache="timing.cache")
-    return BuildJob(**{**base, **kw})
+    return build_job(**{**base, **kw})
 
 
 @pytest.mark.parametrize("change,version,refused", [

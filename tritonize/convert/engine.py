@@ -90,10 +90,11 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
     try:
         version = builder.tensorrt_version()
         entry = replace(entry, tensorrt_version=version)
-        check_target(builder.name, version, release, job.version_compatible, named=options.triton_release is not None)
+        check_target(builder.name, version, release, job.settings.version_compatible, named=options.triton_release is not None)
         check_opset(builder.name, version, out / job.onnx_file)
         gpu = gpu_facts()
-        job = replace(job, timing_cache=timing_cache_file(job.timing_cache, version, gpu.get("compute_capability")))
+        cache = timing_cache_file(job.settings.timing_cache, version, gpu.get("compute_capability"))
+        job = replace(job, settings=replace(job.settings, timing_cache=cache))
         with step(f"build the engine with {builder.name} (TensorRT {version})") as s_build:
             built: Built = builder.build(job, out, options.build_timeout_s)
         # The engine's own tensor names are what the repository must serve (torch-tensorrt has its own).
@@ -130,7 +131,7 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
         log=built.log,
         gpu=gpu,
         tf32=job.tf32,
-        timing_cache_file=job.timing_cache,
+        timing_cache_file=job.settings.timing_cache,
         timings={"build": asdict(s_build), "builder_seconds": built.seconds, "verify": asdict(s_verify[0]),
                  **({"verify_latency": asdict(s_verify[1])} if len(s_verify) > 1 else {})},
         **({"argv_used": built.argv} if built.argv else {}),

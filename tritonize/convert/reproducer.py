@@ -22,9 +22,9 @@ def argv_by_major(job: BuildJob) -> dict[str, list[str]]:
 
 def _cache_mount(job: BuildJob) -> str:
     """A timing cache outside the artifacts directory is mounted at its own path."""
-    if not Path(job.timing_cache).is_absolute():
+    if not Path(job.settings.timing_cache).is_absolute():
         return ""
-    folder = shlex.quote(str(Path(job.timing_cache).parent))
+    folder = shlex.quote(str(Path(job.settings.timing_cache).parent))
     return f"-v {folder}:{folder} "
 
 
@@ -48,7 +48,7 @@ def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str], op
         f"  # image's PATH, else {TRTEXEC_FALLBACK}.",
         '  RUN=(docker run --rm --init --gpus all --user "$(id -u):$(id -g)" -v "$PWD":/work -w /work '
         f'{_cache_mount(job)}"$IMAGE" sh -c {shlex.quote(IMAGE_TRTEXEC)} sh)',
-        *([f"  mkdir -p {shlex.quote(str(Path(job.timing_cache).parent))}"] if _cache_mount(job) else []),
+        *([f"  mkdir -p {shlex.quote(str(Path(job.settings.timing_cache).parent))}"] if _cache_mount(job) else []),
         "else",
         f'  RUN=("${{TRTEXEC:-$(command -v trtexec || echo {TRTEXEC_FALLBACK})}}")',
         "fi",
@@ -72,7 +72,7 @@ def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str], op
         "esac",
         f"rm -f {shlex.quote(job.partial_plan)}",
         "# trtexec leaves its timing cache's lock file behind: removed, unless another build's was there.",
-        f"LOCK={shlex.quote(job.timing_cache + '.lock')}",
+        f"LOCK={shlex.quote(job.settings.timing_cache + '.lock')}",
         '[ -e "$LOCK" ] || trap \'rm -f "$LOCK"\' EXIT',
         f'"${{RUN[@]}}" "${{ARGS[@]}}" 2>&1 | tee {LOG_NAME}',
         "# Publish only a complete engine: trtexec wrote to a temporary name.",

@@ -27,7 +27,7 @@ from tritonize.convert.trtexec import BuildJob, probe_trtexec, profiles_problem,
 from tritonize.errors import TritonizeError
 from tritonize.files import ensure_writable_dir, sha256_file
 from tritonize.facts import now_iso
-from tritonize.manifest import FileRef, Manifest, Plan, PlanOptions, Status, Target, manifest_path
+from tritonize.manifest import FileRef, Manifest, Plan, Status, Target, manifest_path
 from tritonize.progress import say
 from tritonize.releases import (
     Release, host_tensorrt, latest_release, load_releases, pins_line, release_info, tensorrt_matches,
@@ -73,11 +73,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         input_shape=network.input_shape,
         profile=options.profile.to_dict(),
         precision=options.precision.value,
-        workspace_mib=options.workspace_mib,
-        timing_cache=_timing_cache(out, options),
-        opt_level=options.opt_level,
-        version_compatible=options.version_compatible,
-        hardware_compatibility=options.hardware_compatibility,
+        settings=replace(options.settings, timing_cache=_timing_cache(out, options)),
         fp32_layers=prepared.fp32_layers,
         latency=options.latency.to_dict() if options.latency else None,
     )
@@ -108,13 +104,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         output_name=job.output_name,
         onnx=FileRef(job.onnx_file, sha256_file(out / job.onnx_file)),
         target=Target(release.release, release.image, release.tensorrt),
-        options=PlanOptions(
-            workspace_mib=job.workspace_mib,
-            timing_cache=job.timing_cache,
-            opt_level=job.opt_level,
-            version_compatible=job.version_compatible,
-            hardware_compatibility=job.hardware_compatibility,
-        ),
+        options=job.settings,
         reproducer=script.name,
         gpu_command=gpu_command,
         created=now_iso(),
@@ -219,9 +209,9 @@ def _source_onnx(manifest: Manifest, options: ConvertOptions) -> Path:
 def _timing_cache(out: Path, options: ConvertOptions) -> str:
     """The timing cache the user named (relative to the artifacts when inside them); each build names its
     own file after it, by TensorRT version and GPU (engine.timing_cache_file)."""
-    if options.timing_cache is None:
+    if options.settings.timing_cache is None:
         return TIMING_CACHE_NAME
-    path = Path(options.timing_cache).expanduser().resolve()
+    path = Path(options.settings.timing_cache).expanduser().resolve()
     try:
         return str(path.relative_to(out.resolve()))
     except ValueError:
