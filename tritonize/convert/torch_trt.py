@@ -93,9 +93,9 @@ class TorchTensorRTBuilder(Builder):
         return str(getattr(self._torch_tensorrt(), "__version__", "?"))
 
     def refuses(self, job):
-        other_torch = self._other_torch()
-        if other_torch:
-            return other_torch
+        problem = self._other_torch() or super().refuses(job)  # super: a setting its TensorRT lacks (settings.NEEDS)
+        if problem:
+            return problem
         if self.dynamo() is not None:
             return dynamo_frontend_refuses(job, self.version(), inspect.signature(self.dynamo()).parameters)
         return torchscript_frontend_refuses(job, self.tensorrt_version())
