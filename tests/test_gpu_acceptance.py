@@ -43,8 +43,9 @@ def test_the_release_is_the_hosts(emulated_tensorrt, tmp_path):
     if emulated_tensorrt.version == "10.5.0.18":
         assert host.exit_code == 0 and host.output.strip() == "24.10"
         listing = run_cli("convert", "releases").output
-        assert ("Triton 24.10 (TensorRT 10.5.0.18): pip install -e '.[gpu,dev]' 'tensorrt-cu12==10.5.0' 'torch==2.5.0' "
-                "'torchvision==0.20.0'  # no torch-tensorrt for this TensorRT: no --builder torch-tensorrt"
+        assert ("Triton 24.10 (TensorRT 10.5.0.18; CPython 3.10-3.12, Linux x86_64 and aarch64): pip install -e "
+                "'.[gpu,dev]' 'tensorrt-cu12==10.5.0' 'tensorrt-cu12-bindings==10.5.0' 'tensorrt-cu12-libs==10.5.0' "
+                "'torch==2.5.0' 'torchvision==0.20.0'  # no torch-tensorrt for this TensorRT: no --builder torch-tensorrt"
                 "  # <- this Python's TensorRT") in listing
         return
     assert host.exit_code == 1 and "no release in tritonize's table runs this Python's TensorRT (11.4.0.106)" in host.output

@@ -202,8 +202,9 @@ def test_a_host_tensorrt_no_release_runs_gets_the_pins_printed(emulated_tensorrt
                      "--builder", "tensorrt", "--triton-release", latest_release().release)
     assert result.exit_code == 0, result.output
     assert "no release in tritonize's table runs TensorRT 11.4.0.106" in result.output
-    assert ("Triton 24.08 (TensorRT 10.3.0.26): pip install -e '.[gpu,dev]' 'tensorrt-cu12==10.3.0' 'torch-tensorrt==2.5.0' "
-            "'torch==2.5.0' 'torchvision==0.20.0'") in result.output
+    assert ("Triton 24.08 (TensorRT 10.3.0.26; CPython 3.10-3.12, Linux x86_64): pip install -e '.[gpu,dev]' "
+            "'tensorrt-cu12==10.3.0' 'tensorrt-cu12-bindings==10.3.0' 'tensorrt-cu12-libs==10.3.0' "
+            "'torch-tensorrt==2.5.0' 'torch==2.5.0' 'torchvision==0.20.0'") in result.output
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["8.6.1.6"], indirect=True)
