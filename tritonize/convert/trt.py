@@ -30,7 +30,7 @@ from tritonize.facts import now_iso
 from tritonize.manifest import FileRef, Manifest, Plan, Status, Target, manifest_path
 from tritonize.progress import say
 from tritonize.releases import (
-    Release, host_tensorrt, latest_release, load_releases, pins_line, release_info, tensorrt_matches,
+    Release, host_tensorrt, install_problem, latest_release, load_releases, pins_line, release_info, tensorrt_matches,
 )
 from tritonize.stage import StageResult, StageStatus
 
@@ -56,6 +56,8 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         f"batch profile {options.profile.min}/{options.profile.opt}/{options.profile.max}"
         + (f", latency profile {options.latency.min}/{options.latency.opt}/{options.latency.max}" if options.latency else ""))
     say(f"  pins: {pins_line(release)}")
+    if release.tensorrt_pip and install_problem(release):
+        say(f"  ! {install_problem(release)}: on this machine, build with --builder container")
 
     # Probed before the ONNX is prepared (no probing on a dry run: the container's first probe pulls its image).
     candidates = {} if options.dry_run else candidate_builders(release, manifest)
