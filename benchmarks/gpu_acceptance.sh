@@ -181,7 +181,7 @@ sys.exit(0 if plan["torch_tensorrt"]["frontend"] == ("dynamo" if has else "torch
 fi
 
 if [ "$SERVE" = 0 ]; then
-  ROWS+=("| serve / compare / perf | skipped (--no-serve) | - | - |")
+  ROWS+=("| serve / compare / perf | skipped (expected) | - | --no-serve |")
 elif [ -n "$SERVED" ]; then
   MODELS="$OUT/models"
   step "repo build ($(basename "$SERVED"))" - "${TRITONIZE[@]}" repo build "$MODELS" --artifacts "$SERVED" --force
