@@ -67,6 +67,9 @@ fi
 TORCH_TRT=$("$PY" -c 'import sys; from tritonize.releases import release_info as r; print(r(sys.argv[1]).torch_tensorrt_pip or "")' "$RELEASE")
 mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
+# A run in the --out of an earlier one keeps its export (up to date) and images, never its plans or repositories:
+# they would be counted in this run's report.
+rm -rf "$OUT"/art-* "$OUT"/models* "$OUT"/perf*
 REPORT="$OUT/report.md"
 ROWS=()
 UNEXPECTED=0
