@@ -142,8 +142,8 @@ CalibImages = Annotated[Optional[Path], typer.Option(
 CalibCount = Annotated[int, typer.Option("--calib-count", min=1, help="How many images calibrate; the rest are held out.")]
 TritonRelease = Annotated[Optional[str], typer.Option(
     "--triton-release", help="Triton container release YY.MM that serves the plan (default: the one `repo build` "
-                             "recorded for it; convert trt also takes `auto`: the release whose TensorRT is this "
-                             "machine's).")]
+                             "recorded for it; for convert trt, the release whose TensorRT is this machine's, else "
+                             "the newest; `auto`: only the former).")]
 Force = Annotated[bool, typer.Option("--force", help="Redo the work and replace the outputs, even up-to-date ones.")]
 
 # The repository's configs.

@@ -245,9 +245,13 @@ def test_to_argv_asks_the_cli_for_exactly_these_options(options, tmp_path, monke
 
     (tmp_path / "their.onnx").write_bytes(b"")
     monkeypatch.chdir(tmp_path)
+    from tritonize.convert.settings import BuildSettings
+
     if "profile" in options:
         options = {**options, "profile": Profile(*options["profile"])}
-    wanted = ConvertOptions(**options)
+    names = ("workspace_gib", "timing_cache", "opt_level", "version_compatible", "hardware_compatibility")
+    settings = BuildSettings.from_cli(**{k: v for k, v in options.items() if k in names})
+    wanted = ConvertOptions(**{k: v for k, v in options.items() if k not in names}, settings=settings)
     seen = []
     monkeypatch.setattr("tritonize.convert.convert_trt",
                         lambda artifacts, opts: seen.append(opts) or StageResult("convert", StageStatus.done))
