@@ -36,7 +36,8 @@ def test_export_writes_verified_artifacts_and_manifest(small_artifacts):
     assert m["model"]["arch"] == SMALL_ARCH and m["model"]["weights_kind"] == "none"
     assert m["model"]["preprocessing"]["resize"] == 256 and m["model"]["preprocessing"]["crop"] == 224
     assert m["model"]["preprocessing"]["std"] == [0.229, 0.224, 0.225]
-    assert len(m["labels"]) == 1000 and m["labels"][1] == "goldfish" and "labels" not in m["model"]
+    assert len(m["labels"]) == 1000 and m["labels"][1] == "class 1" and "labels" not in m["model"]
+    assert m["model"]["source"] == "code" and m["model"]["labels_source"].startswith("none given: placeholders")
     assert m["tritonize"] == version("tritonize") and list(m)[-2:] == ["artifacts", "labels"]  # labels last
     for key, name in (("torchscript", "model.pt"), ("onnx", "model.onnx")):
         entry = m["artifacts"][key]
@@ -254,7 +255,7 @@ def test_unknown_arch(tmp_path):
 
 
 def test_unknown_weights_name(tmp_path):
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", "IMAGENET9K", "--artifacts", tmp_path),
+    _one_line_error(run_cli("export", "--arch", "resnet18", "--weights", "IMAGENET9K", "--artifacts", tmp_path),
                     "unknown weights", "IMAGENET1K_V1")
 
 
@@ -267,8 +268,8 @@ def test_unreadable_checkpoint(tmp_path):
 
 def test_checkpoint_of_another_arch(tmp_path):
     torch.save(build_model(resolve_spec("resnet34", "none")).state_dict(), tmp_path / "r34.pth")
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "r34.pth", "--artifacts", tmp_path / "o"),
-                    "does not match resnet18")
+    _one_line_error(run_cli("export", "--arch", "resnet18", "--weights", tmp_path / "r34.pth", "--artifacts", tmp_path / "o"),
+                    "does not match resnet18", "not in the model: layer1.2.conv1.weight")
 
 
 def test_missing_checkpoint_file(tmp_path):
@@ -300,7 +301,7 @@ def _online() -> bool:
 @pytest.mark.skipif(_online(), reason="the machine is online: default weights would download")
 def test_default_weights_offline_give_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))  # no cached weights
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--artifacts", tmp_path / "o"),
+    _one_line_error(run_cli("export", "--arch", "resnet18", "--artifacts", tmp_path / "o"),
                     "cannot download pretrained weights", "--weights none")
     assert not (tmp_path / "o" / "model.onnx").exists()
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from tritonize.options import DEFAULT_ARTIFACTS, Arch, Artifacts, Force, MaxBatch, Weights, items
+from tritonize.options import DEFAULT_ARTIFACTS, Arch, Artifacts, Force, Labels, MaxBatch, Weights, items
 from tritonize.spec import DEFAULT_ARCH
 
 
@@ -28,17 +28,18 @@ def export_command(
                                                          "torch-tensorrt builder), or all.")] = "torchscript,onnx",
     arch: Arch = DEFAULT_ARCH,
     weights: Weights = None,
+    labels: Labels = None,
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
     opset: Annotated[int, typer.Option(help="ONNX opset (>= 18 uses the dynamo exporter, lower the legacy one).")] = 18,
     simplify: Annotated[bool, typer.Option("--simplify/--no-simplify", help="Simplify the ONNX graph with onnxsim.")] = True,
     max_batch: MaxBatch = 32,
     force: Force = False,
 ) -> None:
-    """Export a torchvision classifier to TorchScript and ONNX (and torch.export's .pt2 when asked), with a dynamic
+    """Export a classifier (torchvision, timm, Hugging Face or your own code) to TorchScript and ONNX (and torch.export's .pt2 when asked), with a dynamic
     batch, verified against PyTorch."""
     from tritonize.export import ExportOptions, export_artifacts
     from tritonize.spec import resolve_spec
 
     options = ExportOptions(formats=_formats(format), opset=opset, simplify=simplify, max_batch=max_batch, force=force)
-    export_artifacts(resolve_spec(arch, weights), artifacts, options)
+    export_artifacts(resolve_spec(arch, weights, labels), artifacts, options)
     typer.echo(f"manifest: {artifacts / 'manifest.json'}")

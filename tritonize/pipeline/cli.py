@@ -7,7 +7,7 @@ import typer
 
 from tritonize.options import (
     DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Arch, Artifacts, CalibImages, Force, Instances, Kind, MaxBatch, MinBatch,
-    OptBatch, Precision, PrecisionOption, RepositoryArgument, TritonRelease, Weights,
+    Labels, OptBatch, Precision, PrecisionOption, RepositoryArgument, TritonRelease, Weights,
 )
 from tritonize.spec import DEFAULT_ARCH
 
@@ -15,6 +15,7 @@ from tritonize.spec import DEFAULT_ARCH
 def build_command(
     arch: Arch = DEFAULT_ARCH,
     weights: Weights = None,
+    labels: Labels = None,
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
     repository: RepositoryArgument = DEFAULT_REPOSITORY,
     min_batch: MinBatch = 1,
@@ -32,7 +33,7 @@ def build_command(
     from tritonize.console import table
     from tritonize.pipeline.stages import BuildOptions, build_all, summary_rows
 
-    options = BuildOptions(arch=arch, weights=weights, artifacts=artifacts, repository=repository, min_batch=min_batch,
+    options = BuildOptions(arch=arch, weights=weights, labels=labels, artifacts=artifacts, repository=repository, min_batch=min_batch,
                            opt_batch=opt_batch, max_batch=max_batch, precision=precision.value, triton_release=triton_release,
                            calib_images=calib_images, kind=kind, instances=instances, force=force)
     report = build_all(options)

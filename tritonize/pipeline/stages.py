@@ -27,6 +27,7 @@ from tritonize.stage import StageResult, StageStatus
 class BuildOptions:
     arch: str = DEFAULT_ARCH
     weights: str | None = None
+    labels: Path | None = None
     artifacts: Path = Path("build")
     repository: Path = Path("models")
     min_batch: int = 1
@@ -65,7 +66,7 @@ def build_all(options: BuildOptions) -> BuildReport:
     export_options = ExportOptions(max_batch=options.max_batch, force=options.force)
     report = BuildReport()
     steps = (
-        ("export", lambda: export_artifacts(resolve_spec(options.arch, options.weights), options.artifacts, export_options)),
+        ("export", lambda: export_artifacts(resolve_spec(options.arch, options.weights, options.labels), options.artifacts, export_options)),
         ("convert", lambda: convert_trt(options.artifacts, convert_options)),
         ("repo build", lambda: build_repository(options.artifacts, options.repository, repo_options)),
         ("repo check", lambda: _check(options, report)),
