@@ -20,11 +20,12 @@ from hypothesis import HealthCheck, settings
 from typer.testing import CliRunner
 
 from tests.emulation import VERSIONS as EMULATED_VERSIONS
-from tests.suite_model import SMALL_ARCH  # noqa: F401 (the tests import it from here)
+from tests.suite_model import SMALL_ARCH, SMALL_LABELS
 
 # SMALL_ARCH, the model of the tests that are not about a real architecture, is the suite's own small classifier,
-# through the code-model path (tests/suite_model.py), with placeholder labels (`class 0` ... `class 999`). resnet18
-# stays where the architecture is the point (`resnet18_artifacts`).
+# through the code-model path (tests/suite_model.py), named by SMALL_LABELS. resnet18 stays where the architecture is
+# the point (`resnet18_artifacts`). SMALL is how the tests export it.
+SMALL = ("--arch", SMALL_ARCH, "--weights", "none", "--labels", SMALL_LABELS)
 
 # Property-based tests (hypothesis): a profile for `make test` that keeps them to seconds, a larger one for `make
 # mutation` (TRITONIZE_HYPOTHESIS=mutation), where a mutant must meet the inputs that tell it apart. Both are
@@ -111,7 +112,7 @@ def small_artifacts(tmp_path_factory) -> Path:
         return Path(os.environ["TRITONIZE_TEST_ARTIFACTS"])
 
     def export(out: Path) -> None:
-        result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", out, "--format", "all")
+        result = run_cli("export", *SMALL, "--artifacts", out, "--format", "all")
         assert result.exit_code == 0, result.output
 
     return made_once(tmp_path_factory, "small_artifacts", export)

@@ -1,8 +1,9 @@
 """The suite's own small model: a classifier defined here, used through the code-model path (`--arch FILE.py:FUNC`)
 by every test that is not about a real architecture. It has ResNet's operators (convolution, batch norm, ReLU, max
 pool, a residual add, global average pooling, a linear head) at a small fraction of resnet18's work, and takes
-ImageNet's input (3x224x224) with 1000 outputs, so that what the tests check about shapes reads as it would for a
-torchvision model; it has no labels of its own (`class 0` ... `class 999`)."""
+ImageNet's input (3x224x224) and 1000 outputs, named with ImageNet's categories by SMALL_LABELS (given as
+`--labels`, as a user names a model of their own), so that what the tests check about shapes and labels reads as it
+would for a torchvision model."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 SMALL_ARCH = f"{Path(__file__).resolve()}:suite_classifier"
+SMALL_LABELS = Path(__file__).resolve().parent / "data" / "suite_labels.txt"  # torchvision's ImageNet categories
 
 
 class SuiteClassifier(nn.Module):
@@ -28,6 +30,9 @@ class SuiteClassifier(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(width, num_classes)
+        # Logits spread as a trained classifier's (std about 2; PyTorch's default init gives 0.4): the probabilities
+        # then tell inputs apart as resnet18's do (tests/client: a preprocessing mistake moves them by 5e-4 or more).
+        nn.init.normal_(self.fc.weight, std=1.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.stem(x)

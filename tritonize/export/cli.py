@@ -35,11 +35,10 @@ def export_command(
     max_batch: MaxBatch = 32,
     force: Force = False,
 ) -> None:
-    """Export a classifier (torchvision, timm, Hugging Face or your own code) to TorchScript and ONNX (and torch.export's .pt2 when asked), with a dynamic
-    batch, verified against PyTorch."""
-    from tritonize.export import ExportOptions, export_artifacts
-    from tritonize.spec import resolve_spec
+    """Export a classifier (torchvision, timm, Hugging Face, your own code) to TorchScript and ONNX (and torch.export's
+    .pt2 when asked), with a dynamic batch, verified against PyTorch."""
+    from tritonize import api
 
-    options = ExportOptions(formats=_formats(format), opset=opset, simplify=simplify, max_batch=max_batch, force=force)
-    export_artifacts(resolve_spec(arch, weights, labels), artifacts, options)
+    api.export(arch, weights=weights, labels=labels, artifacts=artifacts, format=_formats(format), opset=opset,
+               simplify=simplify, max_batch=max_batch, force=force)
     typer.echo(f"manifest: {artifacts / 'manifest.json'}")

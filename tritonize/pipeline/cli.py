@@ -30,13 +30,14 @@ def build_command(
 ) -> None:
     """Export -> convert -> repo build -> repo check in one go; finished stages are skipped. --max-batch is the
     TensorRT profile max, the export's verified max and the repository's max_batch_size."""
+    from tritonize import api
     from tritonize.console import table
-    from tritonize.pipeline.stages import BuildOptions, build_all, summary_rows
+    from tritonize.pipeline.stages import summary_rows
 
-    options = BuildOptions(arch=arch, weights=weights, labels=labels, artifacts=artifacts, repository=repository, min_batch=min_batch,
-                           opt_batch=opt_batch, max_batch=max_batch, precision=precision.value, triton_release=triton_release,
-                           calib_images=calib_images, kind=kind, instances=instances, force=force)
-    report = build_all(options)
+    report = api.build(arch, weights=weights, labels=labels, artifacts=artifacts, repository=repository,
+                       min_batch=min_batch, opt_batch=opt_batch, max_batch=max_batch, precision=precision.value,
+                       calib_images=calib_images, triton_release=triton_release, kind=kind, instances=instances,
+                       force=force)
     typer.echo("\nStages")
     typer.echo(table(("stage", "status", "seconds", "detail"),
                      [(t.result.stage, t.result.status.value, f"{t.seconds:.1f}", t.result.detail) for t in report.stages]))
