@@ -9,7 +9,7 @@ where each fact came from. The sources (tritonize.sources: torchvision, timm, Hu
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tritonize.preprocessing import Preprocessing
@@ -45,6 +45,17 @@ class ModelSpec:
     @property
     def pretrained(self) -> bool:
         return self.weights_kind != "none"
+
+    def with_preprocessing(self, **changes) -> "ModelSpec":
+        """This model with fields of its preprocessing contract set by the user (`export --crop ...`, the Python
+        API), over what its source said: the input shape and the record of where the contract came from follow.
+        A change of None is no change."""
+        given = {k: v for k, v in changes.items() if v is not None}
+        if not given:
+            return self
+        pre = self.preprocessing.replace(**given)
+        source = f"{self.preprocessing_source}; set by the user: {', '.join(sorted(given))}"
+        return replace(self, preprocessing=pre, input_shape=pre.input_shape, preprocessing_source=source)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-shaped (lists, not tuples), so it compares equal to what the manifest holds."""

@@ -136,7 +136,7 @@ def test_hf_defaults_labels_are_placeholders_and_a_directory_without_a_processor
     spec = resolve_spec(f"hf:{tmp_path / 'vit'}", "none", preprocessing={"resize": 36, "crop": 32})
     assert spec.labels == ("class 0", "class 1") and "placeholders" in spec.labels_source
     assert spec.preprocessing_source.startswith(f"{tmp_path / 'vit'} has no image processor config: assumed")
-    assert spec.preprocessing_source.endswith("given: resize=36, crop=32") and spec.input_shape == (3, 32, 32)
+    assert spec.preprocessing_source.endswith("set by the user: crop, resize") and spec.input_shape == (3, 32, 32)
 
 
 @pytest.mark.parametrize("what, message", [

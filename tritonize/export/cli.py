@@ -6,7 +6,10 @@ from typing import Annotated
 
 import typer
 
-from tritonize.options import DEFAULT_ARTIFACTS, Arch, Artifacts, Force, Labels, MaxBatch, Weights, items
+from tritonize.options import (
+    DEFAULT_ARTIFACTS, Antialias, Arch, Artifacts, ChannelOrder, Crop, Force, Interpolation, Labels, Layout, MaxBatch,
+    Mean, PixelScale, Resize, Std, Weights, contract_changes, items,
+)
 from tritonize.spec import DEFAULT_ARCH
 
 
@@ -34,11 +37,22 @@ def export_command(
     simplify: Annotated[bool, typer.Option("--simplify/--no-simplify", help="Simplify the ONNX graph with onnxsim.")] = True,
     max_batch: MaxBatch = 32,
     force: Force = False,
+    resize: Resize = None,
+    crop: Crop = None,
+    mean: Mean = None,
+    std: Std = None,
+    interpolation: Interpolation = None,
+    antialias: Antialias = None,
+    channel_order: ChannelOrder = None,
+    layout: Layout = None,
+    pixel_scale: PixelScale = None,
 ) -> None:
     """Export a classifier (torchvision, timm, Hugging Face, your own code) to TorchScript and ONNX (and torch.export's
     .pt2 when asked), with a dynamic batch, verified against PyTorch."""
     from tritonize import api
 
     api.export(arch, weights=weights, labels=labels, artifacts=artifacts, format=_formats(format), opset=opset,
-               simplify=simplify, max_batch=max_batch, force=force)
+               simplify=simplify, max_batch=max_batch, force=force,
+               preprocessing=contract_changes(resize, crop, mean, std, interpolation, antialias, channel_order, layout,
+                                              pixel_scale))
     typer.echo(f"manifest: {artifacts / 'manifest.json'}")

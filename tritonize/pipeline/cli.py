@@ -6,8 +6,9 @@ from __future__ import annotations
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Arch, Artifacts, CalibImages, Force, Instances, Kind, MaxBatch, MinBatch,
-    Labels, OptBatch, Precision, PrecisionOption, RepositoryArgument, TritonRelease, Weights,
+    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Antialias, Arch, Artifacts, CalibImages, ChannelOrder, Crop, Force, Instances,
+    Interpolation, Kind, Labels, Layout, MaxBatch, Mean, MinBatch, OptBatch, PixelScale, Precision, PrecisionOption,
+    Resize, RepositoryArgument, Std, TritonRelease, Weights, contract_changes,
 )
 from tritonize.spec import DEFAULT_ARCH
 
@@ -27,6 +28,15 @@ def build_command(
     kind: Kind = "auto",
     instances: Instances = 1,
     force: Force = False,
+    resize: Resize = None,
+    crop: Crop = None,
+    mean: Mean = None,
+    std: Std = None,
+    interpolation: Interpolation = None,
+    antialias: Antialias = None,
+    channel_order: ChannelOrder = None,
+    layout: Layout = None,
+    pixel_scale: PixelScale = None,
 ) -> None:
     """Export -> convert -> repo build -> repo check in one go; finished stages are skipped. --max-batch is the
     TensorRT profile max, the export's verified max and the repository's max_batch_size."""
@@ -37,7 +47,8 @@ def build_command(
     report = api.build(arch, weights=weights, labels=labels, artifacts=artifacts, repository=repository,
                        min_batch=min_batch, opt_batch=opt_batch, max_batch=max_batch, precision=precision.value,
                        calib_images=calib_images, triton_release=triton_release, kind=kind, instances=instances,
-                       force=force)
+                       force=force, preprocessing=contract_changes(resize, crop, mean, std, interpolation, antialias,
+                                                                   channel_order, layout, pixel_scale))
     typer.echo("\nStages")
     typer.echo(table(("stage", "status", "seconds", "detail"),
                      [(t.result.stage, t.result.status.value, f"{t.seconds:.1f}", t.result.detail) for t in report.stages]))

@@ -4,7 +4,6 @@ check that a model's output is a batch of logits."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import Mapping
 
 from tritonize.errors import TritonizeError
@@ -31,8 +30,8 @@ def seeded():
 
 
 def with_given(source: Preprocessing, origin: str, given) -> tuple[Preprocessing, str]:
-    """(the contract, where it came from): the source's, replaced by a given Preprocessing, or with a mapping's
-    fields set over it."""
+    """(the contract, where it came from): the source's; a given Preprocessing instead; or with the fields a mapping
+    sets (the command line's flags, text forms too; None is no change) over it."""
     if given is None:
         return source, origin
     if isinstance(given, Preprocessing):
@@ -40,14 +39,10 @@ def with_given(source: Preprocessing, origin: str, given) -> tuple[Preprocessing
     if not isinstance(given, Mapping):
         raise TritonizeError(f"preprocessing must be a tritonize.Preprocessing or a mapping of its fields, got "
                              f"{type(given).__name__}")
-    fields = {f.name for f in dataclasses.fields(Preprocessing)}
-    unknown = sorted(set(given) - fields)
-    if unknown:
-        raise TritonizeError(f"unknown preprocessing field {unknown[0]!r}; the contract's fields: {', '.join(sorted(fields))}")
-    if not given:
+    changes = {k: v for k, v in given.items() if v is not None}
+    if not changes:
         return source, origin
-    named = ", ".join(f"{k}={v}" for k, v in given.items())
-    return dataclasses.replace(source, **dict(given)), f"{origin}; given: {named}"
+    return source.replace(**changes), f"{origin}; set by the user: {', '.join(sorted(changes))}"
 
 
 def logits_classes(output, batch: int, what: str) -> int:
