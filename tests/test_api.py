@@ -13,10 +13,12 @@ import tritonize
 from tritonize import api
 from tritonize.cli import app
 
+# The command's preprocessing flags are the API's `preprocessing=` mapping (tritonize.options.contract_changes).
+CONTRACT_FLAGS = {"resize", "crop", "mean", "std", "interpolation", "antialias", "channel_order", "layout", "pixel_scale"}
 # API function -> (its command's path, the parameters only one of the two has)
 COMMANDS = {
-    "export": (("export",), {"arch", "model", "preprocessing"}),
-    "build": (("build",), {"arch", "model", "preprocessing"}),
+    "export": (("export",), {"arch", "model", "preprocessing", *CONTRACT_FLAGS}),
+    "build": (("build",), {"arch", "model", "preprocessing", *CONTRACT_FLAGS}),
     "convert_trt": (("convert", "trt"), set()),
     "repo_build": (("repo", "build"), set()),
     "repo_check": (("repo", "check"), {"as_json", "in_image"}),  # how the command prints; a GPU box's extra check

@@ -9,6 +9,7 @@ checkpoint, whose head sets the number of classes. `contract` maps timm's data c
 
 from __future__ import annotations
 
+import difflib
 import math
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def _timm():
 def resolve(name: str, weights: str | None = None, labels=None, preprocessing=None) -> ModelSpec:
     timm = _timm()
     if not name or not timm.is_model(name):
-        close = timm.list_models(f"*{name.split('.')[0][:8]}*")[:5] if name else []
+        close = difflib.get_close_matches(name.split(".")[0], timm.list_models(), n=5) if name else []
         hint = f" (close: {', '.join(close)})" if close else ""
         raise TritonizeError(f"unknown timm model {name!r}{hint}; see timm.list_models()")
     if weights is None or weights.lower() == "pretrained":
