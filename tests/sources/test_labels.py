@@ -68,3 +68,16 @@ def test_without_labels_the_source_s_or_placeholders():
     assert labels_for(["x", "y"], 2, ("a", "b"), "the source") == (("x", "y"), "given (labels=...)")
     assert are_placeholders(("class 0", "class 1")) and not are_placeholders(("class 1", "class 0"))
     assert not are_placeholders(())
+
+
+def test_the_client_says_when_the_labels_are_placeholders():
+    """`client classify` (which sets `unnamed` from the labels the server hands out: are_placeholders) says so."""
+    from tritonize.client.classify import ClassifyReport
+
+    top = [{"label": "class 3", "index": 3, "probability": 0.5}]
+    report = ClassifyReport("onnx_model", "localhost:8001", predictions=[{"image": "a.jpg", "top_k": top}], unnamed=True)
+    assert report.to_text().endswith("(onnx_model has no label names: `class N` is its output N; export it with "
+                                     "--labels FILE to name them)")
+    assert report.to_dict()["labels"] == "placeholders"
+    named = ClassifyReport("onnx_model", "localhost:8001", predictions=[{"image": "a.jpg", "top_k": top}])
+    assert "no label names" not in named.to_text() and named.to_dict()["labels"] == "named"
