@@ -149,8 +149,8 @@ def _reference(model, inputs: np.ndarray, spec: ModelSpec) -> np.ndarray:
         output = model(torch.from_numpy(inputs))
     classes = logits_classes(output, len(inputs), spec.arch)
     if classes != spec.num_classes:
-        raise TritonizeError(f"{spec.arch} returns {classes} classes where its spec says {spec.num_classes}; "
-                             "export it again (--force)")
+        raise TritonizeError(f"{spec.arch} returns {classes} classes, but {spec.num_classes_source or 'its source'} "
+                             f"says {spec.num_classes}: the model and what it was described from differ")
     return output.numpy()
 
 

@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from tritonize.errors import TritonizeError
@@ -41,8 +42,8 @@ def resolve(arch: str, weights: str | None = None, labels=None, preprocessing=No
     names, labels_origin = labels_for(labels, classes, None, "")
     notes = ("random-init weights (FUNC's own initialization, seed 0): the labels are meaningless for predictions",) \
         if kind == "none" else ()
-    return _replace(spec, num_classes=classes, num_classes_source=classes_origin, labels=names,
-                    labels_source=labels_origin, notes=notes)
+    return replace(spec, num_classes=classes, num_classes_source=classes_origin, labels=names,
+                   labels_source=labels_origin, notes=notes)
 
 
 def module_spec(model, labels=None, preprocessing=None) -> ModelSpec:
@@ -151,7 +152,7 @@ def _load_module(target: str, arch: str):
         with _importable(os.getcwd()):
             return importlib.import_module(target)
     except ModuleNotFoundError as e:
-        if e.name and target.split(".")[0] == e.name.split(".")[0] and e.name == target[:len(e.name)]:
+        if e.name and (target == e.name or target.startswith(e.name + ".")):  # not one the module imports
             prefix = target.split(".")[0]
             raise TritonizeError(f"--arch {arch}: {prefix + ':'!r} is no source (timm:, hf:) and no module named "
                                  f"{e.name!r} can be imported for package.module:FUNC (from the working directory or "
@@ -161,10 +162,8 @@ def _load_module(target: str, arch: str):
         raise TritonizeError(f"module {target} raised {type(e).__name__} while being imported: {_first_line(e)}") from None
 
 
-def _call(spec: ModelSpec, num_classes: int | None = None):
-    """FUNC's module, made under the seed; `num_classes` is passed when FUNC takes it."""
-    import torch
-
+def _function(spec: ModelSpec):
+    """FUNC itself (a dotted name walks attributes: `Class.factory`)."""
     target, _, func_name = spec.arch.rpartition(":")
     module = _load_module(target, spec.arch)
     func = module
@@ -173,10 +172,19 @@ def _call(spec: ModelSpec, num_classes: int | None = None):
         if func is None:
             callables = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))[:8]
             raise TritonizeError(f"{target} has no {func_name!r}; it has: {', '.join(callables) or 'no functions'}")
+    return func
+
+
+def _call(spec: ModelSpec, num_classes: int | None = None):
+    """FUNC's module, made under the seed; `num_classes` is passed when FUNC takes it."""
+    import torch
+
+    func = _function(spec)
     if isinstance(func, torch.nn.Module):
         return func
     if not callable(func):
-        raise TritonizeError(f"{spec.arch}: {func_name} is a {type(func).__name__}, not a function that returns the model")
+        raise TritonizeError(f"{spec.arch}: {spec.arch.rpartition(':')[2]} is a {type(func).__name__}, not a function "
+                             "that returns the model")
     kwargs = {}
     if num_classes and _takes(func, "num_classes"):
         kwargs["num_classes"] = num_classes
@@ -204,8 +212,7 @@ def _fit_checkpoint(spec: ModelSpec, model, classes: int, origin: str) -> tuple[
     layout = checkpoints.shapes(model.state_dict())
     state = checkpoints.fit_keys(checkpoints.read_state_dict(path), layout)
     head = checkpoints.head_classes(state, layout, classes)
-    target, _, func_name = spec.arch.rpartition(":")
-    if head and _takes(_resolve_func(target, func_name, spec.arch), "num_classes"):
+    if head and _takes(_function(spec), "num_classes"):
         classes, key = head
         origin = f"checkpoint {path}: {key} {list(state[key].shape)}"
         layout = checkpoints.shapes(_call(spec, num_classes=classes).state_dict())
@@ -214,19 +221,6 @@ def _fit_checkpoint(spec: ModelSpec, model, classes: int, origin: str) -> tuple[
         hint = " (FUNC could make that head if it took num_classes=N)" if head else ""
         raise TritonizeError(f"checkpoint {path} does not match {spec.arch}{hint}: {problem}")
     return classes, origin
-
-
-def _resolve_func(target: str, func_name: str, arch: str):
-    func = _load_module(target, arch)
-    for part in func_name.split("."):
-        func = getattr(func, part)
-    return func
-
-
-def _replace(spec: ModelSpec, **changes) -> ModelSpec:
-    import dataclasses
-
-    return dataclasses.replace(spec, **changes)
 
 
 def _first_line(error: BaseException) -> str:
