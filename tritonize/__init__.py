@@ -2,7 +2,8 @@
 
 From Python, each stage under its command's name (tritonize.api): `export`, `build`, `convert_trt`, `repo_build`,
 `repo_check`, `serve`, `client_classify`, `client_compare`; `Preprocessing` is the preprocessing contract and
-`TritonizeError` what a failure raises. They are imported when first used, so `tritonize`'s commands start fast.
+`TritonizeError` what a failure raises. They are imported when first used: the commands start fast, and the
+repository's preprocessing models, which carry a copy of this file, load it where tritonize is not installed.
 """
 
 import importlib
@@ -11,7 +12,8 @@ import types
 
 _API = ("export", "build", "convert_trt", "repo_build", "repo_check", "serve", "client_classify", "client_compare")
 _PACKAGES = ("export", "serve")  # also subpackages: `tritonize.export` is the package, called as the function
-__all__ = [*_API, "Preprocessing", "TritonizeError"]
+_TYPES = {"Preprocessing": "tritonize.preprocessing", "TritonizeError": "tritonize.errors"}
+__all__ = [*_API, *_TYPES]
 
 
 class _CallablePackage(types.ModuleType):
@@ -19,8 +21,7 @@ class _CallablePackage(types.ModuleType):
     whenever it is imported, so the function cannot be that attribute; the package calls it instead."""
 
     def __call__(self, *args, **kwargs):
-        from tritonize import api
-
+        api = importlib.import_module("tritonize.api")
         return getattr(api, self.__name__.rpartition(".")[2])(*args, **kwargs)
 
 
@@ -32,15 +33,7 @@ def __getattr__(name: str):
     if name in _PACKAGES:
         return importlib.import_module(f"tritonize.{name}")
     if name in _API:
-        from tritonize import api
-
-        return getattr(api, name)
-    if name == "Preprocessing":
-        from tritonize.preprocessing import Preprocessing
-
-        return Preprocessing
-    if name == "TritonizeError":
-        from tritonize.errors import TritonizeError
-
-        return TritonizeError
+        return getattr(importlib.import_module("tritonize.api"), name)
+    if name in _TYPES:
+        return getattr(importlib.import_module(_TYPES[name]), name)
     raise AttributeError(f"module 'tritonize' has no attribute {name!r}")

@@ -23,7 +23,7 @@ import contextlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from tritonize.options import DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, items
+from tritonize.options import DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, int_items, items
 from tritonize.spec import DEFAULT_ARCH
 from tritonize.stage import StageResult
 
@@ -33,7 +33,7 @@ def _list(value, flag: str, kind=str) -> tuple:
     if value is None:
         return ()
     if isinstance(value, str):
-        return items(value, flag, kind)
+        return int_items(value, flag) if kind is int else items(value, flag, kind)
     return tuple(kind(v) for v in value)
 
 

@@ -1,4 +1,5 @@
-"""`tritonize build`: every stage for real on resnet18, then re-runs that redo exactly the stages whose inputs changed."""
+"""`tritonize build`: every stage for real on the suite's classifier, then re-runs that redo exactly the stages whose
+inputs changed."""
 
 from __future__ import annotations
 

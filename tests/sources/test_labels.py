@@ -75,7 +75,8 @@ def test_the_client_says_when_the_labels_are_placeholders():
     from tritonize.client.classify import ClassifyReport
 
     top = [{"label": "class 3", "index": 3, "probability": 0.5}]
-    report = ClassifyReport("onnx_model", "localhost:8001", predictions=[{"image": "a.jpg", "top_k": top}], unnamed=True)
+    report = ClassifyReport("onnx_model", "localhost:8001", predictions=[{"image": "a.jpg", "top_k": top}],
+                            unnamed=True)
     assert report.to_text().endswith("(onnx_model has no label names: `class N` is its output N; export it with "
                                      "--labels FILE to name them)")
     assert report.to_dict()["labels"] == "placeholders"

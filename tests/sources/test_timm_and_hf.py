@@ -112,7 +112,8 @@ def test_hf_labels_and_exact_resizing_come_from_its_configs(tmp_path):
      {"resize": 256, "crop": 224}),
     ({"size": {"height": 160, "width": 320}, "do_rescale": False, "do_normalize": False},
      {"resize": (160, 320), "crop": (160, 320), "scale": 1.0, "mean": (0.0, 0.0, 0.0), "std": (1.0, 1.0, 1.0)}),
-    ({"size": 384, "do_center_crop": True, "crop_size": 384, "resample": 1}, {"resize": 384, "interpolation": "lanczos"}),
+    ({"size": 384, "do_center_crop": True, "crop_size": 384, "resample": 1},
+     {"resize": 384, "interpolation": "lanczos"}),
 ])
 def test_hf_processor_configs_map_into_the_contract(processor, expected):
     pre = huggingface.contract({"image_mean": [0.5] * 3, "image_std": [0.5] * 3, **processor})

@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import run_cli
 from tests.sources.served import classify_everywhere, compare_backends, served
 
-LABELS = ["tabby, cat", 'the "cheese" plate', "café crème", "naïve:colon:label", "日本の猫", "  two leading spaces",
-          "back\\slash", "'single quoted'", "fish 🐟", "plain"]
+LABELS = ["tabby, cat", 'the "cheese" plate', "café crème", "naïve:colon:label", "日本の猫",
+          "  two leading spaces", "back\\slash", "'single quoted'", "fish 🐟", "plain"]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,8 @@ def test_the_manifest_says_where_each_fact_came_from(ft10):
     manifest = json.loads((root / "build" / "manifest.json").read_text())
     model = manifest["model"]
     assert manifest["labels"] == LABELS and model["labels_source"] == f"--labels {root / 'labels.txt'}"
-    assert model["num_classes"] == 10 and model["num_classes_source"] == f"checkpoint {root / 'ft10.pt'}: fc.weight [10, 512]"
+    assert model["num_classes"] == 10
+    assert model["num_classes_source"] == f"checkpoint {root / 'ft10.pt'}: fc.weight [10, 512]"
     assert model["source"] == "torchvision" and model["weights_kind"] == "checkpoint"
     assert model["preprocessing_source"] == "torchvision ResNet18_Weights.IMAGENET1K_V1.transforms()"
     assert (root / "models" / "onnx_model" / "labels.txt").read_text(encoding="utf-8") == "\n".join(LABELS) + "\n"

@@ -77,15 +77,19 @@ def test_random_init_is_seeded_and_the_caller_s_generator_untouched():
     ("s3://bucket/model:f", None, "unknown source 's3:'"),
     ("{dir}/nope.py:make", None, "nope.py does not exist"),
     ("{dir}/net.py:missing", NET, "has no 'missing'; it has: Net, make"),
-    ("{dir}/boom.py:make", "raise RuntimeError('no GPU here')", "boom.py raised RuntimeError while being imported: no GPU here"),
-    ("{dir}/raises.py:make", "def make():\n    raise ValueError('bad config')", "raises.py:make raised ValueError: bad config"),
-    ("{dir}/dict.py:make", "def make():\n    return {'weights': 1}", "dict.py:make returned a dict, not a torch.nn.Module"),
+    ("{dir}/boom.py:make", "raise RuntimeError('no GPU here')",
+     "boom.py raised RuntimeError while being imported: no GPU here"),
+    ("{dir}/raises.py:make", "def make():\n    raise ValueError('bad config')",
+     "raises.py:make raised ValueError: bad config"),
+    ("{dir}/dict.py:make", "def make():\n    return {'weights': 1}",
+     "dict.py:make returned a dict, not a torch.nn.Module"),
     ("{dir}/notfunc.py:make", "make = 3", "notfunc.py:make: make is a int, not a function that returns the model"),
     ("{dir}/features.py:make", "import torch\ndef make():\n    return torch.nn.Conv2d(3, 8, 3)",
      "returns shape [2, 8, 222, 222] for a batch of 2, not a batch of logits (batch, classes)"),
-    ("{dir}/tuple.py:make", "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x.mean((2, 3)), x\n"
-                            "def make():\n    return M()", "returns a tuple"),
-    ("{dir}/mnist.py:make", "import torch\ndef make():\n    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))",
+    ("{dir}/tuple.py:make", "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n"
+                            "        return x.mean((2, 3)), x\ndef make():\n    return M()", "returns a tuple"),
+    ("{dir}/mnist.py:make",
+     "import torch\ndef make():\n    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))",
      "failed on a batch of input shape [2, 3, 224, 224] (RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
 ])
 def test_bad_code_models_are_one_line(tmp_path, arch, code, message):
