@@ -124,3 +124,15 @@ def test_a_code_models_checkpoint_head_sets_its_classes_through_num_classes(tmp_
     spec = resolve_spec(SMALL_ARCH, str(tmp_path / "seven.ckpt"))
     assert spec.num_classes == 7 and spec.num_classes_source.endswith("fc.weight [7, 8]")
     assert all(torch.equal(build_model(spec).state_dict()[k], v) for k, v in state.items())
+
+
+def test_a_code_model_whose_func_takes_no_num_classes_says_what_would_make_the_head(tmp_path):
+    (tmp_path / "fixed.py").write_text("from tests.suite_model import SuiteClassifier\n\n\ndef make():\n"
+                                       "    return SuiteClassifier()\n")
+    torch.save(SuiteClassifier(num_classes=7).state_dict(), tmp_path / "seven.pt")
+    with pytest.raises(TritonizeError) as refused:
+        resolve_spec(f"{tmp_path / 'fixed.py'}:make", str(tmp_path / "seven.pt"))
+    assert str(refused.value) == (f"checkpoint {tmp_path / 'seven.pt'} does not match {tmp_path / 'fixed.py'}:make "
+                                  "(FUNC could make its 7-class head if it took num_classes=N): shapes differ for "
+                                  "fc.weight (checkpoint [7, 8], model [1000, 8]), fc.bias (checkpoint [7], model "
+                                  "[1000])")

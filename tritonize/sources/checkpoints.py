@@ -130,6 +130,27 @@ def mismatch(state: Mapping, model: Mapping[str, tuple]) -> str | None:
     return "; ".join(parts) or None
 
 
+def checkpoint_classes(path: Path, layout, classes: int, origin: str, what: str) -> tuple[int, str]:
+    """(the number of classes, where it came from) for a checkpoint of the model `what` names. `layout(n)` gives the
+    model's parameter shapes with an n-class head (n None: its own), or None where the source cannot make one. A
+    checkpoint whose head alone differs sets the classes; any other difference is one line naming the keys."""
+    model = layout(None)
+    state = fit_keys(read_state_dict(path), model)
+    head = head_classes(state, model, classes)
+    hint = ""
+    if head:
+        other = layout(head[0])
+        if other is None:
+            hint = f" (FUNC could make its {head[0]}-class head if it took num_classes=N)"
+        else:
+            classes, key = head
+            origin, model = f"checkpoint {path}: {key} {list(state[key].shape)}", other
+    problem = mismatch(state, model)
+    if problem:
+        raise TritonizeError(f"checkpoint {path} does not match {what}{hint}: {problem}")
+    return classes, origin
+
+
 def load_weights(model, path: Path, what: str) -> None:
     """Load the checkpoint into `model` (strict: every key, every shape), or one line naming what differs."""
     state = fit_keys(read_state_dict(path), model.state_dict().keys())

@@ -148,17 +148,10 @@ def _processor(transformers, location: str) -> dict | None:
 
 
 def _checkpoint_classes(transformers, config, location, path: Path, classes: int, origin: str) -> tuple[int, str]:
-    layout = checkpoints.shapes(_layout(transformers, config).state_dict())
-    state = checkpoints.fit_keys(checkpoints.read_state_dict(path), layout)
-    head = checkpoints.head_classes(state, layout, classes)
-    if head:
-        classes, key = head
-        origin = f"checkpoint {path}: {key} {list(state[key].shape)}"
-        layout = checkpoints.shapes(_layout(transformers, config, classes).state_dict())
-    problem = checkpoints.mismatch(state, layout)
-    if problem:
-        raise TritonizeError(f"checkpoint {path} does not match hf:{location}: {problem}")
-    return classes, origin
+    def layout(num_classes: int | None) -> dict:
+        return checkpoints.shapes(_layout(transformers, config, num_classes).state_dict())
+
+    return checkpoints.checkpoint_classes(path, layout, classes, origin, f"hf:{location}")
 
 
 def _layout(transformers, config, num_labels: int | None = None):

@@ -110,17 +110,10 @@ def _layout(name: str, num_classes: int | None = None):
 
 
 def _checkpoint_classes(name: str, path: Path, model, classes: int, origin: str) -> tuple[int, str]:
-    layout = checkpoints.shapes(model.state_dict())
-    state = checkpoints.fit_keys(checkpoints.read_state_dict(path), layout)
-    head = checkpoints.head_classes(state, layout, classes)
-    if head:
-        classes, key = head
-        origin = f"checkpoint {path}: {key} {list(state[key].shape)}"
-        layout = checkpoints.shapes(_layout(name, classes).state_dict())
-    problem = checkpoints.mismatch(state, layout)
-    if problem:
-        raise TritonizeError(f"checkpoint {path} does not match timm:{name}: {problem}")
-    return classes, origin
+    def layout(num_classes: int | None) -> dict:
+        return checkpoints.shapes((model if num_classes is None else _layout(name, num_classes)).state_dict())
+
+    return checkpoints.checkpoint_classes(path, layout, classes, origin, f"timm:{name}")
 
 
 def build(spec: ModelSpec):

@@ -103,27 +103,17 @@ def resolve(arch: str, weights: str | None = None, labels=None, preprocessing=No
 
 
 def _checkpoint_classes(arch: str, path: Path, classes: int, origin: str) -> tuple[int, str]:
-    """The checkpoint's number of classes (its head's shape) and where that came from; a checkpoint that differs
-    elsewhere is one line naming the first keys that differ. The model is laid out on the meta device: no memory,
-    no initialization."""
+    """The checkpoint's head sets the classes (checkpoints.checkpoint_classes); the model is laid out on the meta
+    device: no memory, no initialization."""
     import torch
     import torchvision
 
-    def layout(num_classes: int) -> dict:
+    def layout(num_classes: int | None) -> dict:
         with torch.device("meta"):
-            return checkpoints.shapes(torchvision.models.get_model(arch, weights=None, num_classes=num_classes).state_dict())
+            model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes or classes)
+        return checkpoints.shapes(model.state_dict())
 
-    model = layout(classes)
-    state = checkpoints.fit_keys(checkpoints.read_state_dict(path), model)
-    head = checkpoints.head_classes(state, model, classes)
-    if head:
-        classes, key = head
-        origin = f"checkpoint {path}: {key} {list(state[key].shape)}"
-        model = layout(classes)
-    problem = checkpoints.mismatch(state, model)
-    if problem:
-        raise TritonizeError(f"checkpoint {path} does not match {arch}: {problem}")
-    return classes, origin
+    return checkpoints.checkpoint_classes(path, layout, classes, origin, arch)
 
 
 def build(spec: ModelSpec):

@@ -207,20 +207,15 @@ def _takes(func, name: str) -> bool:
 
 
 def _fit_checkpoint(spec: ModelSpec, model, classes: int, origin: str) -> tuple[int, str]:
-    """A checkpoint whose head differs sets the classes when FUNC takes num_classes; otherwise it must fit."""
-    path = Path(spec.weights)
-    layout = checkpoints.shapes(model.state_dict())
-    state = checkpoints.fit_keys(checkpoints.read_state_dict(path), layout)
-    head = checkpoints.head_classes(state, layout, classes)
-    if head and _takes(_function(spec), "num_classes"):
-        classes, key = head
-        origin = f"checkpoint {path}: {key} {list(state[key].shape)}"
-        layout = checkpoints.shapes(_call(spec, num_classes=classes).state_dict())
-    problem = checkpoints.mismatch(state, layout)
-    if problem:
-        hint = " (FUNC could make that head if it took num_classes=N)" if head else ""
-        raise TritonizeError(f"checkpoint {path} does not match {spec.arch}{hint}: {problem}")
-    return classes, origin
+    """A checkpoint whose head differs sets the classes where FUNC takes num_classes; otherwise it must fit."""
+    takes = _takes(_function(spec), "num_classes")
+
+    def layout(num_classes: int | None):
+        if num_classes is None:
+            return checkpoints.shapes(model.state_dict())
+        return checkpoints.shapes(_call(spec, num_classes=num_classes).state_dict()) if takes else None
+
+    return checkpoints.checkpoint_classes(Path(spec.weights), layout, classes, origin, spec.arch)
 
 
 def _first_line(error: BaseException) -> str:
