@@ -60,3 +60,26 @@ def test_the_package_names_the_api():
     assert set(tritonize.__all__) >= set(COMMANDS) | {"serve", "Preprocessing", "TritonizeError"}
     with pytest.raises(AttributeError):
         tritonize.no_such_thing  # noqa: B018
+
+
+def test_a_module_handed_over_is_exported_in_eval_mode_and_left_as_it_was(tmp_path):
+    """A notebook's model in training mode (one batch norm frozen): exported as in eval mode, verified, recorded as a
+    module; then every submodule back in its own mode, and the same weights again are up to date."""
+    import torch
+
+    from tests.suite_model import suite_classifier
+    from tritonize.manifest import Manifest
+    from tritonize.stage import StageStatus
+
+    model = suite_classifier().train()
+    model.bn1.eval()
+    result = tritonize.export(model, artifacts=tmp_path, format="torchscript", max_batch=2)
+    assert result.status is StageStatus.done
+    assert model.training and model.stem.training and not model.bn1.training
+    spec = Manifest.load(tmp_path).spec
+    assert spec.source == "module" and spec.weights.startswith("sha256:") and spec.labels[0] == "class 0"
+    assert tritonize.export(model, artifacts=tmp_path, format="torchscript", max_batch=2).status is StageStatus.up_to_date
+    with torch.no_grad():
+        model.fc.bias += 1  # trained further: another model
+    with pytest.raises(tritonize.TritonizeError, match="holds artifacts of another model"):
+        tritonize.export(model, artifacts=tmp_path, format="torchscript", max_batch=2)

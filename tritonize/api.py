@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from tritonize.options import DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, int_items, items
+from tritonize.sources.shared import evaluating
 from tritonize.spec import DEFAULT_ARCH
 from tritonize.stage import StageResult
 
@@ -53,20 +54,6 @@ def model_spec(model=DEFAULT_ARCH, weights: str | None = None, labels=None, prep
     return module_spec(model, labels, preprocessing), model
 
 
-@contextlib.contextmanager
-def _evaluating(module):
-    """The module in eval mode for the export, then as it was (a notebook goes on training it)."""
-    if module is None:
-        yield
-        return
-    training = module.training
-    module.eval()
-    try:
-        yield
-    finally:
-        module.train(training)
-
-
 def export(model=DEFAULT_ARCH, *, weights: str | None = None, labels=None, preprocessing=None,
            artifacts: Path | str = DEFAULT_ARTIFACTS, format: str | Sequence[str] = "torchscript,onnx", opset: int = 18,
            simplify: bool = True, max_batch: int = 32, force: bool = False) -> StageResult:
@@ -79,7 +66,7 @@ def export(model=DEFAULT_ARCH, *, weights: str | None = None, labels=None, prepr
     formats = FORMATS if format == "all" else _list(format, "--format")
     spec, module = model_spec(model, weights, labels, preprocessing)
     options = ExportOptions(formats=formats, opset=opset, simplify=simplify, max_batch=max_batch, force=force)
-    with _evaluating(module):
+    with evaluating(module):
         return export_artifacts(spec, Path(artifacts), options, model=module)
 
 
@@ -96,7 +83,7 @@ def build(model=DEFAULT_ARCH, *, weights: str | None = None, labels=None, prepro
                            opt_batch=opt_batch, max_batch=max_batch, precision=getattr(precision, "value", precision),
                            triton_release=triton_release, calib_images=Path(calib_images) if calib_images else None,
                            kind=kind, instances=instances, force=force)
-    with _evaluating(module):
+    with evaluating(module):
         return build_all(spec, options, model=module)
 
 

@@ -29,6 +29,22 @@ def seeded():
         yield
 
 
+@contextlib.contextmanager
+def evaluating(module):
+    """A module handed over, in eval mode for the block, then each submodule as it was (a notebook goes on training
+    it; a frozen batch norm stays frozen). None: nothing to do."""
+    if module is None:
+        yield
+        return
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
+    try:
+        yield
+    finally:
+        for submodule, training in modes.items():
+            submodule.training = training
+
+
 def with_given(source: Preprocessing, origin: str, given) -> tuple[Preprocessing, str]:
     """(the contract, where it came from): the source's; a given Preprocessing instead; or with the fields a mapping
     sets (the command line's flags, text forms too; None is no change) over it."""

@@ -21,7 +21,9 @@ from pathlib import Path
 from tritonize.errors import TritonizeError
 from tritonize.sources import checkpoints
 from tritonize.sources.labels import labels_for
-from tritonize.sources.shared import DEFAULT_PREPROCESSING, DEFAULT_PREPROCESSING_SOURCE, probe, seeded, with_given
+from tritonize.sources.shared import (
+    DEFAULT_PREPROCESSING, DEFAULT_PREPROCESSING_SOURCE, evaluating, probe, seeded, with_given,
+)
 from tritonize.spec import ModelSpec
 
 MODULE_ARCH = "python:"  # the arch of a module handed to the Python API: `python:package.Class`
@@ -55,11 +57,8 @@ def module_spec(model, labels=None, preprocessing=None) -> ModelSpec:
         raise TritonizeError(f"tritonize.export takes a torch.nn.Module, got {type(model).__name__}")
     pre, pre_origin = with_given(DEFAULT_PREPROCESSING, DEFAULT_PREPROCESSING_SOURCE, preprocessing)
     name = f"{type(model).__module__}.{type(model).__qualname__}"
-    was_training = model.training
-    try:
-        classes = probe(model.eval(), pre.input_shape, name)
-    finally:
-        model.train(was_training)
+    with evaluating(model):
+        classes = probe(model, pre.input_shape, name)
     names, labels_origin = labels_for(labels, classes, None, "")
     return ModelSpec(arch=MODULE_ARCH + name, weights=f"sha256:{weights_digest(model)[:16]}", weights_kind="module",
                      preprocessing=pre, labels=names, labels_source=labels_origin, preprocessing_source=pre_origin,
