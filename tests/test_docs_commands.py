@@ -38,7 +38,8 @@ NOT_RUN_FOR_REAL = {
     "tools get-perf-analyzer": "downloads a 20 MB wheel (make test runs it once, before the tests)",
     "tune": "needs a running server and minutes of load (tests/tune)",
     "monitor": "runs Prometheus until stopped (tests/monitor)",
-    "models list": "needs a running server (tests/control)",
+    "models list": "needs a running server (tests/control; tests/serve/test_key_privacy.py runs `models list --json`)",
+    "models unload": "needs a running server (tests/serve/test_key_privacy.py runs it on a model a key holder loaded)",
     "deploy push": "needs an S3 endpoint (tests/deploy runs it against moto's S3 server)",
     "deploy k8s": "reads the pushed repository back from its S3 endpoint (tests/deploy runs it against moto's)",
 }
