@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GPU_BOX_TENSORRT, run_cli
+from tests.conftest import GPU_BOX_TENSORRT, SMALL_ARCH, run_cli
 from tests.emulation import environment
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_acceptance.sh"
@@ -80,7 +80,7 @@ def test_a_test_only_a_gpu_box_runs_must_also_run_here(tmp_path):
 
 
 # --quick: one precision per builder (the container's FP16 plan is the one served, as on a GPU box).
-QUICK_ARCH = "squeezenet1_1"  # 5 MB (resnet18: 47 MB): the whole run takes about two thirds of the CPU time
+QUICK_ARCH = SMALL_ARCH  # the suite's classifier through the code-model path (squeezenet1_1 before it)
 QUICK_BUILDS = ("container fp16", "trtexec fp32", "tensorrt int8", "torch-tensorrt fp32")
 PASSED = ("ok", "refused (expected)", "skipped (expected)")
 SECOND = ("24.10", "10.5.0.18")  # a release whose line has no torch-tensorrt (N36), and its TensorRT
@@ -98,7 +98,7 @@ def report_rows(report: str) -> dict[str, str]:
 def test_n36_the_script_runs_end_to_end_on_the_stand_ins_for_24_08_and_24_10(emulated_tensorrt, standins, tmp_path, monkeypatch):
     """Build 2 of issue 34: the whole script on the emulated TensorRT 10.3 (Triton 24.08, whose pins install
     torch-tensorrt 2.5), with the trtexec, docker (serving with the image's Triton) and torch-tensorrt stand-ins,
-    squeezenet1_1 with random weights: every row passed or was an expected refusal, its GPU-test step ran those
+    the suite's classifier with random weights: every row passed or was an expected refusal, its GPU-test step ran those
     tests here, and report.md is valid UTF-8. On 7c97878 (its full run; it had no --quick) that step skipped all
     five tests (a failure), `repo check --gpu-cc` read no GPU from nvidia-smi, and a detail cut mid-character left
     report.md invalid UTF-8.

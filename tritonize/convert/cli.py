@@ -7,8 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tritonize.convert.options import BuilderName, ConvertOptions, latency_profile
-from tritonize.convert.settings import BuildSettings
+from tritonize.convert.options import BuilderName, ConvertOptions
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
 from tritonize.stage import StageStatus
@@ -59,22 +58,14 @@ def trt_command(
     prepared ONNX, the manifest entry) and the command exits with code 3 naming the command to run
     there (0 with --dry-run).
     """
-    from tritonize.convert import convert_trt
+    from tritonize import api
 
-    options = ConvertOptions(
-        profile=Profile(min_batch, opt_batch, max_batch),
-        latency=latency_profile(latency),
-        precision=precision,
-        builder=builder,
-        settings=BuildSettings.from_cli(workspace, timing_cache, opt_level, version_compatible, hardware_compatibility),
-        triton_release=triton_release,
-        calib_images=calib_images,
-        calib_count=calib_count,
-        onnx=onnx,
-        dry_run=dry_run,
-        force=force,
-    )
-    result = convert_trt(artifacts, options)
+    result = api.convert_trt(min_batch=min_batch, opt_batch=opt_batch, max_batch=max_batch, latency=latency,
+                             precision=precision, builder=builder, workspace=workspace, timing_cache=timing_cache,
+                             opt_level=opt_level, version_compatible=version_compatible,
+                             hardware_compatibility=hardware_compatibility, triton_release=triton_release,
+                             calib_images=calib_images, calib_count=calib_count, onnx=onnx, artifacts=artifacts,
+                             dry_run=dry_run, force=force)
     if result.status is StageStatus.waiting_for_gpu and not dry_run:
         raise TritonizeError(f"TensorRT cannot run on this machine; {result.detail}", exit_code=EXIT_WAITING_FOR_GPU)
     if result.status is StageStatus.waiting_for_gpu:
