@@ -8,7 +8,7 @@ import pytest
 
 from tritonize.errors import TritonizeError
 from tritonize.preprocessing import Preprocessing
-from tritonize.spec import resolve_spec
+from tritonize.sources import resolve_spec
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "wide_resnet101_2"])

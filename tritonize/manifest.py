@@ -31,7 +31,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from tritonize.convert.settings import BuildSettings
+from tritonize.plan_settings import BuildSettings
 from tritonize.errors import TritonizeError
 from tritonize.facts import now_iso, tritonize_version
 from tritonize.files import atomic_path, sha256_file
@@ -89,7 +89,7 @@ class Target:
     tensorrt: str | None = None
 
 
-PlanOptions = BuildSettings  # a plan's builder settings, recorded as its `options` (convert/settings.py)
+PlanOptions = BuildSettings  # a plan's builder settings, recorded as its `options` (plan_settings.py)
 
 
 @dataclass(frozen=True)

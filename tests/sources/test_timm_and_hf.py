@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import error_line, run_cli
 from tritonize.errors import TritonizeError
 from tritonize.sources import huggingface, timm_models
-from tritonize.spec import resolve_spec
+from tritonize.sources import resolve_spec
 
 
 # --- timm ------------------------------------------------------------------------------------------------------
