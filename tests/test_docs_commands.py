@@ -24,8 +24,10 @@ PREFIXES = (("tritonize",), (".venv/bin/tritonize",), ("python", "-m", "tritoniz
 RUN_FOR_REAL = {"", "convert releases", "repo check"}
 # Every other command, by its subcommand path, and why it runs only with -h here.
 NOT_RUN_FOR_REAL = {
-    "export": "exports wide_resnet101_2 with pretrained weights, which cannot be downloaded here (tests/export runs it)",
-    "build": "the whole pipeline (tests/pipeline runs it on resnet18)",
+    "export": "exports wide_resnet101_2 with pretrained weights, which cannot be downloaded here, or the user's files "
+              "(tests/export and tests/sources run each source)",
+    "build": "the whole pipeline (tests/pipeline runs it on the suite's classifier; tests/sources exports each source "
+             "and serves it)",
     "convert trt": "needs TensorRT; tests/test_card.py runs the card's line on the emulation",
     "convert cpu": "needs a photos/ folder and minutes of calibration (tests/convert/test_cpu.py)",
     "repo build": "needs exported artifacts in build/ (tests/repository_builder runs it)",

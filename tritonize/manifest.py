@@ -31,6 +31,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
+from tritonize.plan_settings import BuildSettings
 from tritonize.errors import TritonizeError
 from tritonize.facts import now_iso, tritonize_version
 from tritonize.files import atomic_path, sha256_file
@@ -88,15 +89,7 @@ class Target:
     tensorrt: str | None = None
 
 
-@dataclass(frozen=True)
-class PlanOptions:
-    """Builder settings that change the engine (besides profile and precision)."""
-
-    workspace_mib: int
-    timing_cache: str
-    opt_level: int = 3
-    version_compatible: bool = False
-    hardware_compatibility: str = "none"
+PlanOptions = BuildSettings  # a plan's builder settings, recorded as its `options` (plan_settings.py)
 
 
 @dataclass(frozen=True)

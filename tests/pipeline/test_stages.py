@@ -1,11 +1,12 @@
-"""`tritonize build`: every stage for real on resnet18, then re-runs that redo exactly the stages whose inputs changed."""
+"""`tritonize build`: every stage for real on the suite's classifier, then re-runs that redo exactly the stages whose
+inputs changed."""
 
 from __future__ import annotations
 
 import json
 import re
 
-from tests.conftest import SMALL_ARCH, run_cli
+from tests.conftest import SMALL, run_cli
 
 STAGES = ("export", "convert", "repo build", "repo check")
 
@@ -23,7 +24,7 @@ def _statuses(output: str) -> dict[str, str]:
 
 def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
     artifacts, repo = tmp_path / "build", tmp_path / "models"
-    args = ["build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts, repo]
+    args = ["build", *SMALL, "--artifacts", artifacts, repo]
     first = run_cli(*args)
     assert first.exit_code == 0, first.output
     manifest = json.loads((artifacts / "manifest.json").read_text())
@@ -76,7 +77,7 @@ def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
 
 
 def test_bad_profile_is_refused_before_any_work(tmp_path):
-    result = run_cli("build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", tmp_path / "b",
+    result = run_cli("build", *SMALL, "--artifacts", tmp_path / "b",
                      tmp_path / "m", "--min-batch", "8", "--opt-batch", "4")
     assert result.exit_code == 1
     assert "min <= opt <= max" in result.output

@@ -19,14 +19,12 @@ from tritonize.export import ExportOptions, export_artifacts
 from tritonize.manifest import Manifest
 from tritonize.progress import say
 from tritonize.repository_builder import Finding, RepoOptions, build_repository, check_repository
-from tritonize.spec import DEFAULT_ARCH, resolve_spec
+from tritonize.spec import ModelSpec
 from tritonize.stage import StageResult, StageStatus
 
 
 @dataclass(frozen=True)
 class BuildOptions:
-    arch: str = DEFAULT_ARCH
-    weights: str | None = None
     artifacts: Path = Path("build")
     repository: Path = Path("models")
     min_batch: int = 1
@@ -38,7 +36,6 @@ class BuildOptions:
     kind: str = "auto"
     instances: int = 1
     force: bool = False
-    preprocessing: dict = field(default_factory=dict)  # contract fields the user set (ModelSpec.with_preprocessing)
 
 
 @dataclass
@@ -53,8 +50,9 @@ class BuildReport:
     findings: list[Finding] = field(default_factory=list)
 
 
-def build_all(options: BuildOptions) -> BuildReport:
-    """Run the stages in order; a failing stage stops the pipeline with its one-line error."""
+def build_all(spec: ModelSpec, options: BuildOptions, model=None) -> BuildReport:
+    """Run the stages in order on the model `spec` describes (`model`: the module itself, handed over from
+    Python); a failing stage stops the pipeline with its one-line error."""
     # Validate every stage's options before the first (long) stage starts.
     convert_options = ConvertOptions(
         profile=Profile(options.min_batch, options.opt_batch, options.max_batch),
@@ -64,10 +62,9 @@ def build_all(options: BuildOptions) -> BuildReport:
     repo_options = RepoOptions(max_batch=options.max_batch, kind=options.kind, instances=options.instances,
                                force=options.force, overwrite=True)
     export_options = ExportOptions(max_batch=options.max_batch, force=options.force)
-    spec = resolve_spec(options.arch, options.weights).with_preprocessing(**options.preprocessing)
     report = BuildReport()
     steps = (
-        ("export", lambda: export_artifacts(spec, options.artifacts, export_options)),
+        ("export", lambda: export_artifacts(spec, options.artifacts, export_options, model=model)),
         ("convert", lambda: convert_trt(options.artifacts, convert_options)),
         ("repo build", lambda: build_repository(options.artifacts, options.repository, repo_options)),
         ("repo check", lambda: _check(options, report)),
