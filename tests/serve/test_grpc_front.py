@@ -5,6 +5,7 @@ connection usable (its HPACK contexts and flow-control windows intact); messages
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent import futures
 
@@ -482,3 +483,35 @@ def test_when_tritonserver_goes_away_the_client_is_closed(bare):
         assert server.recv(100) == PREFACE
         server.close()  # tritonserver died: the front ends the client's connection too
         assert client.recv(100) == b""
+
+
+def test_a_relay_cancelled_as_the_client_drains_ends():
+    """The front ends a connection (at the bound, or when it stops) by cancelling its task. A cancellation that comes
+    in the turn of the loop in which the client's drain completes must still end the relay: asyncio.wait_for of
+    Python 3.11 returns the drain's result then and drops the cancellation, and the relay went on reading
+    tritonserver, which keeps its connection open (`Front.stop()` hung on it)."""
+    import struct
+
+    relay, client, _ = _relay()
+
+    async def go():
+        drained = asyncio.get_running_loop().create_future()
+
+        async def drain():
+            await drained
+
+        client.drain = drain
+        server = asyncio.StreamReader()  # tritonserver: a SETTINGS frame, and the connection kept open
+        server.feed_data(struct.pack(">I", 0)[1:] + bytes([4, 0]) + struct.pack(">I", 0))
+        task = asyncio.ensure_future(relay.from_server(server))
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert client.data and not task.done()  # the frame written, the drain awaited
+        drained.set_result(None)
+        task.cancel()
+        await asyncio.wait([task], timeout=1)
+        ended = task.done()
+        task.cancel()
+        return ended
+
+    assert asyncio.run(go())

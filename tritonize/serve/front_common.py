@@ -1,6 +1,7 @@
 """What the front's modules share: where tritonserver listens (Upstream), the bounds of a request's head and of its
-time, and the names of the states a client connection goes through. serve/front.py holds the connections (accepted,
-parked, bounded); serve/http_front.py and serve/grpc_front.py what their ports' bytes mean.
+time (and `within`, the bound on one wait), and the names of the states a client connection goes through.
+serve/front.py holds the connections (accepted, parked, bounded); serve/http_front.py and serve/grpc_front.py what
+their ports' bytes mean.
 
 The timeouts are read where they are used (`front_common.HEAD_TIMEOUT_S`), not copied at import: the tests shorten
 them.
@@ -8,6 +9,7 @@ them.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,22 @@ LINGER_S = 5.0  # how long the body of a refused request is read and dropped
 
 IDLE, HEAD, LINGER = "idle", "head", "linger"  # the lines a parked connection waits in (Front.lines)
 PARK, CLOSE = "park", "close"  # what a handler's serve() leaves its connection to (or LINGER): the next head, the end
+
+
+async def within(awaitable, seconds: float):
+    """`awaitable`'s result; asyncio.TimeoutError after `seconds`. A timer, not wait_for's task per read (a read is
+    the front's most frequent wait), and a cancellation from elsewhere goes through: Python 3.11's wait_for drops one
+    that comes as its awaitable completes, and a connection the front ends by cancelling its task went on."""
+    task, fired = asyncio.current_task(), []
+    timer = asyncio.get_running_loop().call_later(seconds, lambda: (fired.append(True), task.cancel()))
+    try:
+        return await awaitable
+    except asyncio.CancelledError:
+        if fired:  # the connection ends: what the read may have got meanwhile goes with it
+            raise asyncio.TimeoutError from None
+        raise
+    finally:
+        timer.cancel()
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from hyperframe.frame import (ContinuationFrame, DataFrame, Frame, HeadersFrame,
 
 from tritonize.access import GRPC_KEY_HEADER, GRPC_REFUSAL, grpc_method_open
 from tritonize.serve import front_common as common  # its timeouts read when used: the tests shorten them
-from tritonize.serve.front_common import CLOSE, HEAD, MAX_HEAD
+from tritonize.serve.front_common import CLOSE, HEAD, MAX_HEAD, within
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 HEADER = 9  # bytes of a frame's header
@@ -94,7 +94,7 @@ class GrpcConnection:
 async def relay(front, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, connection) -> None:
     """One client connection, relayed over one connection to tritonserver until either side ends it."""
     try:
-        if await asyncio.wait_for(reader.readexactly(len(PREFACE)), common.HEAD_TIMEOUT_S) != PREFACE:
+        if await within(reader.readexactly(len(PREFACE)), common.HEAD_TIMEOUT_S) != PREFACE:
             return
     except (asyncio.TimeoutError, asyncio.IncompleteReadError):
         return
@@ -280,7 +280,7 @@ class Relay:
             if end:
                 self.client.write(memoryview(data)[:end])
                 self.connection.busy = bool(self.open)
-                await asyncio.wait_for(self.client.drain(), common.BODY_TIMEOUT_S)
+                await within(self.client.drain(), common.BODY_TIMEOUT_S)
             held = data[end:]
 
     def whole_frames(self, data: bytes) -> int:

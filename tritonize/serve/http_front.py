@@ -25,7 +25,7 @@ import h11
 
 from tritonize.access import HTTP_REFUSAL, KEY_HEADER, http_api_open
 from tritonize.serve import front_common as common  # its timeouts read when used: the tests shorten them
-from tritonize.serve.front_common import CLOSE, IDLE, LINGER, MAX_HEAD, PARK
+from tritonize.serve.front_common import CLOSE, IDLE, LINGER, MAX_HEAD, PARK, within
 
 MAX_BODY = 64 * 2**20  # Triton's own --http-max-input-size default (25.06 on); 2.51 has no limit
 MAX_BUFFERED = 4 * MAX_BODY  # chunked bodies held at once, all connections together
@@ -56,21 +56,6 @@ def error_answer(status: int, message: str) -> bytes:
     body = json.dumps({"error": message}).encode()
     return (f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
             "Connection: close\r\n\r\n").encode() + body
-
-
-async def _within(awaitable, seconds: float):
-    """`awaitable`'s result; asyncio.TimeoutError after `seconds` (a timer, not wait_for's task per read: a read is
-    the front's most frequent wait)."""
-    task, fired = asyncio.current_task(), []
-    timer = asyncio.get_running_loop().call_later(seconds, lambda: (fired.append(True), task.cancel()))
-    try:
-        return await awaitable
-    except asyncio.CancelledError:
-        if fired:  # the connection ends: what the read may have got meanwhile goes with it
-            raise asyncio.TimeoutError from None
-        raise
-    finally:
-        timer.cancel()
 
 
 def _h11_words(e: h11.RemoteProtocolError) -> str:
@@ -145,14 +130,14 @@ class HeadReader:
 
     async def read(self) -> bytes:
         try:
-            return await _within(self.front.loop.sock_recv(self.connection.sock, PIECE), common.BODY_TIMEOUT_S)
+            return await within(self.front.loop.sock_recv(self.connection.sock, PIECE), common.BODY_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise Refused(408, f"the request's body stalled for {common.BODY_TIMEOUT_S:g} s") from None
 
     async def write(self, data: bytes) -> None:
         """`data` to the client; a client that reads none of it for BODY_TIMEOUT_S is gone."""
         try:
-            await _within(self.front.loop.sock_sendall(self.connection.sock, data), common.BODY_TIMEOUT_S)
+            await within(self.front.loop.sock_sendall(self.connection.sock, data), common.BODY_TIMEOUT_S)
         except asyncio.TimeoutError:
             raise asyncio.IncompleteReadError(b"", None) from None
 
