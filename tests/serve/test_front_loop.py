@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 
 import h11
 import pytest
@@ -20,12 +21,14 @@ from tritonize.serve.front import Front
 from tritonize.serve.front_common import Upstream
 
 KEY = ControlKey("a-control-key-for-these-tests-0123")
+METRICS = b"# HELP nv_inference_count x\r\n\r\nnv_inference_count 3\n"  # a blank CRLF line: the head ends at the first
 
 
 class Tritonserver:
     """What tritonserver's HTTP and metrics sockets would answer, on this loop: each request recorded (method,
     target, headers, body) and its connections counted; `how`: "ok" (200, `b"ok"`), "close" (closed before
-    answering), "cut-head" (closed mid-head), "cut" (closed mid-body), "continue" (a 100 first)."""
+    answering), "cut-head" (closed mid-head), "cut" (closed mid-body), "continue" (a 100 first), "hang" (never
+    answers; its metrics too: "stall")."""
 
     def __init__(self):
         self.requests, self.how, self.servers, self.connections = [], "ok", [], 0
@@ -45,6 +48,9 @@ class Tritonserver:
                     continue
                 if isinstance(event, h11.Request):
                     request = [event.method, event.target, list(event.headers.raw_items()), b""]
+                    if self.how == "hang":  # takes the request and never answers
+                        self.requests.append(tuple(request))
+                        await asyncio.sleep(3600)
                 elif isinstance(event, h11.Data):
                     request[3] += event.data
                 elif isinstance(event, h11.EndOfMessage):
@@ -68,8 +74,12 @@ class Tritonserver:
             writer.close()
 
     async def metrics(self, reader, writer):
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nnv_inference_count 3\n")
+        """GET /metrics (else 404), answered as libevhtp does (HTTP/1.1, closed after); `how` "stall": never."""
+        head = await reader.readuntil(b"\r\n\r\n")
+        if self.how == "stall":
+            await asyncio.sleep(3600)
+        status = b"200 OK" if head.startswith(b"GET /metrics HTTP/1.0\r\n") else b"404 Not Found"
+        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain\r\n\r\n" + METRICS)
         await writer.drain()
         writer.close()
 
@@ -408,7 +418,7 @@ def test_metrics_are_tritons_then_tritonizes_and_only_at_metrics(rig):
             assert error(data) == (404, "the metrics are at /metrics")
             continue
         assert head.startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Type: text/plain; version=0.0.4" in head
-        assert body == (b"nv_inference_count 3\n" if i > 2 else b"") + b"tritonize_heals_total 1\n"
+        assert body == (METRICS if i > 2 else b"") + b"tritonize_heals_total 1\n"
         assert b"\r\nContent-Length: %d\r\n" % len(body) in head + b"\r\n"
     assert error(brewed)[0] == 405
 
@@ -506,9 +516,10 @@ def test_a_client_that_resets_while_parked_is_closed(rig):
 
 def test_the_event_loop_s_own_errors_are_one_log_line(rig, capsys):
     front, _ = rig
-    front.loop.call_exception_handler({"message": "something odd"})
-    front.loop.call_exception_handler({"message": "again", "exception": ValueError("x")})
-    assert capsys.readouterr().err.count("front: unexpected: 'something odd'") == 1
+    front.loop.call_exception_handler({"message": "something odd", "exception": ValueError("x")})
+    front.loop.call_exception_handler({"message": "again"})
+    err = capsys.readouterr().err
+    assert err.count("front: unexpected") == 1 and "front: unexpected: ValueError('x')\n" in err  # the exception's
 
 
 def test_a_bug_in_a_handler_is_one_line_and_the_connection_ends(rig, monkeypatch, capsys):
@@ -525,13 +536,19 @@ def test_a_bug_in_a_handler_is_one_line_and_the_connection_ends(rig, monkeypatch
         return await answer(reader)
 
     assert run(front, go()) == b"" and "front: unexpected KeyError('bug')" in capsys.readouterr().err
+    front.loop.call_exception_handler({"message": "something odd"})  # unexpected too: within the minute, no line
+    assert "front: " not in capsys.readouterr().err
 
 
-def test_listen_binds_every_address_and_a_taken_port_is_an_error(rig):
+@pytest.mark.parametrize("host, addresses", [("", {"0.0.0.0", "::"}), ("127.0.0.1", {"127.0.0.1"})],
+                         ids=["every-interface", "one-address"])
+def test_listen_binds_every_address_and_a_taken_port_is_an_error(rig, host, addresses):
     front, _ = rig
-    sockets = front_module.listen("localhost", 0)
+    wanted = {a[4][0] for a in socket.getaddrinfo(host or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)}
+    assert wanted <= addresses and "0.0.0.0" in wanted or host  # the machine's own answer: IPv6 may be off
+    sockets = front_module.listen(host, 0)
     try:
-        assert {s.family for s in sockets} <= {socket.AF_INET, socket.AF_INET6} and sockets
+        assert {s.getsockname()[0] for s in sockets} == wanted and len(sockets) == len(wanted)
         assert all(not s.getblocking() and s.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) for s in sockets)
         assert all(s.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY) for s in sockets if s.family == socket.AF_INET6)
     finally:
@@ -570,3 +587,88 @@ def test_checked_refuses_what_libevhtp_would_read_otherwise(request_, status, wo
 def test_checked_passes_the_usual():
     ok = h11.Request(method="POST", target="/v2/models/m/infer?x=%41&y=/z", headers=[("Host", "h"), ("X", "a\tb ~")])
     assert http_front.checked(ok) is ok
+
+
+def test_without_tritonservers_metrics_in_time_the_port_serves_tritonizes_own(rig, monkeypatch):
+    front, triton = rig
+    triton.how = "stall"
+    monkeypatch.setattr(http_front, "METRICS_TIMEOUT_S", 0.3)
+
+    async def go():
+        await triton.start(front.upstream)
+        reader, writer = await connect(front, 2)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n")
+        return await answer(reader, 2)
+
+    data = run(front, go())
+    assert data.startswith(b"HTTP/1.1 200 OK\r\n") and data.endswith(b"\r\n\r\ntritonize_heals_total 1\n")
+
+
+def test_stop_ends_the_requests_in_progress(rig):
+    """A request tritonserver never answers: stop() cancels its task and waits for it (no task left pending)."""
+    front, triton = rig
+    triton.how = "hang"
+
+    async def go():
+        await triton.start(front.upstream)
+        reader, writer = await connect(front)
+        writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n")
+        await until(lambda: triton.requests)
+        return reader, writer
+
+    clients = run(front, go())
+    assert triton.requests and [c for c in front.connections.open if c.task is not None]
+    triton.stop()
+    front.stop()
+    assert front.loop.is_closed() and not [t for t in asyncio.all_tasks(front.loop) if not t.done()]
+    del clients
+
+
+def test_start_serves_from_a_daemon_thread_of_its_own_and_stop_ends_it(tmp_path):
+    """serve may exit without stop() (a daemon thread does not hold the process), and the thread is named in a
+    dump of serve's threads."""
+    from tritonize.serve.process import choose_ports
+
+    ports = choose_ports("127.0.0.1", None, None, None)
+    front = Front("127.0.0.1", (ports.http, ports.grpc, ports.metrics), Upstream(tmp_path))
+    front.start()
+    try:
+        thread = [t for t in threading.enumerate() if t.name == "tritonize-front"]
+        assert len(thread) == 1 and thread[0].daemon
+        with socket.create_connection(("127.0.0.1", ports.http), timeout=10) as sock:
+            sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 503 ")  # no tritonserver behind it
+    finally:
+        front.stop()
+    assert not thread[0].is_alive() and front.loop.is_closed()
+
+
+def test_grpc_over_tls_is_offered_h2_and_its_connections_are_served_at_once(tmp_path):
+    """With `tls`, the gRPC port speaks TLS with the server's certificate and offers ALPN h2 (gRPC clients insist);
+    such a connection is not parked (its bytes are the handshake's), but served from the start."""
+    import ssl
+
+    from tests.serve.helpers import make_certificates
+    from tritonize.access import ServerTLS
+    from tritonize.serve.process import choose_ports
+
+    files = make_certificates(tmp_path / "tls")
+    ports = choose_ports("127.0.0.1", None, None, None)
+    front = Front("127.0.0.1", (ports.http, ports.grpc, ports.metrics), Upstream(tmp_path),
+                  tls=ServerTLS(files / "server.pem", files / "server.key"))
+    front.listen()
+    context = ssl.create_default_context(cafile=str(files / "ca.pem"))
+    context.set_alpn_protocols(["h2"])
+
+    async def go():
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports.grpc, ssl=context,
+                                                       server_hostname="localhost")
+        protocol = writer.get_extra_info("ssl_object").selected_alpn_protocol()
+        served = [c.task is not None and not c.parked for c in front.connections.open]
+        writer.close()
+        return protocol, served
+
+    try:
+        assert run(front, go()) == ("h2", [True])
+    finally:
+        front.stop()

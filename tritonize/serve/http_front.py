@@ -30,6 +30,7 @@ from tritonize.serve.front_common import CLOSE, IDLE, LINGER, MAX_HEAD, PARK, wi
 MAX_BODY = 64 * 2**20  # Triton's own --http-max-input-size default (25.06 on); 2.51 has no limit
 MAX_BUFFERED = 4 * MAX_BODY  # chunked bodies held at once, all connections together
 PIECE = 2**20  # bytes read at a time
+METRICS_TIMEOUT_S = 10.0  # tritonserver's metrics; without them the port serves tritonize's own
 FORM = b"application/x-www-form-urlencoded"
 # Passed on to tritonserver as they came, and only these: the front frames the message itself.
 _HOP_BY_HOP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding", b"upgrade",
@@ -162,7 +163,7 @@ class MetricsConnection(HeadReader):
         if request.target.split(b"?")[0] != b"/metrics":
             return await self.refuse(Refused(404, "the metrics are at /metrics"))
         try:
-            triton = await asyncio.wait_for(_get(self.front.upstream.metrics, "/metrics"), 10)
+            triton = await within(_get(self.front.upstream.metrics, "/metrics"), METRICS_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError, ValueError):
             triton = b""
         body = triton + self.front.samples().encode()
