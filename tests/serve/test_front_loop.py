@@ -36,6 +36,14 @@ class Tritonserver:
     async def start(self, upstream: Upstream) -> None:
         self.servers.append(await asyncio.start_unix_server(self.http, str(upstream.http)))
         self.servers.append(await asyncio.start_unix_server(self.metrics, str(upstream.metrics)))
+        self.servers.append(await asyncio.start_unix_server(self.grpc, str(upstream.grpc)))
+
+    async def grpc(self, reader, writer):
+        """Reads what the relay sends (its preface first) and never answers."""
+        self.connections += 1
+        while await reader.read(65536):
+            pass
+        writer.close()
 
     async def http(self, reader, writer):
         parser = h11.Connection(h11.SERVER)
@@ -605,7 +613,10 @@ def test_without_tritonservers_metrics_in_time_the_port_serves_tritonizes_own(ri
 
 
 def test_stop_ends_the_requests_in_progress(rig):
-    """A request tritonserver never answers: stop() cancels its task and waits for it (no task left pending)."""
+    """An HTTP request tritonserver never answers and a relayed gRPC connection: stop() cancels their tasks and
+    waits until they have ended (the relay's takes turns of the loop: it ends its two directions first)."""
+    from tritonize.serve.grpc_front import PREFACE
+
     front, triton = rig
     triton.how = "hang"
 
@@ -613,11 +624,13 @@ def test_stop_ends_the_requests_in_progress(rig):
         await triton.start(front.upstream)
         reader, writer = await connect(front)
         writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n")
-        await until(lambda: triton.requests)
-        return reader, writer
+        grpc = await connect(front, 1)
+        grpc[1].write(PREFACE)
+        await until(lambda: triton.requests and triton.connections == 2)
+        return reader, writer, grpc
 
     clients = run(front, go())
-    assert triton.requests and [c for c in front.connections.open if c.task is not None]
+    assert triton.connections == 2 and len([c for c in front.connections.open if c.task is not None]) == 2
     triton.stop()
     front.stop()
     assert front.loop.is_closed() and not [t for t in asyncio.all_tasks(front.loop) if not t.done()]
