@@ -67,7 +67,8 @@ class Tritonserver:
                         return
                     if self.how == "continue":
                         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\nX-From: triton\r\n\r\nok"
+                    answer = (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
+                              b"X-From: triton\r\n\r\nok")
                     writer.write({"cut-head": answer[:30], "cut": answer[:-1]}.get(self.how, answer))
                     await writer.drain()
                     if self.how.startswith("cut"):
@@ -169,7 +170,7 @@ def test_requests_pass_on_re_framed_and_their_answers_come_back(rig):
 
     *answers, rest = run(front, go())
     assert [a[0] for a in answers] == [200] * 3 and all(a[2] == b"ok" for a in answers) and rest == b""
-    assert answers[0][1]["x-from"] == "triton" and "connection" not in answers[0][1]
+    assert answers[0][1]["x-from"] == "triton" and "connection" not in answers[0][1] and "keep-alive" not in answers[0][1]
     (m1, t1, h1, b1), (m2, t2, h2, b2), (m3, t3, h3, b3) = triton.requests
     assert (m1, t1, b1) == (b"POST", b"/v2/models/m/infer", b"abc")
     assert h1 == [(b"Host", b"h"), (b"X-A", b"b"), (b"Content-Length", b"3")]  # form type and Connection dropped
@@ -232,9 +233,12 @@ def test_the_control_key_opens_the_restricted_apis_and_never_goes_on(rig, path, 
         assert status == 403 and triton.requests == [] and "tritonize-control-key" in json.loads(body)["error"]
 
 
-@pytest.mark.parametrize("how, status, words", [
-    ("absent", 503, "tritonserver is not listening"), ("close", 503, "closed the connection before it answered"),
-    ("cut-head", 503, "closed the connection before it answered")])
+AWAY = "tritonserver is not listening (starting, or starting again after a crash); retry in a few seconds"
+CLOSED = ("tritonserver closed the connection before it answered (did it crash? serve starts it again); retry in a few "
+          "seconds")
+
+
+@pytest.mark.parametrize("how, status, words", [("absent", 503, AWAY), ("close", 503, CLOSED), ("cut-head", 503, CLOSED)])
 def test_when_tritonserver_is_away_or_closes_the_client_gets_503(rig, how, status, words):
     front, triton = rig
     triton.how = how
@@ -246,8 +250,7 @@ def test_when_tritonserver_is_away_or_closes_the_client_gets_503(rig, how, statu
         writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n")
         return await answer(reader)
 
-    got = error(run(front, go()))
-    assert got[0] == status and words in got[1]
+    assert error(run(front, go())) == (status, words)
 
 
 def test_an_answer_cut_short_ends_the_clients_connection(rig):
@@ -289,6 +292,8 @@ def test_a_full_tritonserver_files_table_is_503_and_one_line(rig, monkeypatch, c
 
 @pytest.mark.parametrize("request_, status, words", [
     (b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", 431,
+     "the request line and headers are over 65536 bytes"),
+    (b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\nX: " + b"a" * 140_000, 431,  # h11's own bound: still incomplete
      "the request line and headers are over 65536 bytes"),
     (b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nContent-Length: 67108865\r\n\r\n", 413,
      "the request body of 67108865 bytes is over this server's limit of 67108864 bytes; send large inputs over gRPC"),
@@ -368,23 +373,26 @@ def test_chunked_bodies_are_bounded_one_by_one_and_all_together(rig, monkeypatch
     async def go():
         await triton.start(front.upstream)
         answers = []
-        for chunks in (b"6\r\nabcdef\r\n5\r\nghijk\r\n0\r\n\r\n", b"5\r\nabcde\r\n0\r\n\r\n"):
+        for chunks in (b"6\r\nabcdef\r\n5\r\nghijk\r\n0\r\n\r\n", b"5\r\nabcde\r\n5\r\nfghij\r\n0\r\n\r\n"):
             reader, writer = await connect(front)
             writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks)
             answers.append(await answer(reader) if chunks.startswith(b"6") else await one(reader))
-        front.buffered = http_front.MAX_BUFFERED - 3  # other connections hold all but 3 bytes
-        reader, writer = await connect(front)
-        writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     b"2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n")
-        answers.append(await answer(reader))
+        for room in (4, 3):  # other connections hold all but 4 bytes (the body fits exactly), then all but 3
+            front.buffered = http_front.MAX_BUFFERED - room
+            reader, writer = await connect(front)
+            writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"2\r\nab\r\n2\r\ncd\r\n0\r\n\r\n")
+            answers.append(await one(reader) if room == 4 else await answer(reader))
         return answers
 
-    over, fits, crowded = run(front, go())
+    over, fits, exactly, crowded = run(front, go())
     assert error(over) == (413, "the chunked request body is over this server's limit of 10 bytes; send large inputs "
                                 "over gRPC")
-    assert fits[0] == 200 and triton.requests[0][3] == b"abcde"
-    assert error(crowded)[0] == 503 and "too many chunked bodies" in error(crowded)[1]
-    assert front.buffered == http_front.MAX_BUFFERED - 3  # each refused body gave its bytes back
+    assert fits[0] == 200 and triton.requests[0][3] == b"abcdefghij"  # MAX_BODY exactly
+    assert exactly[0] == 200 and triton.requests[1][3] == b"abcd"
+    assert error(crowded) == (503, "this server holds too many chunked bodies just now; retry, or send the body with a "
+                                   "Content-Length")
+    assert front.buffered == http_front.MAX_BUFFERED - 3  # each body gave its bytes back
 
 
 def test_a_client_that_goes_away_mid_body_frees_what_it_held(rig):
@@ -685,3 +693,22 @@ def test_grpc_over_tls_is_offered_h2_and_its_connections_are_served_at_once(tmp_
         assert run(front, go()) == ("h2", [True])
     finally:
         front.stop()
+
+
+def test_the_start_of_the_next_head_after_an_answer_has_the_head_timeout(rig):
+    """A request answered and the next one's first bytes already in: the connection waits in the head line (408 after
+    HEAD_TIMEOUT_S), not as an idle one."""
+    front, triton = rig
+
+    async def go():
+        await triton.start(front.upstream)
+        reader, writer = await connect(front)
+        writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\nGET /v2 HTTP/1.1\r\nHo")
+        first = await one(reader)
+        await until(lambda: front.by_fd)
+        line = [c.line for c in front.connections.open]
+        return first, line, await answer(reader, 2)
+
+    first, line, rest = run(front, go())
+    assert first[0] == 200 and line == ["head"]
+    assert error(rest) == (408, "the request's head did not arrive within 0.5 s")
