@@ -65,10 +65,14 @@ class Tritonserver:
                     self.requests.append(tuple(request))
                     if self.how == "close":
                         return
+                    if self.how == "close-after":  # answers, then ends its side (Connection: close)
+                        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                        await writer.drain()
+                        return
                     if self.how == "continue":
                         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    answer = (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n"
-                              b"X-From: triton\r\n\r\nok")
+                    answer = (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n"
+                              b"Keep-Alive: timeout=5\r\nX-From: triton\r\n\r\nok")
                     writer.write({"cut-head": answer[:30], "cut": answer[:-1]}.get(self.how, answer))
                     await writer.drain()
                     if self.how.startswith("cut"):
@@ -159,8 +163,8 @@ def test_requests_pass_on_re_framed_and_their_answers_come_back(rig):
         writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nContent-Type: application/x-www-form-urlencoded\r\n"
                      b"Connection: keep-alive\r\nX-A: b\r\nContent-Length: 3\r\n\r\nabc")
         first = await one(reader)
-        writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
-                     b"2\r\nde\r\n1;x=y\r\nf\r\n0\r\nX-Trailer: t\r\n\r\n")
+        writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n"
+                     b"Content-Type: application/json\r\n\r\n2\r\nde\r\n1;x=y\r\nf\r\n0\r\nX-Trailer: t\r\n\r\n")
         second = await one(reader)
         writer.write(b"GET /v2/health/ready HTTP/1.0\r\n\r\n")  # no Host (HTTP/1.0): one is added
         third = await one(reader)
@@ -170,11 +174,13 @@ def test_requests_pass_on_re_framed_and_their_answers_come_back(rig):
 
     *answers, rest = run(front, go())
     assert [a[0] for a in answers] == [200] * 3 and all(a[2] == b"ok" for a in answers) and rest == b""
-    assert answers[0][1]["x-from"] == "triton" and "connection" not in answers[0][1] and "keep-alive" not in answers[0][1]
+    assert answers[0][1]["x-from"] == "triton"
+    assert "connection" not in answers[0][1] and "keep-alive" not in answers[0][1]  # tritonserver's, not passed on
     (m1, t1, h1, b1), (m2, t2, h2, b2), (m3, t3, h3, b3) = triton.requests
     assert (m1, t1, b1) == (b"POST", b"/v2/models/m/infer", b"abc")
     assert h1 == [(b"Host", b"h"), (b"X-A", b"b"), (b"Content-Length", b"3")]  # form type and Connection dropped
-    assert (b2, h2) == (b"def", [(b"Host", b"h"), (b"Content-Length", b"3")])  # de-chunked, trailer dropped
+    assert (b2, h2) == (b"def", [(b"Host", b"h"), (b"Content-Type", b"application/json"),  # de-chunked, no trailer
+                                 (b"Content-Length", b"3")])
     assert (m3, t3, h3, b3) == (b"GET", b"/v2/health/ready", [(b"Host", b"localhost"), (b"Content-Length", b"0")], b"")
     assert not front.connections.open
     assert front.buffered == 0
@@ -191,7 +197,8 @@ def test_pipelined_requests_are_answered_in_turn_on_one_connection_to_tritonserv
         return await answer(reader)
 
     data = run(front, go())
-    assert data.count(b"HTTP/1.1 200 OK") == 3 and triton.connections == 1 and [r[1] for r in triton.requests] == [b"/v2", b"/v2/health/live", b"/v2/health/ready"]
+    assert data.count(b"HTTP/1.1 200 OK") == 3 and triton.connections == 1
+    assert [r[1] for r in triton.requests] == [b"/v2", b"/v2/health/live", b"/v2/health/ready"]
     assert data.endswith(b"ok") and not front.connections.open
 
 
@@ -214,7 +221,8 @@ def test_a_client_that_expects_100_continue_gets_it_and_tritonservers_own_is_not
 
 @pytest.mark.parametrize("path, key, passed", [
     ("/v2/repository/index", None, False), ("/v2/repository/index", KEY.value, True),
-    ("/v2/repository/index", "wrong-key-of-the-same-sort-012345", False), ("/v2/health/ready", None, True)])
+    ("/v2/repository/index", "wrong-key-of-the-same-sort-012345", False), ("/v2/health/ready", None, True),
+    ("/v2/health/ready?verbose=1", None, True), ("/v2/repository/index?/v2/health/ready", None, False)])
 def test_the_control_key_opens_the_restricted_apis_and_never_goes_on(rig, path, key, passed):
     front, triton = rig
 
@@ -238,7 +246,8 @@ CLOSED = ("tritonserver closed the connection before it answered (did it crash? 
           "seconds")
 
 
-@pytest.mark.parametrize("how, status, words", [("absent", 503, AWAY), ("close", 503, CLOSED), ("cut-head", 503, CLOSED)])
+@pytest.mark.parametrize("how, status, words", [("absent", 503, AWAY), ("close", 503, CLOSED),
+                                                ("cut-head", 503, CLOSED)])
 def test_when_tritonserver_is_away_or_closes_the_client_gets_503(rig, how, status, words):
     front, triton = rig
     triton.how = how
@@ -287,7 +296,8 @@ def test_a_full_tritonserver_files_table_is_503_and_one_line(rig, monkeypatch, c
 
     answers = run(front, go())
     assert answers == [(503, "this server has too many connections open just now; retry in a few seconds")] * 2
-    assert capsys.readouterr().err.count("no file left for a connection to tritonserver") == 1
+    line = "front: no file left for a connection to tritonserver: new requests get 503\n"
+    assert capsys.readouterr().err.count(line) == 1
 
 
 @pytest.mark.parametrize("request_, status, words", [
@@ -301,6 +311,8 @@ def test_a_full_tritonserver_files_table_is_503_and_one_line(rig, monkeypatch, c
     (b"\x01GET /a HTTP/1.1\r\n\r\n", 400, "malformed request"),
     (b"PATCH /a?b HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400, "malformed request"),
     (b"GET /a HTTP/1.1\r\nHost: h\r\nX: y\r\n", 400, "malformed request: peer unexpectedly closed connection"),
+    (b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400,
+     "malformed request: "),  # in the body: h11's words too
 ])
 def test_what_is_refused_from_the_head_is_answered_and_the_connection_closes(rig, request_, status, words):
     front, triton = rig
@@ -315,7 +327,8 @@ def test_what_is_refused_from_the_head_is_answered_and_the_connection_closes(rig
     data = run(front, go())
     assert error(data)[0] == status and error(data)[1].startswith(words) and triton.requests == []
     head, _, body = data.partition(b"\r\n\r\n")  # one answer, nothing after it
-    assert b"\r\nConnection: close\r\n" in head + b"\r\n" and b"\r\nContent-Length: %d\r\n" % len(body) in head + b"\r\n"
+    assert b"\r\nConnection: close\r\n" in head + b"\r\n"
+    assert b"\r\nContent-Length: %d\r\n" % len(body) in head + b"\r\n"
 
 
 def test_a_complete_head_over_the_limit_is_431_even_in_one_read(rig):
@@ -712,3 +725,40 @@ def test_the_start_of_the_next_head_after_an_answer_has_the_head_timeout(rig):
     first, line, rest = run(front, go())
     assert first[0] == 200 and line == ["head"]
     assert error(rest) == (408, "the request's head did not arrive within 0.5 s")
+
+
+def test_after_tritonserver_closes_its_side_the_next_request_goes_on_a_new_connection(rig):
+    front, triton = rig
+    triton.how = "close-after"
+
+    async def go():
+        await triton.start(front.upstream)
+        reader, writer = await connect(front)
+        answers = []
+        for _ in range(2):
+            writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n")
+            answers.append(await one(reader))
+        return answers
+
+    answers = run(front, go())
+    assert [a[0] for a in answers] == [200, 200] and triton.connections == 2 and len(triton.requests) == 2
+
+
+def test_a_body_of_max_body_exactly_passes_and_one_byte_more_is_413(rig, monkeypatch):
+    front, triton = rig
+    monkeypatch.setattr(http_front, "MAX_BODY", 10)
+
+    async def go():
+        await triton.start(front.upstream)
+        got = []
+        for size in (10, 11):
+            reader, writer = await connect(front)
+            writer.write(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: h\r\nContent-Length: %d\r\n\r\n" % size
+                         + b"x" * size)
+            got.append(await one(reader))
+        return got
+
+    (fits, _, _), (status, _, body) = run(front, go())
+    assert fits == 200 and triton.requests[0][3] == b"x" * 10 and len(triton.requests) == 1
+    assert (status, json.loads(body)["error"]) == (413, "the request body of 11 bytes is over this server's limit of "
+                                                        "10 bytes; send large inputs over gRPC")
