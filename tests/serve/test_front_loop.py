@@ -763,3 +763,28 @@ def test_a_body_of_max_body_exactly_passes_and_one_byte_more_is_413(rig, monkeyp
     assert fits == 200 and triton.requests[0][3] == b"x" * 10 and len(triton.requests) == 1
     assert (status, json.loads(body)["error"]) == (413, "the request body of 11 bytes is over this server's limit of "
                                                         "10 bytes; send large inputs over gRPC")
+
+
+def test_parked_connections_are_read_in_turns_of_a_batch(rig, monkeypatch):
+    """5 parked connections whose requests are all in: READS_BATCH (2 here) are read at a turn of the loop, so that
+    thousands at once do not hold the loop."""
+    front, triton = rig
+    triton.how = "hang"
+    monkeypatch.setattr(front_module, "READS_BATCH", 2)
+
+    async def go():
+        await triton.start(front.upstream)
+        clients = [await connect(front) for _ in range(5)]
+        await until(lambda: len(front.by_fd) == 5)
+        for _, writer in clients:
+            writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n")
+            await writer.drain()
+        time.sleep(0.3)  # the loop held: every request is in before the front reads one
+        seen = []
+        while len(seen) < 50 and (not seen or seen[-1] < 5):
+            seen.append(sum(c.task is not None for c in front.connections.open))
+            await asyncio.sleep(0)
+        return clients, seen
+
+    _, seen = run(front, go())
+    assert seen[-1] == 5 and max(b - a for a, b in zip(seen, seen[1:])) == 2, seen
