@@ -788,3 +788,20 @@ def test_parked_connections_are_read_in_turns_of_a_batch(rig, monkeypatch):
 
     _, seen = run(front, go())
     assert seen[-1] == 5 and max(b - a for a, b in zip(seen, seen[1:])) == 2, seen
+
+
+def test_upstream_names_tritonservers_sockets_and_clears_those_a_server_left(tmp_path):
+    """The flags tritonserver listens by (the embedded engine's, and a container's with the directory as it sees it),
+    and the sockets a dead server left removed before the next one binds (libevhtp cannot bind over one)."""
+    upstream = Upstream(tmp_path)
+    assert upstream.flags() == [f"--http-address=unix:{tmp_path}/http.sock", f"--grpc-address=unix:{tmp_path}/grpc.sock",
+                                "--grpc-port=8001", f"--metrics-address=unix:{tmp_path}/metrics.sock"]
+    assert upstream.flags("/run/s") == ["--http-address=unix:/run/s/http.sock", "--grpc-address=unix:/run/s/grpc.sock",
+                                        "--grpc-port=8001", "--metrics-address=unix:/run/s/metrics.sock"]
+    assert (upstream.http, upstream.grpc, upstream.metrics) == (tmp_path / "http.sock", tmp_path / "grpc.sock:8001",
+                                                                tmp_path / "metrics.sock")
+    for path in (upstream.http, upstream.grpc, upstream.metrics, tmp_path / "other.sock"):
+        path.touch()
+    upstream.clear()
+    upstream.clear()  # none left: no error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.sock"]
