@@ -140,6 +140,39 @@ def test_a_killed_tritonserver_serves_again_as_the_clients_left_it(repo, tmp_pat
         assert "tritonize_server_restarts_total 1\n" in metrics and "nv_inference_request_success" in metrics
 
 
+def test_healing_removes_only_the_dead_servers_own_folders_beside_a_foreign_server(repo):
+    """A server started beside (another user's, another session's) makes its own /tmp/python_env_XXXXXX while serve
+    runs. serve's tritonserver killed: the heal removes the dead server's folder, not the foreign one's, which its
+    server removes itself when it stops (as Triton's Python backend does at its finalize; it aborts when the folder is
+    gone): that is how the test tells whose is whose on a machine where other servers come and go. An older tritonize's
+    stop beside may take the foreign folder too (issue 43): the foreign server's abort shows it, and the test runs
+    again."""
+    from tritonize.serve.embedded import EmbeddedServer
+    from tritonize.serve.leftovers import python_envs
+
+    for _ in range(3):
+        before = python_envs()
+        with Serve(repo, "--models", "onnx_model") as serve:
+            made_by_serve = python_envs() - before
+            foreign = EmbeddedServer(repo, supervise=False, models=("onnx_idle",))
+            try:
+                started = python_envs()
+                foreign.start()
+                made_by_foreign = python_envs() - started
+                os.kill(_server_pid(serve), signal.SIGKILL)
+                serve.expect("tritonserver serves again, ", timeout=120)
+                removed = made_by_serve - python_envs()
+                kept = made_by_foreign & python_envs()
+                process = foreign.server.process
+            finally:
+                foreign.stop()
+        if process.returncode == 0 and removed:
+            break
+    assert process.returncode == 0, f"the foreign server's folder was gone before it stopped: it exited {process.returncode}"
+    assert removed, "the dead server's folder is still there"
+    assert kept - python_envs(), "the foreign server's folder was gone before it stopped"
+
+
 def _stub(serve: Serve, instance: str, old: int | None = None) -> int:
     from tritonize.serve.supervisor import stub_processes
 

@@ -3,7 +3,6 @@ the log's relevant tail, and stopping the whole process group."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -21,7 +20,7 @@ from tritonize.errors import TritonizeError
 from tritonize.processes import die_with_parent, signal_name, start_time, stop_process_group
 from tritonize.progress import Ticker, say
 from tritonize.repository_index import model_states
-from tritonize.serve import shm
+from tritonize.serve import leftovers, shm
 from tritonize.serve.front import Front
 from tritonize.serve.healing import LOADED, Recorder, Served, read, restore
 # A server that keeps dying is started again after the back-off of a model that keeps crashing.
@@ -121,18 +120,19 @@ class RunningServer:
 
     def __init__(self, command: list[str], *, urls: tuple[str, str, str], log_path: Path, ready_timeout: float,
                  env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None,
-                 control_key: ControlKey | None = None, tls: bool = False, not_built: dict[str, str] | None = None):
+                 control_key: ControlKey | None = None, tls: bool = False, not_built: dict[str, str] | None = None,
+                 repositories: tuple[Path, ...] = ()):
         self.command, self.urls, self.log_path = command, urls, Path(log_path)
         self.ready_timeout, self.env, self.cwd, self.model_config_name = ready_timeout, env, cwd, model_config_name
         self.control_key, self.tls = control_key, tls
         self.not_built = not_built or {}  # model -> the note `repo build` left: served UNAVAILABLE with it, by design
+        self.backend_of = leftovers.backends_in(repositories)  # its repositories on this machine: tells its /tmp folders
         self.process: subprocess.Popen | None = None
-        self.python_envs: set[Path] = set()  # those there before this server started (at started_at)
-        self.started_at = 0.0
+        self.log = leftovers.ServerLog(self.log_path)  # the server's part of its log
 
     def start(self, append: bool = False) -> ServerInfo:
         """`append`: to the log (a start after a crash keeps the log of the crash)."""
-        self.python_envs, self.started_at = python_envs(), time.time()
+        self.log = leftovers.ServerLog(self.log_path, self.log_path.stat().st_size if append and self.log_path.exists() else 0)
         with open(self.log_path, "ab" if append else "wb") as log:
             self.process = subprocess.Popen(
                 self.command, env=self.env, cwd=self.cwd,
@@ -144,6 +144,7 @@ class RunningServer:
         try:
             wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path, not_built=self.not_built)
             models = model_states(http_url, self.control_key)
+            self.mark_own()
         except BaseException:
             self.stop()
             raise
@@ -155,29 +156,20 @@ class RunningServer:
         """None while the server runs."""
         return self.process.poll() if self.process is not None else None
 
+    def mark_own(self) -> None:
+        """Mark the /tmp folders the running server made so far as its own (serve/leftovers.py)."""
+        if self.process is not None and self.process.poll() is None:
+            leftovers.mark(self.log, leftovers.own(self.log, self.backend_of), self.process.pid)
+
     def stop(self) -> None:
+        """Stop the server's process group, then remove the /tmp folders it left: those marked while it ran, and
+        where a signal ended it (its backends never finalized: every folder it made is still there) those its log
+        tells."""
         if self.process is not None:
             stop_process_group(self.process)
+            killed = self.process.returncode < 0
             self.process = None
-            remove_python_envs(python_envs() - self.python_envs, self.started_at, time.time())
-
-
-# Triton's Python backend makes /tmp/python_env_XXXXXX when it starts (whatever TMPDIR says) and removes it when it is
-# finalized: a server killed or crashed leaves it behind. Those made while this server ran that are still empty
-# (tritonize's models use no EXECUTION_ENV_PATH, which is what would fill one) are taken as its own.
-PYTHON_ENVS = Path("/tmp")
-
-
-def python_envs() -> set[Path]:
-    return set(PYTHON_ENVS.glob("python_env_??????"))
-
-
-def remove_python_envs(folders: set[Path], started: float, stopped: float) -> None:
-    for folder in folders:
-        with contextlib.suppress(OSError):  # not empty (not ours), or already gone
-            made = folder.stat()
-            if made.st_uid == os.geteuid() and started <= made.st_ctime <= stopped:
-                folder.rmdir()
+            leftovers.remove(leftovers.marked(self.log) | (leftovers.own(self.log, self.backend_of) if killed else set()))
 
 
 def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path,
@@ -356,6 +348,7 @@ class ServerHandle:
         self.server.command = self.command(load=None if served is None else ())
         info = self.server.start(append=True)
         errors = restore(info.http_url, self.control_key, served, skip=tuple(given_up)) if served else []
+        self.server.mark_own()  # the backends the restore loaded
         self.restarts += 1
         self.serving(info, served, given_up)
         say(f"tritonserver serves again, {time.monotonic() - seen:.1f} s after it was seen dead"
