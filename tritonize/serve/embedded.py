@@ -256,6 +256,10 @@ class EmbeddedServer(ServerHandle):
             self.stop()
             raise
 
+    def server_ports(self) -> list[tuple[str, int]]:
+        """gRPC where the user asked, HTTP and metrics behind the front (which holds the user's ports)."""
+        return [(self.host, self.ports.grpc), ("127.0.0.1", self.inner.http), ("127.0.0.1", self.inner.metrics)]
+
     def _not_built_notes(self) -> dict[str, str]:
         """The models `repo build` left out with a note (name -> note) that this server lists UNAVAILABLE."""
         return {name: note for name, note in not_built_notes(self.repository).items()
