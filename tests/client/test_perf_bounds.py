@@ -62,7 +62,8 @@ def test_perf_analyzer_figures_at_their_rounding_edges():
            "p99 latency": "1", "Client Send": "0", "Client Recv": "0", "response wait": "1", "Server Queue": "0",
            "Server Compute Input": "0", "Server Compute Infer": "0", "Server Compute Output": "0"}
     assert pa.level_figures(row, {"requests": 1}, batch=1)["seconds"] == 0.3333  # 1 request at 3/s, 4 digits
-    assert pa.passes_figures([(3.0, 10.0)], batch=1, window_s=None, per_window=1)["seconds"] == 0.3333
+    # a request count: the request's own 333,333 us (perf_analyzer's window says the same here)
+    assert pa.passes_figures([(3.0, 333_333.0)], batch=1, window_s=None, per_window=1)["seconds"] == 0.3333
     # neither a window length nor a request count: nothing to count the window by
     assert pa.passes_figures([(400.0, 10.0)], batch=4, window_s=None, per_window=None)["requests"] == 0
     text = "".join(f"Request count: {n}\n    Inference count: {4 * n}\n    Execution count: {n}\n" for n in (5, 9, 13))
