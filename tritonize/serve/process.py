@@ -344,6 +344,7 @@ class ServerHandle:
         seen, during = self.clock(), "while serving"
         served = self.recorder.served if self.recorder else None  # None: not supervised, so as asked at start
         given_up = dict(self.supervisor.given_up) if self.supervisor else {}
+        self.server.stop()  # first: its stubs hold its sockets, where the watchers' requests would wait out their timeout
         self._unwatch()
         while True:
             delay = self._crashed(code, during)
