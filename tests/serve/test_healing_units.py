@@ -121,17 +121,58 @@ def test_restore_says_why_a_ready_model_could_not_load_and_sends_the_key(triton)
 def test_the_first_answer_is_a_valid_request_to_a_plain_model(triton, monkeypatch):
     served = Served({"ens": {"platform": "ensemble"}, "solo": triton.config("solo"), "image": triton.config("image")})
     dead = threading.Event()
-    assert first_answer(triton.url, None, served, {"ens", "solo", "image"}, dead) is None
+    assert first_answer(triton.url, served, {"ens", "solo", "image"}, dead) is None
     assert triton.infers == [("image", "image_0_0")]  # the first plain one by name: an encoded image, valid
-    assert first_answer(triton.url, None, served, {"ens"}, dead) is None and len(triton.infers) == 1  # none to ask
+    assert first_answer(triton.url, served, {"ens"}, dead) is None and len(triton.infers) == 1  # none to ask
     triton.hang("solo_0_0")
     monkeypatch.setattr(healing, "FIRST_ANSWER_S", 0.2)
-    assert first_answer(triton.url, None, served, {"solo"}, dead) == "solo: Stub process 'solo_0_0' is not healthy."
+    assert first_answer(triton.url, served, {"solo"}, dead) == "solo: Stub process 'solo_0_0' is not healthy."
     asked = len(triton.infers)
-    assert asked > 2  # asked again till the time was up
+    assert asked >= 4  # asked again every 0.1 s till the time was up
     dead.set()
     monkeypatch.setattr(healing, "FIRST_ANSWER_S", 30)
     start = time.monotonic()
-    assert first_answer(triton.url, None, served, {"solo"}, dead).startswith("solo: ")
+    assert first_answer(triton.url, served, {"solo"}, dead).startswith("solo: ")
     assert time.monotonic() - start < 5 and len(triton.infers) == asked + 1  # a dead server is asked once
-    assert first_answer("http://127.0.0.1:9", None, served, {"solo"}, dead).startswith("solo: <urlopen error")
+    assert first_answer("http://127.0.0.1:9", served, {"solo"}, dead).startswith("solo: <urlopen error")
+
+
+def test_errors_without_a_body_say_what_http_said(triton, monkeypatch):
+    triton.bare_errors = True
+    triton.refuse_load.add("pair")
+    assert restore(triton.url, None, Served({"pair": triton.config("pair")})) == {"pair": "pair: HTTP Error 400: Bad Request"}
+    triton.hang("solo_0_0")
+    monkeypatch.setattr(healing, "FIRST_ANSWER_S", 0.0)
+    assert first_answer(triton.url, Served({"solo": triton.config("solo")}), {"solo"}, threading.Event()) == \
+        "solo: HTTP Error 400: Bad Request"
+
+
+def test_the_recorder_sends_the_key_goes_on_after_errors_and_reads_each_log_line_once(triton, tmp_path, monkeypatch):
+    """Started before the server wrote a log, it reads every line once (a reload's config again, a later change
+    without a reload not), past bytes that are not UTF-8; a server that fails a while does not end it."""
+    monkeypatch.setattr(healing, "RECORD_S", 0.02)
+    triton.key_headers = dict(KEY.http_headers)
+    log = tmp_path / "server.log"
+    recorder = Recorder(triton.url, KEY, Served(), log)
+    assert recorder._thread.daemon and recorder._thread.name == "tritonize-recorder"  # never holds serve's exit
+    recorder.start()
+    try:
+        _until(lambda: set(recorder.served.configs) == {"solo", "pair", "image"})
+        real = triton.config
+        monkeypatch.setattr(triton, "config", lambda name: {**real(name), "marked": 1} if name == "solo" else real(name))
+        log.write_bytes(b"successfully loaded 'solo' \xff\n")
+        _until(lambda: recorder.served.configs["solo"].get("marked") == 1)  # the line read: its config again
+        monkeypatch.setattr(triton, "config", lambda name: {**real(name), "marked": 2} if name == "solo" else real(name))
+        with open(log, "ab") as f:
+            f.write(b"I... successfully loaded 'pair'\n")
+        _until(lambda: recorder.served.configs["pair"] == real("pair"))
+        time.sleep(0.1)
+        assert recorder.served.configs["solo"].get("marked") == 1  # no new line for solo: not read again
+        handle = triton.handle
+        monkeypatch.setattr(triton, "handle", lambda *a, **k: (500, {"error": "down"}))
+        time.sleep(0.1)
+        triton.state["pair"] = ("UNAVAILABLE", "unloaded")
+        monkeypatch.setattr(triton, "handle", handle)
+        _until(lambda: "pair" not in recorder.served.configs)  # still recording after the errors
+    finally:
+        recorder.stop()

@@ -5,6 +5,7 @@ tests/serve/test_embedded.py and test_server_healing.py do it against real serve
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
@@ -196,3 +197,63 @@ def test_backends_in_reads_the_configs_as_triton_maps_them(tmp_path):
     backend_of = leftovers.backends_in((repo, notes))
     assert [backend_of(m) for m in ("a", "b", "e", "c", "broken", "trt_model", "nowhere")] == [
         "onnxruntime", "pytorch", "ensemble", "tensorrt", None, "python", None]
+
+
+def test_a_backend_that_is_not_python_based_makes_no_folder(tmp):
+    folder, made = _made(tmp, "python_env_Nat1ve")
+    log = _log(tmp, *_load("native", made - 0.003, made + 0.003))
+    assert leftovers.own(log, {"native": "onnxruntime_native"}.get) == set()
+
+
+def test_brackets_a_few_ms_apart_are_one_and_the_longer_end_holds(tmp):
+    """Two backends whose first loads overlap, or start within SLACK_S of each other, make their folders within one
+    span: both are the server's only if both are within it."""
+    first, made = _made(tmp, "python_env_F1rst0")
+    second, _ = _made(tmp, "python_env_Sec0nd")
+    apart = _log(tmp, *_load("preprocess", made - 0.003, made + 0.002), *_load("torch_model", made + 0.012, made + 0.017))
+    assert leftovers.own(apart, BACKENDS.get) == {first, second}
+    time.sleep(0.08)
+    late, later = _made(tmp, "python_env_La7e00")
+    inside = _log(tmp, *_load("preprocess", made - 0.003, later + 0.003), *_load("torch_model", made + 0.004, made + 0.006))
+    shutil.rmtree(second)
+    assert leftovers.own(inside, BACKENDS.get) == {first, late}  # the second load ends first: the span is the first's
+
+
+def test_a_named_folder_and_a_backends_folder_together_and_a_named_file_is_none(tmp):
+    named = tmp / "folderAb12Cd"
+    named.mkdir()
+    (tmp / "folderF1le00").write_text("a file, not Triton's folder")
+    env, made = _made(tmp, "python_env_B0th00")
+    log = _log(tmp, *_load("onnx_model", made - 0.003, made + 0.003),
+               _glog(made, f'"at {tmp}/folderAb12Cd/1/model.py and {tmp}/folderF1le00/1/model.py"'))
+    assert leftovers.own(log, BACKENDS.get) == {named, env}
+
+
+def test_a_log_dated_ahead_by_more_than_a_day_is_last_years(tmp):
+    log = _log(tmp, 'I0102 12:00:00.000000 4242 x.cc:1] "late"', 'I0101 23:00:00.000000 4242 x.cc:1] "same day"')
+    times = [when for when, _ in log.lines(now=datetime(2027, 1, 1, 0, 0, 5))]
+    assert times == [datetime(2026, 1, 2, 12).timestamp(), datetime(2027, 1, 1, 23).timestamp()]
+    log.path.write_bytes(b'I0101 00:00:01.000000 1 x.cc:1] "\xff"\n')
+    assert [m for _, m in log.lines(now=datetime(2027, 1, 1, 0, 0, 5))] == ['"\ufffd"']
+
+
+def test_marks_and_owners_carry_start_times_and_a_folder_gone_meanwhile_is_no_error(tmp):
+    from tritonize.processes import start_time
+
+    assert leftovers.owner() == f"{os.getpid()} {start_time(os.getpid())} group {os.getpgrp()}"
+    log = _log(tmp)
+    gone = tmp / "python_env_G0ne00"
+    leftovers.mark(log, {gone}, os.getpid())  # removed before its mark: nothing, no error
+    assert log.marked == {} and log.mark.startswith(f"tritonserver {os.getpid()} {start_time(os.getpid())}\n")
+    kept, made = _made(tmp, "python_env_Kept00")
+    leftovers.mark(log, {kept}, os.getpid())
+    (kept / MARK).unlink()
+    assert leftovers.marked(log) == set()  # its mark gone: no longer known as ours
+
+
+def test_removal_keeps_the_mark_of_a_folder_it_leaves(tmp):
+    used, _ = _made(tmp, "python_env_Used00")
+    (used / "0").mkdir()
+    (used / MARK).write_text("ours")
+    leftovers.remove({used})
+    assert (used / MARK).read_text() == "ours"

@@ -37,9 +37,20 @@ def log(message):
     now = time.time()
     print(f'I{datetime.fromtimestamp(now).strftime("%m%d %H:%M:%S.%f")} {os.getpid()} fake.cc:1] {message}', flush=True)
 
+import ctypes
+death = ctypes.c_int()
+ctypes.CDLL(None).prctl(2, ctypes.byref(death))  # PR_GET_PDEATHSIG
+null = os.stat(os.devnull).st_rdev
+given = os.environ.get("FAKE_ENV")
+log(f'"cwd {os.getcwd()} env {given} stdin-null {os.fstat(0).st_rdev == null} '
+    f'own-group {os.getpgid(0) == os.getpid()} death-signal {death.value}"')
+print("a line on stderr", file=sys.stderr, flush=True)
 if behaviour == "exits":
     log('"no model repository"')
     sys.exit(3)
+if behaviour == "slow":
+    log("\"failed to load 'trt_model'\"")
+    time.sleep(2.6)
 env = None
 if behaviour != "never ready":
     log('"loading: onnx_model:1"')
@@ -63,6 +74,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200 if ready else 404)
         self.end_headers()
     def do_POST(self):
+        if behaviour == "wants a key" and self.headers.get("tritonize-control-key") != "k" * 24:
+            self.send_response(403)
+            self.end_headers()
+            return
         body = json.dumps([{"name": "onnx_model", "version": "1", "state": "READY"}]).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -89,7 +104,7 @@ def tmp(tmp_path, monkeypatch) -> Path:
     return folder
 
 
-def _server(tmp_path: Path, tmp: Path, behaviour: str = "serves", timeout: float = 30.0) -> RunningServer:
+def _server(tmp_path: Path, tmp: Path, behaviour: str = "serves", timeout: float = 30.0, **options) -> RunningServer:
     ports = choose_ports("127.0.0.1", None, None, None)
     script = tmp_path / "fake_tritonserver.py"
     script.write_text(FAKE)
@@ -98,7 +113,7 @@ def _server(tmp_path: Path, tmp: Path, behaviour: str = "serves", timeout: float
     (repository / "onnx_model" / "config.pbtxt").write_text('name: "onnx_model"\nplatform: "onnxruntime_onnx"\n')
     return RunningServer([sys.executable, str(script), str(ports.http), str(ports.grpc), str(tmp), behaviour],
                          urls=endpoints("127.0.0.1", ports), log_path=tmp_path / "server.log", ready_timeout=timeout,
-                         repositories=(repository,))
+                         repositories=(repository,), **options)
 
 
 def _alive(pid: int) -> bool:
@@ -247,17 +262,121 @@ def _started(pid: int) -> str:
 
 
 def test_waiting_for_ports_returns_once_they_are_free_or_at_the_timeout():
-    held = socket.socket()
+    free, held = socket.socket(), socket.socket()
+    free.bind(("127.0.0.1", 0))
+    free_port = free.getsockname()[1]
+    free.close()
     held.bind(("127.0.0.1", 0))
     held.listen()
     port = held.getsockname()[1]
     threading.Timer(0.3, held.close).start()
     start = time.monotonic()
-    wait_for_ports([("127.0.0.1", port)], timeout=10)
-    assert 0.25 < time.monotonic() - start < 5
+    wait_for_ports([("127.0.0.1", free_port), ("127.0.0.1", port)], timeout=10)  # each in turn
+    assert 0.25 < time.monotonic() - start < 1.0
     with socket.socket() as still:
         still.bind(("127.0.0.1", 0))
         still.listen()
         start = time.monotonic()
         wait_for_ports([("127.0.0.1", still.getsockname()[1])], timeout=0.3)
         assert 0.25 < time.monotonic() - start < 2
+
+
+def test_the_server_runs_as_asked_and_says_so_in_its_info(tmp_path, tmp):
+    """Its environment and directory, no stdin, stderr into the log, a process group of its own, SIGTERM when the
+    process that started it dies; the info carries what it was started with."""
+    from tritonize.access import ControlKey
+
+    key = ControlKey("k" * 24)
+    server = _server(tmp_path, tmp, "wants a key", env={**os.environ, "FAKE_ENV": "given"}, cwd=tmp_path,
+                     model_config_name="cpu", control_key=key, tls=True)
+    info = server.start()
+    try:
+        log = (tmp_path / "server.log").read_text()
+        assert f'"cwd {tmp_path} env given stdin-null True own-group True death-signal {signal.SIGTERM}"' in log
+        assert "a line on stderr\n" in log
+        assert (info.metrics_url, info.model_config_name, info.control_key, info.tls) == (server.urls[2], "cpu", key, True)
+        assert info.models == {"onnx_model": ("READY", "")}  # the index wanted the key: it was sent
+    finally:
+        server.stop()
+
+
+def test_a_start_writes_a_new_log_and_a_start_after_a_crash_appends(tmp_path, tmp):
+    (tmp_path / "server.log").write_text("an older server's log\n")
+    server = _server(tmp_path, tmp)
+    server.start()
+    server.stop()
+    assert "an older server's log" not in (tmp_path / "server.log").read_text() and server.log.offset == 0
+    (tmp_path / "server.log").unlink()
+    server.start(append=True)  # no log yet: from its start
+    try:
+        assert server.log.offset == 0 and "loading: onnx_model:1" in (tmp_path / "server.log").read_text()
+    finally:
+        server.stop()
+
+
+def test_the_wait_says_a_model_left_out_for_a_gpu_box_is_not_built(tmp_path, tmp, capsys):
+    server = _server(tmp_path, tmp, "slow", not_built={"trt_model": "not built: it needs a GPU box. More words."})
+    server.start()
+    server.stop()
+    err = capsys.readouterr().err
+    assert "not built: it needs a GPU box" in err and "failed: trt_model" not in err
+
+
+def test_the_wait_notes_the_loading_once_every_two_seconds_with_the_time_it_has_waited(tmp_path, tmp, capsys):
+    server = _server(tmp_path, tmp, "slow")  # ready after 2.6 s
+    server.start()
+    server.stop()
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("  loading: ")]
+    assert notes == ["  loading: 0 model(s) loaded; failed: trt_model (2 s)"]
+
+
+def test_the_loading_progress_in_every_case(tmp_path):
+    from tritonize.serve.process import loading_progress
+
+    log = tmp_path / "server.log"
+    assert loading_progress(tmp_path / "none.log") == "starting"
+    log.write_bytes(b"I... not utf-8 \xff\n")
+    assert loading_progress(log) == "starting, no model loaded yet"
+    log.write_bytes(b"\xff failed to load 'a' and failed to load 'b'\n")
+    assert loading_progress(log) == "0 model(s) loaded; failed: a, b"
+    log.write_text("".join(f"successfully loaded '{m}'\n" for m in ("m1", "m2", "m3", "m4", "m2")))
+    assert loading_progress(log) == "4 model(s) loaded, latest m2, m3, m4"
+    log.write_text("successfully loaded 'm1'\nfailed to load 'trt_model'\nfailed to load 'other'\n")
+    notes = {"trt_model": "trt_model is not built here. Build it on a GPU box."}
+    assert loading_progress(log, notes) == "1 model(s) loaded, latest m1; trt_model is not built here; failed: other"
+
+
+def test_the_logs_tail_by_default_and_past_bytes_that_are_not_utf8(tmp_path):
+    log = tmp_path / "server.log"
+    lines = [f"E{i} error" if i % 3 == 0 else f"I{i} info" for i in range(40)] + ["I40 \udcff"]
+    log.write_bytes("\n".join(lines).encode(errors="surrogateescape") + b"\n")
+    kept = log_tail(log).splitlines()[1:]
+    errors = [f"  | E{i} error" for i in range(0, 40, 3)]
+    assert kept[:3] == errors[-10:-7] and kept[-1] == "  | I40 \ufffd" and len(kept) == 10 + 15 - 5  # 5 errors among the last 15
+    few = tmp_path / "few.log"
+    few.write_text("E1 a\nE2 b\nE3 c\nI4 d\n")
+    assert log_tail(few, lines=1, errors=1).splitlines()[1:] == ["  | E3 c", "  | I4 d"]
+
+
+def test_readiness_probes_on_loopback_v4_and_v6():
+    from tritonize.serve.process import _bind, _http_ok, _tcp_open
+
+    with socket.socket(socket.AF_INET6) as six, socket.socket() as four:
+        six.bind(("::1", 0))
+        six.listen()
+        four.bind(("127.0.0.1", 0))
+        four.listen()
+        assert _tcp_open(f"[::1]:{six.getsockname()[1]}") and _tcp_open(f"127.0.0.1:{four.getsockname()[1]}")
+        bound = _bind("::1", 0)
+        assert bound.family == socket.AF_INET6
+        bound.close()
+        start = time.monotonic()
+        assert not _http_ok(f"http://127.0.0.1:{four.getsockname()[1]}/v2/health/ready")  # accepts, never answers
+        assert time.monotonic() - start < 1.8
+    assert not _tcp_open("127.0.0.1:9") and not _http_ok("http://127.0.0.1:9/")
+
+
+def test_marking_a_server_that_does_not_run_marks_nothing(tmp_path, tmp):
+    server = _server(tmp_path, tmp)
+    server.mark_own()  # never started
+    assert server.log.marked == {}

@@ -32,11 +32,13 @@ class FakeServer:
         self.command: list[str] = []
         self.code: int | None = None
         self.starts = self.stops = 0
+        self.appended: list[bool] = []
         self.dead = threading.Event()
 
     def start(self, append: bool = False) -> ServerInfo:
         step = self.steps.pop(0)
         self.starts += 1
+        self.appended.append(append)
         self.code, self.triton.hang_paths, self.triton.hung_requests = None, set(), 0
         self.triton.release.clear()
         if step == "dies before ready":
@@ -81,8 +83,10 @@ class Handle(ServerHandle):
 
     def __init__(self, server: FakeServer, served: Served, clock: Clock):
         self.server, self.recorder, self.clock = server, Recorded(served), clock
-        self.region_prefix, self.crashes, self.slept = "tritonize_fake_clock_test_", [], []
-        self.supervise = False
+        from tritonize.serve import shm
+
+        self.region_prefix, self.crashes, self.slept = shm.region_prefix(), [], []
+        self.supervise, self.served_with = False, []
 
     def sleep(self, seconds: float) -> None:
         self.slept.append(seconds)
@@ -96,6 +100,7 @@ class Handle(ServerHandle):
 
     def serving(self, info, served=None, given_up=None) -> None:
         self.recorder = Recorded(served)  # as the new recorder starts: from what was restored
+        self.served_with.append((info, given_up))
 
 
 @pytest.fixture
@@ -232,3 +237,68 @@ def test_not_supervised_it_starts_as_asked_at_start(world):
     handle.heal(-9)
     assert handle.server.command == ["tritonserver", "--load=None"] and triton.loads == [] and triton.infers == []
     assert lines[-1].startswith("tritonserver serves again, ")
+
+
+class GivenUp:
+    """The supervisor's part: the models it gave up on."""
+
+    def __init__(self, given_up: dict[str, str]):
+        self.given_up = given_up
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_heal_restores_with_the_key_starts_after_the_dead_servers_log_and_leaves_given_up_models_alone(world):
+    """What the new server is started with and told: its log appended to, no model loaded at start (then the
+    restore, with the control key), the models the supervisor gave up on not loaded and handed on as given up; the
+    dead server's shared-memory regions removed; the models that could not load as before, each on a line."""
+    from tritonize.access import ControlKey
+    from tritonize.serve import shm
+
+    handle, steps, triton, clock, lines = world
+    handle.control_key = ControlKey("k" * 24)
+    triton.key_headers = dict(handle.control_key.http_headers)
+    handle.supervisor = GivenUp({"pair": "crashed 4 times"})
+    region = shm.SHM / f"{handle.region_prefix}left_by_the_dead_server"
+    region.write_bytes(b"x")
+    steps.append("ok")
+    handle.heal(-9)
+    assert not region.exists() and handle.server.appended == [True]
+    assert handle.server.command == ["tritonserver", "--load=()"] and [name for name, _ in triton.loads] == ["solo"]
+    (info, given_up), = handle.served_with
+    assert isinstance(info, ServerInfo) and info.http_url == triton.url and given_up == {"pair": "crashed 4 times"}
+    assert lines[-1].startswith("tritonserver serves again, ")
+    handle.supervisor = None
+    triton.refuse_load.update({"solo", "pair"})
+    steps.append("ok")
+    handle.heal(-9)
+    assert lines[-1].endswith("\n  could not load as before: pair: failed to load 'pair': the model's files are broken"
+                              "\n  could not load as before: solo: failed to load 'solo': the model's files are broken") \
+        or lines[-1].endswith("\n  could not load as before: solo: failed to load 'solo': the model's files are broken"
+                              "\n  could not load as before: pair: failed to load 'pair': the model's files are broken")
+
+
+def test_the_work_done_while_the_server_lives_runs_in_a_daemon_thread_and_raises_what_it_raised(world, monkeypatch):
+    handle, steps, triton, clock, lines = world
+    seen = []
+
+    def work(dead):
+        seen.append((threading.current_thread().name, threading.current_thread().daemon))
+        raise KeyError("inside")
+
+    with pytest.raises(KeyError, match="inside"):
+        handle._while_alive(work, "while it loaded the models back")
+    assert seen == [("tritonize-heal", True)]  # a daemon: a request that never ends never holds serve's exit
+    monkeypatch.setattr(process, "STOP_WAIT_S", 0.2)
+    handle.server.code = -9
+
+    def deaf(dead):  # ignores that the server died
+        threading.Event().wait(30)
+
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(ServerDied, match="^tritonserver was killed by SIGKILL before its first answer$"):
+        handle._while_alive(deaf, "before its first answer")
+    assert time.monotonic() - start < 5

@@ -109,10 +109,13 @@ class Recorder:
             return 0
 
     def _loaded_since(self) -> set[str]:
-        """The models the log says loaded since the last call."""
-        with open(self.log_path, "rb") as log:
-            log.seek(self._read_to)
-            text = log.read()
+        """The models the log says loaded since the last call (none while it has no log)."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._read_to)
+                text = log.read()
+        except FileNotFoundError:
+            return set()
         self._read_to += len(text)
         return set(LOADED.findall(text.decode(errors="replace")))
 
@@ -146,17 +149,15 @@ def restore(http_url: str, key: ControlKey | None, served: Served, skip: tuple[s
     return errors
 
 
-def first_answer(http_url: str, key: ControlKey | None, served: Served, restored: set[str],
-                 dead: threading.Event) -> str | None:
+def first_answer(http_url: str, served: Served, restored: set[str], dead: threading.Event) -> str | None:
     """Ask one model of `restored` (not an ensemble: its steps are models of their own) a request of valid input
-    (serve/supervisor.py's probe), again until one succeeds, FIRST_ANSWER_S passed or the server is `dead`: None
-    once one did, or when there is no model to ask; else "MODEL: the last error"."""
+    (serve/supervisor.py's probe; inference needs no control key), again until one succeeds, FIRST_ANSWER_S passed
+    or the server is `dead`: None once one did, or when there is no model to ask; else "MODEL: the last error"."""
     asked = [name for name in sorted(restored) if served.configs[name].get("platform") != "ensemble"]
     if not asked:
         return None
     name, deadline = asked[0], time.monotonic() + FIRST_ANSWER_S
-    request = urllib.request.Request(f"{http_url}/v2/models/{name}/infer", data=probe_body(served.configs[name]),
-                                     headers=key.http_headers if key else {})
+    request = urllib.request.Request(f"{http_url}/v2/models/{name}/infer", data=probe_body(served.configs[name]))
     while True:
         try:
             urllib.request.urlopen(request, timeout=TIMEOUT_S).close()

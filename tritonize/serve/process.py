@@ -394,7 +394,7 @@ class ServerHandle:
                                    "while it loaded the models back")
         self.server.mark_own()  # the backends the restore loaded
         restored = set(served.configs) - set(errors) - set(given_up)
-        unanswered = self._while_alive(lambda dead: first_answer(info.http_url, self.control_key, served, restored, dead),
+        unanswered = self._while_alive(lambda dead: first_answer(info.http_url, served, restored, dead),
                                        "before its first answer")
         return info, errors, unanswered
 
