@@ -21,9 +21,9 @@ import pytest
 from tritonize.errors import TritonizeError
 from tritonize.serve import leftovers, process
 from tritonize.serve.process import (
-    OWNER_FILE, Ports, RunningServer, ServerDied, choose_ports, connect_host, endpoints, exit_words, log_tail,
-    make_workdir,
+    OWNER_FILE, Ports, RunningServer, choose_ports, connect_host, endpoints, make_workdir,
 )
+from tritonize.serve.readiness import ServerDied, exit_words, log_tail
 
 FAKE = r"""
 import json, os, signal, sys, time, threading
@@ -311,7 +311,7 @@ def test_the_wait_notes_the_loading_once_every_two_seconds_with_the_time_it_has_
 
 
 def test_the_loading_progress_in_every_case(tmp_path):
-    from tritonize.serve.process import loading_progress
+    from tritonize.serve.readiness import loading_progress
 
     log = tmp_path / "server.log"
     assert loading_progress(tmp_path / "none.log") == "starting"
@@ -339,7 +339,8 @@ def test_the_logs_tail_by_default_and_past_bytes_that_are_not_utf8(tmp_path):
 
 
 def test_readiness_probes_on_loopback_v4_and_v6():
-    from tritonize.serve.process import _bind, _http_ok, _tcp_open
+    from tritonize.serve.process import _bind
+    from tritonize.serve.readiness import _http_ok, _tcp_open
 
     with socket.socket(socket.AF_INET6) as six, socket.socket() as four:
         six.bind(("::1", 0))

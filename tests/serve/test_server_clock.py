@@ -15,7 +15,8 @@ from tests.serve.test_supervisor_clock import SERVER_PID, Clock, FakeTriton, htt
 from tritonize.errors import TritonizeError
 from tritonize.serve import healing, process
 from tritonize.serve.healing import Served
-from tritonize.serve.process import ServerDied, ServerHandle, ServerInfo
+from tritonize.serve.process import ServerHandle, ServerInfo
+from tritonize.serve.readiness import ServerDied
 from tritonize.serve.supervisor import CRASH_WINDOW_S, RELOAD_DELAYS_S
 
 LOAD, INFER = "/v2/repository/models/solo/load", "/v2/models/pair/infer"  # the first model asked: pair
