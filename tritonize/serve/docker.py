@@ -18,7 +18,6 @@ from tritonize.serve import shm
 from tritonize.serve.process import WORKDIR_PREFIX, RunningServer, ServerHandle, choose_ports, endpoints
 from tritonize.serve.repository import model_control_flags, python_requirements, tensorrt_models, validate_repository
 
-
 # tritonserver options newer than the oldest release in the table (triton-inference-server/server
 # src/command_line_parser.cc on the release branches): --model-config-name from r24.05 (#7185),
 # --allow-client-shm from r26.04 (#8721; client shared memory is refused without it).
