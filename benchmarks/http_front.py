@@ -105,7 +105,6 @@ def relay_cpu(work: Path, repeat: int) -> dict:
     """CPU ms each relay takes to read a batch-8 ModelInfer's client frames (as tritonclient's channel sends them,
     recorded here once), in 64 KiB reads."""
     import tritonclient.grpc as grpcclient
-
     from hyperframe.frame import SettingsFrame, WindowUpdateFrame
 
     recorded = bytearray()

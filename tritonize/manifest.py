@@ -31,10 +31,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from tritonize.plan_settings import BuildSettings
 from tritonize.errors import TritonizeError
 from tritonize.facts import now_iso, tritonize_version
 from tritonize.files import atomic_path, sha256_file
+from tritonize.plan_settings import BuildSettings
 from tritonize.spec import ModelSpec
 from tritonize.verify import VerificationReport
 

@@ -15,8 +15,7 @@ import urllib.request
 
 import pytest
 
-from tritonize.serve import front as front_module
-from tritonize.serve import front_common
+from tritonize.serve import front as front_module, front_common
 
 
 class _Backend(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

@@ -16,8 +16,7 @@ import h11
 import pytest
 
 from tritonize.access import ControlKey
-from tritonize.serve import front as front_module
-from tritonize.serve import front_common, http_front
+from tritonize.serve import front as front_module, front_common, http_front
 from tritonize.serve.front import Front
 from tritonize.serve.front_common import Upstream
 

@@ -17,8 +17,7 @@ import hpack
 import pytest
 from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import Frame
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from tritonize.access import GRPC_KEY_HEADER, OPEN_GRPC_METHODS
 from tritonize.serve import grpc_front as g

@@ -12,10 +12,24 @@ from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.manifest import Entry, Manifest, Plan, PrecisionVariant, Status
 from tritonize.model_repository import (
-    BACKENDS, CONFIG_NAME, LABELS_NAME, NOT_BUILT_SUFFIX, PREPROCESSORS, REQUIREMENTS_NAME, Backend, not_built_notes,
+    BACKENDS,
+    CONFIG_NAME,
+    LABELS_NAME,
+    NOT_BUILT_SUFFIX,
+    PREPROCESSORS,
+    REQUIREMENTS_NAME,
+    Backend,
+    not_built_notes,
 )
 from tritonize.progress import say
-from tritonize.repository_builder.config import batch_bound, config_text, ensemble_config, kind_name, model_config, preprocessor_config
+from tritonize.repository_builder.config import (
+    batch_bound,
+    config_text,
+    ensemble_config,
+    kind_name,
+    model_config,
+    preprocessor_config,
+)
 from tritonize.repository_builder.gpus import FleetPlan, cc_filename, gather
 from tritonize.repository_builder.options import RepoOptions
 from tritonize.spec import ModelSpec

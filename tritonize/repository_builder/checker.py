@@ -62,10 +62,10 @@ from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, St
 from tritonize.model_repository import CONFIG_NAME, parse_config, serving_cc
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
-from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
-from tritonize.repository_builder.model_files import ModelFileChecks
 from tritonize.repository_builder.config import CONTRACT_KEYS, PLAN_KEYS, batch_bound
 from tritonize.repository_builder.config_rules import ConfigRuleChecks, autocompleted, backend_of
+from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
+from tritonize.repository_builder.model_files import ModelFileChecks
 from tritonize.repository_builder.plan_options import PlanOptionChecks
 
 # the file each backend loads by default

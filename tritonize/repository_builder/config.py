@@ -9,7 +9,15 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Entry, Plan, PrecisionVariant, Profile
-from tritonize.model_repository import CC_PARAMETER, HARDWARE_PARAMETER, LABELS_NAME, LOGITS, PREPROCESSED, Backend, Preprocessor
+from tritonize.model_repository import (
+    CC_PARAMETER,
+    HARDWARE_PARAMETER,
+    LABELS_NAME,
+    LOGITS,
+    PREPROCESSED,
+    Backend,
+    Preprocessor,
+)
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder.gpus import plan_cc
 from tritonize.repository_builder.options import RepoOptions

@@ -18,7 +18,6 @@ from tritonize.serve import shm
 from tritonize.serve.process import WORKDIR_PREFIX, RunningServer, ServerHandle, choose_ports, endpoints
 from tritonize.serve.repository import model_control_flags, python_requirements, tensorrt_models, validate_repository
 
-
 # tritonserver options newer than the oldest release in the table (triton-inference-server/server
 # src/command_line_parser.cc on the release branches): --model-config-name from r24.05 (#7185),
 # --allow-client-shm from r26.04 (#8721; client shared memory is refused without it).
@@ -249,7 +248,8 @@ class DockerServer(ServerHandle):
                                         ready_timeout=self.ready_timeout,
                                         log_path=self.log_path or self.workdir / "tritonserver.log",
                                         model_config_name=self.model_config_name,
-                                        control_key=self.control_key, tls=self.tls is not None)
+                                        control_key=self.control_key, tls=self.tls is not None,
+                                        repositories=(self.repository,))
             info = self.server.start()
             self.serving(info)
             return info

@@ -35,6 +35,7 @@ from tritonize.model_repository import not_built_notes
 from tritonize.progress import say
 from tritonize.serve import shm, unavailable
 from tritonize.serve.backends import BACKEND_NAMES
+from tritonize.serve.process import RunningServer, ServerHandle, ServerInfo, choose_ports, endpoints
 from tritonize.serve.repository import (
     CPU_CONFIG_NAME,
     DEFAULT_CONFIG_NAME,
@@ -42,8 +43,6 @@ from tritonize.serve.repository import (
     model_control_flags,
     validate_repository,
 )
-from tritonize.serve.process import RunningServer, ServerHandle, ServerInfo, choose_ports, endpoints
-
 
 PACKAGE_ROOT = Path(tritonize.__file__).resolve().parent.parent
 # At SIGTERM (a stop, or the death of the process that started it) tritonserver waits up to this long
@@ -235,6 +234,7 @@ class EmbeddedServer(ServerHandle):
                 log_path=self.log_path or self.workdir / "tritonserver.log", ready_timeout=self.ready_timeout, env=env,
                 cwd=self.workdir, model_config_name=self.config_name, control_key=self.control_key,
                 tls=self.tls is not None, not_built=notes,
+                repositories=(self.repository, *([self.not_built] if self.not_built else [])),
             )
             info = self.server.start()
             self.serving(info)

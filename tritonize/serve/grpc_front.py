@@ -25,8 +25,16 @@ import asyncio
 
 import hpack
 from hyperframe.exceptions import HyperframeError
-from hyperframe.frame import (ContinuationFrame, DataFrame, Frame, HeadersFrame, PushPromiseFrame, RstStreamFrame,
-                              SettingsFrame, WindowUpdateFrame)
+from hyperframe.frame import (
+    ContinuationFrame,
+    DataFrame,
+    Frame,
+    HeadersFrame,
+    PushPromiseFrame,
+    RstStreamFrame,
+    SettingsFrame,
+    WindowUpdateFrame,
+)
 
 from tritonize.access import GRPC_KEY_HEADER, GRPC_REFUSAL, grpc_method_open
 from tritonize.serve import front_common as common  # its timeouts read when used: the tests shorten them

@@ -10,8 +10,22 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.options import (
-    DEFAULT_REPOSITORY, AsJson, Batch, ConfigName, ControlKeyFile, Duration, Force, LoadGenerator, LoadGeneratorOption,
-    Model, OutputDir, RepositoryArgument, TlsCa, Url, int_items, items,
+    DEFAULT_REPOSITORY,
+    AsJson,
+    Batch,
+    ConfigName,
+    ControlKeyFile,
+    Duration,
+    Force,
+    LoadGenerator,
+    LoadGeneratorOption,
+    Model,
+    OutputDir,
+    RepositoryArgument,
+    TlsCa,
+    Url,
+    int_items,
+    items,
 )
 
 
