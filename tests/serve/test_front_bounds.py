@@ -128,6 +128,11 @@ def test_the_log_says_each_trouble_once_a_minute_with_a_count(capsys):
     lines = capsys.readouterr().err.splitlines()
     assert lines == ["front: closing", "front: closing (60 times since the last such line)",
                      "front: closing (60 times since the last such line)"]
+    for second in (200, 230, 260):  # another kind: its own minute; twice since its last line
+        now[0] = float(second)
+        log("files", "no file left")
+    assert capsys.readouterr().err.splitlines() == ["front: no file left",
+                                                    "front: no file left (2 times since the last such line)"]
 
 
 @pytest.mark.parametrize("soft, hard, limit", [(1024, 1024, 1024 - 64), (1024, 524288, 16384), (20000, 20000, 16384),

@@ -32,6 +32,7 @@ class Tritonserver:
 
     def __init__(self):
         self.requests, self.how, self.servers, self.connections = [], "ok", [], 0
+        self.version = b"HTTP/1.1"  # of the metrics' answers
 
     async def start(self, upstream: Upstream) -> None:
         self.servers.append(await asyncio.start_unix_server(self.http, str(upstream.http)))
@@ -92,7 +93,7 @@ class Tritonserver:
         if self.how == "stall":
             await asyncio.sleep(3600)
         status = b"200 OK" if head.startswith(b"GET /metrics HTTP/1.0\r\n") else b"404 Not Found"
-        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain\r\n\r\n" + METRICS)
+        writer.write(self.version + b" " + status + b"\r\nContent-Type: text/plain\r\n\r\n" + METRICS)
         await writer.drain()
         writer.close()
 
@@ -423,8 +424,10 @@ def test_a_client_that_goes_away_mid_body_frees_what_it_held(rig):
     assert front.buffered == 0 and not front.connections.open and triton.requests == []
 
 
-def test_metrics_are_tritons_then_tritonizes_and_only_at_metrics(rig):
+@pytest.mark.parametrize("version", [b"HTTP/1.1", b"HTTP/1.0"])
+def test_metrics_are_tritons_then_tritonizes_and_only_at_metrics(rig, version):
     front, triton = rig
+    triton.version = version
 
     async def go():
         got = []
@@ -543,12 +546,15 @@ def test_a_client_that_resets_while_parked_is_closed(rig):
     assert not front.connections.open and not front.by_fd
 
 
-def test_the_event_loop_s_own_errors_are_one_log_line(rig, capsys):
+@pytest.mark.parametrize("context, words", [({"message": "something odd", "exception": ValueError("x")},
+                                               "ValueError('x')"), ({"message": "something odd"}, "'something odd'")])
+def test_the_event_loop_s_own_errors_are_one_log_line(rig, capsys, context, words):
+    """The exception where there is one, else the loop's message; and one line a minute."""
     front, _ = rig
-    front.loop.call_exception_handler({"message": "something odd", "exception": ValueError("x")})
+    front.loop.call_exception_handler(context)
     front.loop.call_exception_handler({"message": "again"})
     err = capsys.readouterr().err
-    assert err.count("front: unexpected") == 1 and "front: unexpected: ValueError('x')\n" in err  # the exception's
+    assert err.count("front: unexpected") == 1 and f"front: unexpected: {words}\n" in err
 
 
 def test_a_bug_in_a_handler_is_one_line_and_the_connection_ends(rig, monkeypatch, capsys):
@@ -573,6 +579,7 @@ def test_a_bug_in_a_handler_is_one_line_and_the_connection_ends(rig, monkeypatch
                          ids=["every-interface", "one-address"])
 def test_listen_binds_every_address_and_a_taken_port_is_an_error(rig, host, addresses):
     front, _ = rig
+    assert {s.getsockname()[0] for s in front._listeners} == {"127.0.0.1"}  # the front's host, not every interface
     wanted = {a[4][0] for a in socket.getaddrinfo(host or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)}
     assert wanted <= addresses and "0.0.0.0" in wanted or host  # the machine's own answer: IPv6 may be off
     sockets = front_module.listen(host, 0)
