@@ -140,7 +140,7 @@ class HeadReader:
         try:
             await within(self.front.loop.sock_sendall(self.connection.sock, data), common.BODY_TIMEOUT_S)
         except asyncio.TimeoutError:
-            raise asyncio.IncompleteReadError(b"", None) from None
+            raise ConnectionAbortedError from None  # the connection ends (front.py's _serve)
 
     async def refuse(self, refusal: Refused) -> str:
         await self.write(error_answer(refusal.status, str(refusal)))
@@ -248,7 +248,7 @@ class HttpConnection(HeadReader):
             elif isinstance(event, h11.EndOfMessage):
                 return
             else:  # the client went away mid-body
-                raise asyncio.IncompleteReadError(b"", None)
+                raise ConnectionAbortedError
 
     async def _body(self, limit: int) -> bytearray:
         """A chunked body, whole, while its total stays within `limit` and the front's MAX_BUFFERED."""
@@ -278,7 +278,7 @@ class HttpConnection(HeadReader):
             return self.upstream
         self.close()
         try:
-            reader, writer = await asyncio.open_unix_connection(str(self.front.upstream.http), limit=MAX_HEAD)
+            reader, writer = await asyncio.open_unix_connection(str(self.front.upstream.http))
         except OSError as e:
             if e.errno in (errno.EMFILE, errno.ENFILE):
                 self.front.log("files", "no file left for a connection to tritonserver: new requests get 503")
@@ -310,7 +310,7 @@ class HttpConnection(HeadReader):
                 if not started:
                     raise Refused(503, "tritonserver closed the connection before it answered (did it crash? serve "
                                        "starts it again); retry in a few seconds")
-                raise asyncio.IncompleteReadError(b"", None)
+                raise ConnectionAbortedError  # the client's connection ends: its answer cannot
             if isinstance(event, h11.Response):
                 started = True
                 event = h11.Response(status_code=event.status_code, reason=event.reason, headers=[
