@@ -717,23 +717,49 @@ def test_grpc_over_tls_is_offered_h2_and_its_connections_are_served_at_once(tmp_
         front.stop()
 
 
-def test_the_start_of_the_next_head_after_an_answer_has_the_head_timeout(rig):
+@pytest.mark.parametrize("after, line", [(b"GET /v2 HTTP/1.1\r\nHo", "head"), (b"", "idle")])
+def test_the_start_of_the_next_head_after_an_answer_has_the_head_timeout(rig, after, line):
     """A request answered and the next one's first bytes already in: the connection waits in the head line (408 after
-    HEAD_TIMEOUT_S), not as an idle one."""
+    HEAD_TIMEOUT_S); with none, in the idle line (closed after IDLE_TIMEOUT_S, without an answer)."""
     front, triton = rig
 
     async def go():
         await triton.start(front.upstream)
         reader, writer = await connect(front)
-        writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\nGET /v2 HTTP/1.1\r\nHo")
+        writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n" + after)
         first = await one(reader)
         await until(lambda: front.by_fd)
-        line = [c.line for c in front.connections.open]
-        return first, line, await answer(reader, 2)
+        lines = [c.line for c in front.connections.open]
+        return first, lines, (await answer(reader, 2) if after else None), writer
 
-    first, line, rest = run(front, go())
-    assert first[0] == 200 and line == ["head"]
-    assert error(rest) == (408, "the request's head did not arrive within 0.5 s")
+    first, lines, rest, _ = run(front, go())
+    assert first[0] == 200 and lines == [line]
+    if after:
+        assert error(rest) == (408, "the request's head did not arrive within 0.5 s")
+
+
+def test_at_the_bound_the_connection_idle_longest_goes_whatever_its_age(rig):
+    """Closed at the bound: the connection idle longest since its last answer, not the oldest (A, which was just
+    answered), and one that was in a request before goes as cleanly as one that never was."""
+    front, triton = rig
+    front.connections.limit = 3
+
+    async def go():
+        await triton.start(front.upstream)
+        a, b = await connect(front), await connect(front)
+        for reader, writer in (b, a):  # b answered first: idle longest from then on
+            writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n")
+            assert (await one(reader))[0] == 200
+        await until(lambda: len(front.by_fd) == 2)
+        c = await connect(front)
+        await until(lambda: len(front.by_fd) == 3)
+        d = await connect(front)  # the bound: b goes
+        closed = await answer(b[0], 2)
+        a[1].write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n")
+        return closed, await one(a[0]), (c, d)
+
+    closed, (status, _, _), _ = run(front, go())
+    assert closed == b"" and status == 200
 
 
 def test_after_tritonserver_closes_its_side_the_next_request_goes_on_a_new_connection(rig):
