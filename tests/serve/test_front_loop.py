@@ -860,3 +860,31 @@ def test_a_head_of_max_head_bytes_exactly_passes_even_with_the_next_request_behi
     (got, _, _), second = run(front, go())
     assert got == status and (second is None or second[0] == 200)
     assert [r[1] for r in triton.requests] == ([b"/v2/health/ready", b"/v2"] if status == 200 else [])
+
+
+def test_out_of_files_at_accept_pauses_the_listener_a_second_with_one_line(rig, monkeypatch, capsys):
+    """accept() failing for want of files: the listener rests a second (not a busy loop on a readable socket), one
+    log line says why, and the client waiting in the kernel's queue is then served."""
+    import errno
+
+    front, _ = rig
+    real, failed = socket.socket.accept, []
+
+    def accept(self):
+        if self.fileno() in {s.fileno() for s in front._listeners} and not failed:
+            failed.append(front.loop.time())
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(self)
+
+    monkeypatch.setattr(socket.socket, "accept", accept)
+
+    async def go():
+        reader, writer = await connect(front)
+        writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: h\r\n\r\n")
+        data = await answer(reader, 5)
+        return data, front.loop.time()
+
+    data, answered = run(front, go())
+    assert error(data)[0] == 503 and failed and answered - failed[0] >= 1  # served after the pause: no tritonserver
+    assert capsys.readouterr().err == ("front: cannot accept connections (Too many open files): paused a second at a "
+                                       "time\n")
