@@ -524,7 +524,8 @@ def test_at_the_bound_the_connection_idle_longest_makes_room_and_503_when_all_ar
     assert error(full) == (503, "this server has 3 connections open, its limit, all in a request; retry in a few "
                                 "seconds")
     log = capsys.readouterr().err
-    assert "closing those idle longest" in log and "all in a request: new ones get 503" in log
+    assert "front: 3 connections open, the limit: closing those idle longest for new ones (slow or idle clients?)\n" in log
+    assert "front: 3 connections open, the limit, all in a request: new ones get 503\n" in log
 
 
 def test_a_client_that_resets_while_parked_is_closed(rig):
