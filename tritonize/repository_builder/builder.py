@@ -12,7 +12,8 @@ from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.manifest import Entry, Manifest, Plan, PrecisionVariant, Status
 from tritonize.model_repository import (
-    BACKENDS, CONFIG_NAME, LABELS_NAME, NOT_BUILT_SUFFIX, PREPROCESSORS, REQUIREMENTS_NAME, Backend, not_built_notes,
+    BACKENDS, CONFIG_NAME, CPU_GATES, LABELS_NAME, NOT_BUILT_SUFFIX, PLAN_BUILT, PREPROCESSORS, REQUIREMENTS_NAME, TRT_MODEL,
+    Backend, not_built_notes,
 )
 from tritonize.progress import say
 from tritonize.repository_builder.config import batch_bound, config_text, ensemble_config, kind_name, model_config, preprocessor_config
@@ -66,8 +67,9 @@ def build_repository(artifacts: Path, repository: Path, options: RepoOptions = R
         raise TritonizeError(f"no model to build from {artifacts}: {listing}")
     sha = manifest.sha256()
     built = [BACKENDS[name] for name, why in reasons.items() if not why]
-    if options.plans and not any(b.needs_gpu for b in built):
-        raise TritonizeError(f"--plans gathers TensorRT plans into trt_model, which is not built: {reasons.get('trt_model') or '--models leaves it out'}")
+    if options.plans and TRT_MODEL not in built:
+        raise TritonizeError(f"--plans gathers TensorRT plans into {TRT_MODEL.name}, which is not built: "
+                             f"{reasons.get(TRT_MODEL.name) or '--models leaves it out'}")
     fleet = gather(manifest, options.plans) if options.plans else []
     models = [_render(backend, spec, manifest, options, sha, fleet) for backend in built]
     if options.ensembles:
@@ -101,14 +103,14 @@ def _why_not(backend: Backend, manifest: Manifest, options: RepoOptions) -> str 
     if backend.needs_gpu and options.kind == "cpu":
         return "--kind cpu, and TensorRT plans only run on a GPU"
     if entry is None:
-        if backend.needs_gpu:
-            return f"no TensorRT plan in {artifacts} (run `tritonize convert trt` on a GPU box)"
-        if backend.cpu_variant:
-            return f"no CPU INT8 variant in {artifacts} (`tritonize convert cpu --calib-images DIR` makes and gates one)"
-        return f"no {backend.artifact} artifact in {artifacts}/manifest.json (run `tritonize export`)"
+        if backend.gate == PLAN_BUILT:
+            return f"no TensorRT plan in {artifacts} (run {backend.made_by} on a GPU box)"
+        if backend.gate == CPU_GATES:
+            return f"no CPU INT8 variant in {artifacts} ({backend.made_by} makes and gates one)"
+        return f"no {backend.artifact} artifact in {artifacts}/manifest.json (run {backend.made_by})"
     if isinstance(entry, Plan) and entry.status is not Status.built:
         return f"TensorRT plan status is {entry.status.value!r}, not 'built' (run the convert step on a GPU box)"
-    if backend.cpu_variant:
+    if backend.gate == CPU_GATES:
         why = _why_not_variant(entry, manifest)
         if why:
             return why
@@ -165,12 +167,12 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
     )
     default_kind = _default_kind(backend, options)
     variants = {CONFIG_NAME: default_kind, "configs/gpu.pbtxt": "gpu"}
-    if backend.cpu_variant:  # gated for onnxruntime's CPU kernels: never placed on a GPU
+    if backend.cpu_only:  # gated for onnxruntime's CPU kernels: never placed on a GPU
         header += "\nA precision variant gated for the CPU (`tritonize convert cpu`): KIND_CPU in every config."
         variants = {CONFIG_NAME: "cpu"}
     if not backend.needs_gpu:
         variants["configs/cpu.pbtxt"] = "cpu"
-    plans = {p.cc: cc_filename(p.cc) for p in fleet} if backend.needs_gpu else {}
+    plans = _plans(backend, fleet)
     texts = {}
     for rel, kind in variants.items():
         cfg = model_config(backend, spec, entry, options, kind, sha, plans)
@@ -191,10 +193,16 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
 
 
 def _default_kind(backend: Backend, options: RepoOptions) -> str:
-    """The instance kind of config.pbtxt: --kind, but a TensorRT plan always on a GPU, a CPU variant on the CPU."""
-    if backend.cpu_variant:
+    """The instance kind of config.pbtxt: --kind, but a model that runs only on a GPU (a TensorRT plan) always on a
+    GPU, one that runs only on the CPU (a CPU variant) on the CPU."""
+    if backend.cpu_only:
         return "cpu"
     return options.kind if options.kind != "auto" or not backend.needs_gpu else "gpu"
+
+
+def _plans(backend: Backend, fleet: list[FleetPlan]) -> dict[str, str]:
+    """A fleet's plan file per compute capability, for the model that serves the plans."""
+    return {p.cc: cc_filename(p.cc) for p in fleet} if backend is TRT_MODEL else {}
 
 
 def _render_ensembles(backends: list[Backend], spec: ModelSpec, manifest: Manifest, options: RepoOptions,
@@ -217,7 +225,7 @@ def _render_ensembles(backends: list[Backend], spec: ModelSpec, manifest: Manife
                                  f"{options.instances} x KIND_CPU, with this tritonize's preprocessing code"))
         for backend in backends:
             entry = manifest.artifacts[backend.artifact]
-            plans = {p.cc: cc_filename(p.cc) for p in fleet} if backend.needs_gpu else {}
+            plans = _plans(backend, fleet)
             classifier = model_config(backend, spec, entry, options, _default_kind(backend, options), sha, plans)
             cfg = ensemble_config(pre.ensemble(backend), pre_cfg, classifier, spec, sha)
             models.append(ModelFiles(cfg.name, {CONFIG_NAME: config_text(cfg, header), LABELS_NAME: labels},

@@ -59,20 +59,14 @@ from typing import Any
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
 from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
-from tritonize.model_repository import CONFIG_NAME, parse_config, serving_cc
+from tritonize.model_repository import CONFIG_NAME, artifact_key, autocompleted, backend_of, default_file, parse_config, serving_cc
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
 from tritonize.repository_builder.model_files import ModelFileChecks
 from tritonize.repository_builder.config import CONTRACT_KEYS, PLAN_KEYS, batch_bound
-from tritonize.repository_builder.config_rules import ConfigRuleChecks, autocompleted, backend_of
+from tritonize.repository_builder.config_rules import ConfigRuleChecks
 from tritonize.repository_builder.plan_options import PlanOptionChecks
-
-# the file each backend loads by default
-DEFAULT_FILES = {"tensorrt": "model.plan", "onnxruntime": "model.onnx", "pytorch": "model.pt",
-                 "tensorflow": "model.savedmodel", "openvino": "model.xml", "python": "model.py"}
-ARTIFACT_KEYS = {"tensorrt": "tensorrt", "onnxruntime": "onnx", "pytorch": "torchscript"}
-
 
 def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None,
                      gpu_cc: str | None = None) -> list[Finding]:
@@ -208,7 +202,7 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
             return None
         if backend == "tensorrt" and cfg.cc_model_filenames:
             return self._check_plan_files(cfg, versions)
-        filename = cfg.default_model_filename or DEFAULT_FILES.get(backend or "", "")
+        filename = cfg.default_model_filename or default_file(backend, cfg.platform)
         for v in versions:
             if filename and not (v / filename).exists():
                 self.add(Severity.error, f"version {v.name}/ has no {filename}", f"place the model file as {v.name}/{filename} or {REBUILD}")
@@ -264,7 +258,7 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
             self.add(Severity.warning, f"built from another manifest (sha256 {recorded[:12]}, artifacts now {sha[:12]})",
                      f"{REBUILD} after re-exporting")
         named = cfg.parameters["source.artifact"].string_value if "source.artifact" in cfg.parameters else ""
-        key = named or ARTIFACT_KEYS.get(backend or "")  # a precision variant names the artifact it serves
+        key = named or artifact_key(backend, cfg.platform)  # a precision variant names the artifact it serves
         entry = manifest.artifacts.get(key) if key else None
         if entry is None:
             if key:

@@ -9,7 +9,9 @@ from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Entry, Plan, PrecisionVariant, Profile
-from tritonize.model_repository import CC_PARAMETER, HARDWARE_PARAMETER, LABELS_NAME, LOGITS, PREPROCESSED, Backend, Preprocessor
+from tritonize.model_repository import (
+    CC_PARAMETER, HARDWARE_PARAMETER, LABELS_NAME, LOGITS, PREPROCESSED, Backend, Preprocessor, artifact_key,
+)
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder.gpus import plan_cc
 from tritonize.repository_builder.options import RepoOptions
@@ -134,7 +136,7 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
         cfg.cc_model_filenames[cc] = filename
     for key, value in contract_parameters(spec, entry, manifest_sha256, fleet=bool(plans)).items():
         cfg.parameters[key].string_value = value
-    if backend.cpu_variant:
+    if artifact_key(backend.backend, backend.platform) != backend.artifact:  # not its platform's first: say which
         cfg.parameters["source.artifact"].string_value = backend.artifact
     return cfg
 

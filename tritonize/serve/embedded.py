@@ -32,10 +32,9 @@ import tritonize
 from tritonize.access import ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
 from tritonize.machine import gpu_visible
-from tritonize.model_repository import not_built_notes
+from tritonize.model_repository import BACKENDS, not_built_notes
 from tritonize.progress import say
 from tritonize.serve import shm, unavailable
-from tritonize.serve.backends import BACKEND_NAMES
 from tritonize.serve.repository import (
     CPU_CONFIG_NAME,
     DEFAULT_CONFIG_NAME,
@@ -129,7 +128,7 @@ def assemble_backend_dir(triton: BundledTriton, dest: Path) -> Path:
     # The stub resolves packages through the venv's site-packages and ignores PYTHONPATH: each
     # model.py is a shim that puts PYTHONPATH back in front (a TensorRT installed outside the venv, say)
     # and loads the backend from the tritonize that starts this server.
-    for backend in BACKEND_NAMES:
+    for backend in dict.fromkeys(b.backend for b in BACKENDS.values()):
         (dest / backend).mkdir()
         (dest / backend / "model.py").write_text(
             "import os\n"
