@@ -15,29 +15,29 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import SMALL_ARCH, run_cli
-from tests.serve.test_emulated_trt_model import EMULATED_CONFIG, PHOTO, write_emulated_config
+from tests.serve.test_emulated_trt_model import EMULATED_CONFIG, write_emulated_config
 
 OFFLINE = ("--weights", "none", "--arch", SMALL_ARCH)
-
 
 def top5(result) -> list[tuple[int, str]]:
     assert result.exit_code == 0, result.output
     return [(t["index"], t["label"]) for t in json.loads(result.stdout)["predictions"][0]["top_k"]]
 
+ROOT = Path(__file__).resolve().parent.parent
+
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
 def test_the_card_runs_as_written(emulated_tensorrt, tmp_path, monkeypatch):
-    from pathlib import Path
-
     from tritonize.manifest import Manifest
     from tritonize.serve.embedded import embedded_server
 
     monkeypatch.chdir(tmp_path)
-    shutil.copy(PHOTO, "goldfish.jpg")
+    shutil.copy(ROOT / "goldfish.jpg", "goldfish.jpg")  # the one in the checkout, as a user has it
 
     exported = run_cli("export", "--format", "onnx", *OFFLINE)
     assert exported.exit_code == 0, exported.output

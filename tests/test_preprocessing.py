@@ -55,8 +55,8 @@ GOOD = dict(resize=256, crop=224, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
 @pytest.mark.parametrize("change, message", [
     ({"interpolation": "fancy"}, "unknown interpolation 'fancy' in the preprocessing contract; expected one of nearest, "
                                  "nearest-exact, lanczos, bilinear, bicubic, box, hamming"),
-    ({"channel_order": "RBG"}, "unsupported channel order/layout RBG/NCHW in the preprocessing contract (RGB|BGR, NCHW|NHWC)"),
-    ({"layout": "CHW"}, "unsupported channel order/layout RGB/CHW in the preprocessing contract (RGB|BGR, NCHW|NHWC)"),
+    ({"channel_order": "RBG"}, "unsupported channel order/layout RBG/NCHW in the preprocessing contract (RGB|BGR|L, NCHW|NHWC)"),
+    ({"layout": "CHW"}, "unsupported channel order/layout RGB/CHW in the preprocessing contract (RGB|BGR|L, NCHW|NHWC)"),
     ({"crop": 0}, "preprocessing contract has crop 0 and resize 256; the crop must be positive and not larger than the resize"),
     ({"crop": 257}, "preprocessing contract has crop 257 and resize 256; the crop must be positive and not larger than the resize"),
     ({"mean": (0.5, 0.5)}, "preprocessing contract needs 3 means and 3 positive stds, got mean=(0.5, 0.5) std=(0.25, 0.25, 0.25)"),
@@ -82,3 +82,62 @@ def test_the_smallest_contract_is_allowed():
 def test_resized_size_scales_the_short_side_and_keeps_the_aspect(width, height, resized):
     pre = Preprocessing(resize=256, crop=224, mean=(0.5,) * 3, std=(0.5,) * 3)
     assert pre.resized_size(width, height) == resized
+
+
+# -- any size, two geometries, one or three channels ------------------------------------------------------
+def test_a_non_square_grayscale_contract_round_trips_and_has_its_shapes():
+    contract = Preprocessing((160, 320), (160, 320), (0.1307,), (0.3081,), channel_order="L")
+    assert contract.input_shape == (1, 160, 320)
+    assert contract.pixels_shape == (160, 320, 1)
+    assert contract.to_parameters()["preprocess.resize"] == "160,320"
+    assert contract.to_parameters()["preprocess.crop"] == "160,320"
+    assert Preprocessing.from_parameters(contract.to_parameters()) == contract
+    assert Preprocessing.from_dict(json.loads(json.dumps(contract.to_dict()))) == contract
+    assert contract.describe() == "resize to 160x320 (HxW), center crop 160x320, L, bilinear"
+
+
+def test_a_square_crop_is_one_contract_however_written():
+    assert Preprocessing(256, (224, 224), (0,) * 3, (1,) * 3) == Preprocessing(256, 224, (0,) * 3, (1,) * 3)
+    assert Preprocessing(256, "224", (0,) * 3, (1,) * 3).crop == 224
+    assert Preprocessing("288x352", "256,320", (0,) * 3, (1,) * 3).input_shape == (3, 256, 320)
+
+
+@pytest.mark.parametrize("width, height", [(613, 409), (409, 613), (10, 10)])
+def test_an_exact_resize_ignores_the_aspect(width, height):
+    assert Preprocessing((224, 300), (224, 300), (0,) * 3, (1,) * 3).resized_size(width, height) == (300, 224)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"resize": (256, 200), "crop": (224, 224)}, "preprocessing contract has crop 224 and resize 256,200; the crop must be "
+                                                  "positive and not larger than the resize"),
+    ({"resize": 256, "crop": (224, 300)}, "preprocessing contract has crop 224,300 and resize 256; the crop must be "
+                                           "positive and not larger than the resize"),
+    ({"resize": (0, 10)}, "preprocessing contract has crop 224 and resize 0,10; the crop must be positive and not larger "
+                          "than the resize"),
+    ({"resize": (1, 2, 3)}, "preprocessing resize (1, 2, 3) is not a size: give N, or (H, W)"),
+    ({"crop": "a,b"}, "preprocessing crop 'a,b' is not a size: give N, or H,W"),
+    ({"crop": 22.5}, "preprocessing crop 22.5 is not a size: give N, or (H, W)"),
+    ({"channel_order": "L"}, "preprocessing contract needs 1 mean and 1 positive std (L: one channel), got "
+                             "mean=(0.5, 0.5, 0.5) std=(0.25, 0.25, 0.25)"),
+    ({"scale": 0}, "preprocessing contract has scale 0.0; it must be positive (1/255 for [0, 1])"),
+])
+def test_each_broken_size_is_refused_with_its_reason(change, message):
+    with pytest.raises(TritonizeError) as e:
+        Preprocessing(**{**GOOD, **change})
+    assert str(e.value) == message
+
+
+def test_replace_changes_only_what_is_given_and_checks_the_result():
+    contract = Preprocessing(**GOOD)
+    assert contract.replace(crop=200, mean=None) == Preprocessing(**{**GOOD, "crop": 200})
+    with pytest.raises(TritonizeError, match="crop 300 and resize 256"):
+        contract.replace(crop=300)
+    with pytest.raises(TritonizeError, match=r"unknown preprocessing field\(s\) size; the contract has resize, crop"):
+        contract.replace(size=3)
+
+
+def test_an_unreadable_size_parameter_says_to_rebuild():
+    params = {**Preprocessing(**GOOD).to_parameters(), "preprocess.crop": "224;224"}
+    with pytest.raises(TritonizeError, match=r"onnx_model has an unreadable preprocessing contract .*crop '224;224'.*"
+                                             r"tritonize repo build"):
+        Preprocessing.from_parameters(params, "onnx_model")

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import PHOTO
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +34,7 @@ def test_the_readme_curl_line_prints_the_top5_labels(small_server, tmp_path):
         pytest.skip(f"the README's curl line needs {', '.join(missing)} (apt-get install {' '.join(missing)})")
     line = readme_curl_line()
     assert ADDRESS in line and "goldfish.jpg" in line
-    shutil.copy(PHOTO, tmp_path / "goldfish.jpg")
+    shutil.copy(ROOT / "goldfish.jpg", tmp_path / "goldfish.jpg")  # the one in the checkout
     command = line.replace(ADDRESS, small_server.http_url.removeprefix("http://"))
     result = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -77,3 +76,22 @@ def test_the_readme_is_a_front_door_and_every_link_resolves(tmp_path):
     (tmp_path / "page.md").write_text("# Title\n[a](nope.md) [b](#title) [c](#nowhere)\n")
     found = [line.split(": ", 1)[1] for line in broken_links([tmp_path / "page.md"], tmp_path)]
     assert found == ["nope.md (no such file)", "#nowhere (no such heading)"]
+
+
+def test_the_readmes_goldfish_is_in_the_checkout_and_is_what_docs_goldfish_py_draws():
+    """`tritonize client classify goldfish.jpg` pastes as written from the checkout's root; the image is the
+    project's own drawing (docs/goldfish.py), re-drawn here: its JPEG may differ in bytes between Pillow versions,
+    not in what it shows."""
+    import importlib.util
+
+    import numpy as np
+    from PIL import Image
+
+    spec = importlib.util.spec_from_file_location("goldfish", ROOT / "docs" / "goldfish.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    committed = Image.open(ROOT / "goldfish.jpg")
+    assert committed.format == "JPEG" and committed.size == (module.WIDTH, module.HEIGHT)
+    drawn = np.asarray(module.draw(), np.float32)
+    assert np.abs(np.asarray(committed, np.float32) - drawn).mean() < 3  # JPEG's loss, not another picture
+    assert "goldfish.jpg" in README.read_text() and "docs/goldfish.py" in README.read_text()

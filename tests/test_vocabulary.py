@@ -48,9 +48,10 @@ def declarations() -> dict[str, str]:
         for meta in value.__metadata__:
             if isinstance(meta, typer.models.OptionInfo):
                 first = (meta.default,) if isinstance(meta.default, str) else ()  # Annotated: the first name
-                for name in (*first, *meta.param_decls):
-                    if name.startswith("--"):
-                        found[name] = meta.help
+                for decl in (*first, *meta.param_decls):
+                    for name in decl.split("/"):  # a boolean flag: "--antialias/--no-antialias"
+                        if name.startswith("--"):
+                            found[name] = meta.help
     return found
 
 

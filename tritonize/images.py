@@ -155,8 +155,14 @@ def check_size(width: int, height: int, name: str, max_pixels: int = DEFAULT_MAX
         resized_width, resized_height = preprocess.resized_size(width, height)
         if resized_width * resized_height > max_pixels:
             raise BadImage(f"{name}: {size} becomes {resized_width}x{resized_height} = {resized_width * resized_height:,} "
-                           f"pixels when resized to {preprocess.resize} on its shorter side, above the limit of "
+                           f"pixels when resized {_resized_how(preprocess)}, above the limit of "
                            f"{max_pixels:,}; {bomb_hint}")
+
+
+def _resized_how(preprocess: Preprocessing) -> str:
+    if isinstance(preprocess.resize, int):
+        return f"to {preprocess.resize} on its shorter side"
+    return f"to {preprocess.resize[0]}x{preprocess.resize[1]} (HxW)"
 
 
 def check_memory(image, name: str, max_memory: int, bomb_hint: str = BOMB_HINT, preprocess: Preprocessing | None = None,

@@ -82,6 +82,49 @@ Weights = Annotated[
     typer.Option("--weights", help="torchvision weights name (default: the arch's DEFAULT pretrained weights), "
                                    "`none` for random init, or a path to a local state_dict checkpoint."),
 ]
+# The preprocessing contract (preprocessing.py), one flag per field, over what the model's source says (torchvision
+# weights' transforms, timm's data config, a Hugging Face image processor). Not `--preprocess`: that is where the
+# client preprocesses.
+_CONTRACT = "Preprocessing (default: what the model's source says)"
+Resize = Annotated[Optional[str], typer.Option(
+    "--resize", help="N: resize the shorter side to N, keeping the aspect; H,W: resize to exactly H x W.",
+    rich_help_panel=_CONTRACT, show_default=False)]
+Crop = Annotated[Optional[str], typer.Option(
+    "--crop", help="Then center-crop to N x N or H,W: the model's input size.", rich_help_panel=_CONTRACT,
+    show_default=False)]
+Mean = Annotated[Optional[str], typer.Option(
+    "--mean", help="Per-channel mean subtracted after scaling, comma-separated (one value for --channel-order L).",
+    rich_help_panel=_CONTRACT, show_default=False)]
+Std = Annotated[Optional[str], typer.Option(
+    "--std", help="Per-channel std divided by after the mean, comma-separated.", rich_help_panel=_CONTRACT,
+    show_default=False)]
+Interpolation = Annotated[Optional[str], typer.Option(
+    "--interpolation", help="Resize filter: bilinear, bicubic, nearest, nearest-exact, lanczos, box or hamming "
+                            "(torchvision's names).", rich_help_panel=_CONTRACT, show_default=False)]
+Antialias = Annotated[Optional[bool], typer.Option(
+    "--antialias/--no-antialias", help="Recorded for the model's own tensor-path transforms; Pillow always "
+                                       "antialiases.", rich_help_panel=_CONTRACT, show_default=False)]
+ChannelOrder = Annotated[Optional[str], typer.Option(
+    "--channel-order", help="The input's channels: RGB, BGR, or L (one grayscale channel: the input is 1xHxW).",
+    rich_help_panel=_CONTRACT, show_default=False)]
+Layout = Annotated[Optional[str], typer.Option(
+    "--layout", help="The input's layout: NCHW or NHWC.", rich_help_panel=_CONTRACT, show_default=False)]
+PixelScale = Annotated[Optional[str], typer.Option(
+    "--pixel-scale", help="Pixel values are multiplied by this before the mean and std (1/255: to [0, 1]).",
+    rich_help_panel=_CONTRACT, show_default=False)]
+
+
+
+
+def contract_changes(resize: str | None = None, crop: str | None = None, mean: str | None = None,
+                     std: str | None = None, interpolation: str | None = None, antialias: bool | None = None,
+                     channel_order: str | None = None, layout: str | None = None,
+                     pixel_scale: str | None = None) -> dict:
+    """The preprocessing flags as changes to the contract's fields (`ModelSpec.with_preprocessing`)."""
+    return dict(resize=resize, crop=crop, mean=mean, std=std, interpolation=interpolation, antialias=antialias,
+                channel_order=channel_order, layout=layout, scale=pixel_scale)
+
+
 MinBatch = Annotated[int, typer.Option("--min-batch", "--min", min=1, help="TensorRT profile: the smallest batch.")]
 OptBatch = Annotated[int, typer.Option("--opt-batch", "--opt", min=1, help="TensorRT profile: the batch kernels are tuned for.")]
 MaxBatch = Annotated[Optional[int], typer.Option(

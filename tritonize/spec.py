@@ -8,7 +8,7 @@ manifest. Later stages read it back from the manifest (`Manifest.load(dir).spec`
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,17 @@ class ModelSpec:
     @property
     def pretrained(self) -> bool:
         return self.weights_kind != "none"
+
+    def with_preprocessing(self, **changes) -> "ModelSpec":
+        """This model with fields of its preprocessing contract set by the user (`export --crop ...`, the Python
+        API), over what its source said: the input shape and the record of where the contract came from follow.
+        A change of None is no change."""
+        given = {k: v for k, v in changes.items() if v is not None}
+        if not given:
+            return self
+        pre = self.preprocessing.replace(**given)
+        source = f"{self.preprocessing_source}; set by the user: {', '.join(sorted(given))}"
+        return replace(self, preprocessing=pre, input_shape=pre.input_shape, preprocessing_source=source)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-shaped (lists, not tuples), so it compares equal to what the manifest holds."""
@@ -115,23 +126,23 @@ def resolve_spec(arch: str = DEFAULT_ARCH, weights: str | None = None) -> ModelS
         notes.append(f"random-init weights (seed {RANDOM_INIT_SEED}): the labels are meaningless for predictions")
     if kind == "checkpoint":
         notes.append(f"checkpoint weights: preprocessing and labels assumed from {type(default).__name__}.{default.name}")
-    crop = int(transforms.crop_size[0])
+    preprocessing = Preprocessing(
+        resize=int(transforms.resize_size[0]),
+        crop=int(transforms.crop_size[0]),
+        mean=tuple(float(v) for v in transforms.mean),
+        std=tuple(float(v) for v in transforms.std),
+        interpolation=transforms.interpolation.value,
+        antialias=bool(transforms.antialias),
+    )
     return ModelSpec(
         arch=arch,
         weights=label,
         weights_kind=kind,
-        preprocessing=Preprocessing(
-            resize=int(transforms.resize_size[0]),
-            crop=crop,
-            mean=tuple(float(v) for v in transforms.mean),
-            std=tuple(float(v) for v in transforms.std),
-            interpolation=transforms.interpolation.value,
-            antialias=bool(transforms.antialias),
-        ),
+        preprocessing=preprocessing,
         labels=tuple(source.meta["categories"]),
         labels_source=f"torchvision {type(source).__name__}.{source.name} meta['categories']",
         preprocessing_source=f"torchvision {type(source).__name__}.{source.name}.transforms()",
-        input_shape=(3, crop, crop),
+        input_shape=preprocessing.input_shape,
         num_classes=len(source.meta["categories"]),
         notes=tuple(notes),
     )

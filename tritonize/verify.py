@@ -133,16 +133,18 @@ def compare(reference: np.ndarray, candidate: np.ndarray, tol: Tolerance = FP32)
     return Comparison(len(reference), max_abs, scale, rel, top1, overlap, kl, finite, passed)
 
 
-def verification_inputs(input_shape: Sequence[int], count: int, mean, std, seed: int = 0) -> np.ndarray:
+def verification_inputs(input_shape: Sequence[int], count: int, mean, std, seed: int = 0,
+                        layout: str = "NCHW") -> np.ndarray:
     """A deterministic set of `count` images in the model's normalized input domain.
 
-    Pixels are drawn uniformly in [0, 1] and normalized with the model's own mean and std, so the
-    inputs have the value range real preprocessed images have.
+    Pixels are drawn uniformly in [0, 1] and normalized with the model's own mean and std (one per channel, on
+    the layout's channel axis), so the inputs have the value range real preprocessed images have.
     """
     rng = np.random.default_rng(seed)
     pixels = rng.random((count, *input_shape), dtype=np.float32)
-    mean = np.asarray(mean, dtype=np.float32).reshape(1, -1, 1, 1)
-    std = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
+    shape = (1, -1, 1, 1) if layout == "NCHW" else (1, 1, 1, -1)
+    mean = np.asarray(mean, dtype=np.float32).reshape(shape)
+    std = np.asarray(std, dtype=np.float32).reshape(shape)
     return ((pixels - mean) / std).astype(np.float32)
 
 

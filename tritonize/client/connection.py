@@ -122,7 +122,7 @@ class ModelInfo:
         if info.form != "tensor" and not steps:
             raise TritonizeError(f"{name} takes {info.input_dtype} and is no ensemble: it is a preprocessing model, not a "
                                  "classifier; classify with a classifier or one of its ensembles")
-        expected = {"tensor": info.preprocess.input_shape, "uint8": (info.preprocess.crop, info.preprocess.crop, 3),
+        expected = {"tensor": info.preprocess.input_shape, "uint8": info.preprocess.pixels_shape,
                     "bytes": (1,)}[info.form]
         if info.input_dims != expected:
             raise TritonizeError(f"{name}: input dims {list(info.input_dims)} do not match its preprocessing contract {list(expected)}; rebuild the repository")

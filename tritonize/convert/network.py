@@ -38,7 +38,7 @@ class Network:
         pre = self.preprocessing
         if pre is None:
             return np.random.default_rng(seed).random((count, *self.input_shape), dtype=np.float32)
-        return verification_inputs(self.input_shape, count, pre.mean, pre.std, seed=seed)
+        return verification_inputs(self.input_shape, count, pre.mean, pre.std, seed=seed, layout=pre.layout)
 
 
 def network_from_onnx(path: Path) -> Network:

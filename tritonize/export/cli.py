@@ -6,7 +6,10 @@ from typing import Annotated
 
 import typer
 
-from tritonize.options import DEFAULT_ARTIFACTS, Arch, Artifacts, Force, MaxBatch, Weights, items
+from tritonize.options import (
+    DEFAULT_ARTIFACTS, Antialias, Arch, Artifacts, ChannelOrder, Crop, Force, Interpolation, Layout, MaxBatch, Mean,
+    PixelScale, Resize, Std, Weights, contract_changes, items,
+)
 from tritonize.spec import DEFAULT_ARCH
 
 
@@ -33,6 +36,15 @@ def export_command(
     simplify: Annotated[bool, typer.Option("--simplify/--no-simplify", help="Simplify the ONNX graph with onnxsim.")] = True,
     max_batch: MaxBatch = 32,
     force: Force = False,
+    resize: Resize = None,
+    crop: Crop = None,
+    mean: Mean = None,
+    std: Std = None,
+    interpolation: Interpolation = None,
+    antialias: Antialias = None,
+    channel_order: ChannelOrder = None,
+    layout: Layout = None,
+    pixel_scale: PixelScale = None,
 ) -> None:
     """Export a torchvision classifier to TorchScript and ONNX (and torch.export's .pt2 when asked), with a dynamic
     batch, verified against PyTorch."""
@@ -40,5 +52,6 @@ def export_command(
     from tritonize.spec import resolve_spec
 
     options = ExportOptions(formats=_formats(format), opset=opset, simplify=simplify, max_batch=max_batch, force=force)
-    export_artifacts(resolve_spec(arch, weights), artifacts, options)
+    changes = contract_changes(resize, crop, mean, std, interpolation, antialias, channel_order, layout, pixel_scale)
+    export_artifacts(resolve_spec(arch, weights).with_preprocessing(**changes), artifacts, options)
     typer.echo(f"manifest: {artifacts / 'manifest.json'}")

@@ -87,7 +87,7 @@ def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = 
     with step(f"build {spec.arch}") as built:
         model = build_model(spec)
     pre = spec.preprocessing
-    inputs = verification_inputs(spec.input_shape, options.max_batch, pre.mean, pre.std)
+    inputs = verification_inputs(spec.input_shape, options.max_batch, pre.mean, pre.std, layout=pre.layout)
     with step(f"reference outputs in PyTorch eager (batch {options.max_batch})") as ref_step:
         reference = _run_torch(model, inputs)
     common = {"build": asdict(built), "reference": asdict(ref_step)}

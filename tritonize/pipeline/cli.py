@@ -6,8 +6,9 @@ from __future__ import annotations
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Arch, Artifacts, CalibImages, Force, Instances, Kind, MaxBatch, MinBatch,
-    OptBatch, Precision, PrecisionOption, RepositoryArgument, TritonRelease, Weights,
+    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Antialias, Arch, Artifacts, CalibImages, ChannelOrder, Crop, Force, Instances,
+    Interpolation, Kind, Layout, MaxBatch, Mean, MinBatch, OptBatch, PixelScale, Precision, PrecisionOption, Resize,
+    RepositoryArgument, Std, TritonRelease, Weights, contract_changes,
 )
 from tritonize.spec import DEFAULT_ARCH
 
@@ -26,6 +27,15 @@ def build_command(
     kind: Kind = "auto",
     instances: Instances = 1,
     force: Force = False,
+    resize: Resize = None,
+    crop: Crop = None,
+    mean: Mean = None,
+    std: Std = None,
+    interpolation: Interpolation = None,
+    antialias: Antialias = None,
+    channel_order: ChannelOrder = None,
+    layout: Layout = None,
+    pixel_scale: PixelScale = None,
 ) -> None:
     """Export -> convert -> repo build -> repo check in one go; finished stages are skipped. --max-batch is the
     TensorRT profile max, the export's verified max and the repository's max_batch_size."""
@@ -34,7 +44,9 @@ def build_command(
 
     options = BuildOptions(arch=arch, weights=weights, artifacts=artifacts, repository=repository, min_batch=min_batch,
                            opt_batch=opt_batch, max_batch=max_batch, precision=precision.value, triton_release=triton_release,
-                           calib_images=calib_images, kind=kind, instances=instances, force=force)
+                           calib_images=calib_images, kind=kind, instances=instances, force=force,
+                           preprocessing=contract_changes(resize, crop, mean, std, interpolation, antialias,
+                                                          channel_order, layout, pixel_scale))
     report = build_all(options)
     typer.echo("\nStages")
     typer.echo(table(("stage", "status", "seconds", "detail"),

@@ -38,6 +38,7 @@ class BuildOptions:
     kind: str = "auto"
     instances: int = 1
     force: bool = False
+    preprocessing: dict = field(default_factory=dict)  # contract fields the user set (ModelSpec.with_preprocessing)
 
 
 @dataclass
@@ -63,9 +64,10 @@ def build_all(options: BuildOptions) -> BuildReport:
     repo_options = RepoOptions(max_batch=options.max_batch, kind=options.kind, instances=options.instances,
                                force=options.force, overwrite=True)
     export_options = ExportOptions(max_batch=options.max_batch, force=options.force)
+    spec = resolve_spec(options.arch, options.weights).with_preprocessing(**options.preprocessing)
     report = BuildReport()
     steps = (
-        ("export", lambda: export_artifacts(resolve_spec(options.arch, options.weights), options.artifacts, export_options)),
+        ("export", lambda: export_artifacts(spec, options.artifacts, export_options)),
         ("convert", lambda: convert_trt(options.artifacts, convert_options)),
         ("repo build", lambda: build_repository(options.artifacts, options.repository, repo_options)),
         ("repo check", lambda: _check(options, report)),

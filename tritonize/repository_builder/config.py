@@ -211,8 +211,7 @@ def preprocessor_config(pre: Preprocessor, spec: ModelSpec, max_batch: int, opti
     if pre.form == "bytes":
         cfg.input.add(name=pre.input_name, data_type=pb.TYPE_STRING, dims=[1])
     else:
-        crop = spec.preprocessing.crop
-        cfg.input.add(name=pre.input_name, data_type=pb.TYPE_UINT8, dims=[crop, crop, 3])
+        cfg.input.add(name=pre.input_name, data_type=pb.TYPE_UINT8, dims=spec.preprocessing.pixels_shape)
     cfg.output.add(name=PREPROCESSED, data_type=pb.TYPE_FP32, dims=spec.input_shape)
     cfg.dynamic_batching.max_queue_delay_microseconds = options.queue_delay_us
     cfg.instance_group.add(count=options.instances, kind=pb.ModelInstanceGroup.KIND_CPU)
