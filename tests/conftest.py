@@ -113,6 +113,36 @@ def small_artifacts(tmp_path_factory) -> Path:
     return made_once(tmp_path_factory, "small_artifacts", export)
 
 
+# The model compiled with AOTInductor once per run: compiling costs minutes whatever the model (its C++ alone), so the
+# smallest classifier the export takes today, at a small input size.
+AOTI_ARCH = ("--arch", "squeezenet1_1", "--weights", "none", "--resize", "64", "--crop", "64")
+
+
+@pytest.fixture(scope="session")
+def aoti_artifacts(tmp_path_factory) -> Path:
+    """A tiny classifier exported (TorchScript, ONNX, ExportedProgram; verified up to batch 8) and compiled by `convert
+    aoti` for the CPU and the newest release, verified, with its manifest; the compile's output in `convert.txt`.
+    Shared by the session and the xdist workers: tests that change files work on a copy (`aoti_copy`)."""
+
+    def make(out: Path) -> None:
+        exported = run_cli("export", *AOTI_ARCH, "--format", "torchscript,onnx,exported_program", "--max-batch", "8",
+                           "--artifacts", out)
+        assert exported.exit_code == 0, exported.output
+        compiled = run_cli("convert", "aoti", "--artifacts", out)
+        assert compiled.exit_code == 0, compiled.output
+        (out / "convert.txt").write_text(compiled.output)
+
+    return made_once(tmp_path_factory, "aoti_artifacts", make)
+
+
+@pytest.fixture
+def aoti_copy(aoti_artifacts, tmp_path) -> Path:
+    """A private copy of `aoti_artifacts` that a test may modify."""
+    dest = tmp_path / "aoti_artifacts"
+    shutil.copytree(aoti_artifacts, dest)
+    return dest
+
+
 @pytest.fixture
 def artifacts_copy(small_artifacts, tmp_path) -> Path:
     """A private copy of the small artifacts that a test may modify."""

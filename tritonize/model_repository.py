@@ -40,11 +40,13 @@ def parse_config(path: Path):
 
 
 # --- the models ----------------------------------------------------------------------------------------------
-# Where a backend's instances run (Backend.runs).
-ANY, GPU, CPU = "any", "gpu", "cpu"
+# Where a backend's instances run (Backend.runs): anywhere (KIND_AUTO: the GPU when the server has one), on a GPU or
+# the CPU only, or on the device its artifact was compiled for (an AOTInductor package's).
+ANY, GPU, CPU, COMPILED = "any", "gpu", "cpu", "compiled"
 # What must hold, beyond its artifact being there, before `repo build` serves a backend (Backend.gate).
 PLAN_BUILT = "plan built"  # a TensorRT plan built by the TensorRT of its target release (on a GPU box)
 CPU_GATES = "cpu gates"  # `convert cpu`'s gates passed: agreement with FP32 and speed through the server
+RELEASE = "release"  # its target release's backend serves the platform (first_release; batching from batching_release)
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,11 @@ class Backend:
     default_output: str
     ensemble: str  # its ensemble taking encoded images; `<ensemble>_uint8` takes UINT8 pixels
     made_by: str  # the command that writes its artifact
-    runs: str = ANY  # where its instances run: ANY (KIND_AUTO, the GPU when the server has one), GPU or CPU only
-    gate: str | None = None  # what must hold besides (PLAN_BUILT, CPU_GATES); None: nothing
-    first_release: str | None = None  # the first Triton release whose backend serves its platform (None: all)
+    runs: str = ANY  # where its instances run: ANY, GPU, CPU or COMPILED
+    gate: str | None = None  # what must hold besides (PLAN_BUILT, CPU_GATES, RELEASE); None: nothing
+    first_release: str | None = None  # the first Triton release whose backend serves it (None: every one)
+    batching_release: str | None = None  # the first release whose backend batches it (None: every one)
+    why_release: str = ""  # why releases before first_release cannot serve it, and from where batching comes
 
     @property
     def needs_gpu(self) -> bool:
@@ -84,7 +88,21 @@ TRT_MODEL = Backend("trt_model", "tensorrt", "tensorrt", "tensorrt_plan", "model
 ONNX_INT8_MODEL = Backend("onnx_int8_model", "onnx_int8_cpu", "onnxruntime", "onnxruntime_onnx", "model.onnx", "input",
                           "output", "onnx_int8_classifier", "`tritonize convert cpu --calib-images DIR`", runs=CPU,
                           gate=CPU_GATES)
-BACKENDS = {b.name: b for b in (ONNX_MODEL, TORCH_MODEL, TRT_MODEL, ONNX_INT8_MODEL)}
+# PyTorch 2 (AOTInductor) in Triton's pytorch backend, read in triton-inference-server/pytorch_backend's source:
+# platform torch_aoti from r26.03 (#179), but r26.03/r26.04 take the package's call spec, two strings (its inputs'
+# and outputs' pytree specs), for its input list (src/pt2/model_instance_state.cc ValidateInputs): a one-input
+# classifier does not load ("configuration expects 1 inputs, but model expects 2 inputs"). r26.05 (#188) names
+# the tensors from the call spec, ARGS[i] and RESULT (tritonize/aoti.py); its README: "Support for batch sizes
+# greater than 1 and for sequence batching ... has not been completed". Release 2.71.0 (26.07): "PyTorch backend:
+# Enabled PyTorch 2 batching" (#196/#198).
+AOTI_MODEL = Backend("aoti_model", "aoti", "pytorch", "torch_aoti", "model.pt2", "ARGS[0]", "RESULT", "aoti_classifier",
+                     "`tritonize convert aoti`", runs=COMPILED, gate=RELEASE, first_release="26.05",
+                     batching_release="26.07",
+                     why_release="its pytorch backend serves a PT2 package (platform torch_aoti) of a one-input classifier "
+                                 "from 26.05 (26.03 and 26.04 bind the inputs to the package's two call-spec strings, "
+                                 "so one input does not load), and batches it from 26.07 (release 2.71.0: \"Enabled "
+                                 "PyTorch 2 batching\")")
+BACKENDS = {b.name: b for b in (ONNX_MODEL, TORCH_MODEL, TRT_MODEL, ONNX_INT8_MODEL, AOTI_MODEL)}
 DEFAULT_MODEL = ONNX_MODEL.name  # what a client talks to unless told: it serves on any machine
 
 
@@ -115,6 +133,22 @@ PLATFORMS = {**{b.platform: b.backend for b in _IN_CORE_ORDER},
              **{p: o.name for o in OTHER_BACKENDS for p in o.platforms}, ENSEMBLE: ENSEMBLE}  # platform -> backend
 TRITON_BACKENDS = {*(b.backend for b in BACKENDS.values()), *(o.name for o in OTHER_BACKENDS)}
 TYPED_BACKENDS = {*(b.backend for b in BACKENDS.values()), *(o.name for o in OTHER_BACKENDS if o.typed)}
+
+
+def _release(release: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in release.split("."))
+
+
+def release_problem(backend: Backend, release: str) -> str | None:
+    """Why Triton `release` cannot serve `backend` (None: it can)."""
+    if backend.first_release and _release(release) < _release(backend.first_release):
+        return f"Triton {release} cannot serve {backend.name}: {backend.why_release}"
+    return None
+
+
+def batches(backend: Backend, release: str | None) -> bool:
+    """Whether Triton `release` batches `backend` (None: a release tritonize does not know; it is not assumed)."""
+    return not backend.batching_release or (release is not None and _release(release) >= _release(backend.batching_release))
 
 
 def served_as(backend: str | None, platform: str | None) -> Backend | None:

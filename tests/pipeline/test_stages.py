@@ -1,11 +1,14 @@
-"""`tritonize build`: every stage for real on resnet18, then re-runs that redo exactly the stages whose inputs changed."""
+"""`tritonize build`: every stage for real on resnet18, then re-runs that redo exactly the stages whose inputs changed;
+with the PyTorch 2 package, on the tiny model compiled once per run."""
 
 from __future__ import annotations
 
 import json
 import re
 
-from tests.conftest import SMALL_ARCH, run_cli
+import pytest
+
+from tests.conftest import AOTI_ARCH, SMALL_ARCH, run_cli
 
 STAGES = ("export", "convert", "repo build", "repo check")
 
@@ -23,9 +26,12 @@ def _statuses(output: str) -> dict[str, str]:
 
 def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
     artifacts, repo = tmp_path / "build", tmp_path / "models"
-    args = ["build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts, repo]
+    # A release that serves no PyTorch 2 package: resnet18 is not compiled here (test_build_with_the_package is)
+    args = ["build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts, repo, "--triton-release", "26.04"]
     first = run_cli(*args)
     assert first.exit_code == 0, first.output
+    assert "no aoti_model: Triton 26.04 cannot serve aoti_model: its pytorch backend serves a PT2 package" in first.output
+    assert "exported_program" not in json.loads((artifacts / "manifest.json").read_text())["artifacts"]
     manifest = json.loads((artifacts / "manifest.json").read_text())
     assert {"torchscript", "onnx", "onnx_fp16", "tensorrt"} <= set(manifest["artifacts"])
     assert manifest["artifacts"]["tensorrt"]["status"] == "waiting_for_gpu"  # no TensorRT on this machine
@@ -81,3 +87,49 @@ def test_bad_profile_is_refused_before_any_work(tmp_path):
     assert result.exit_code == 1
     assert "min <= opt <= max" in result.output
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)
+def test_build_with_the_package_serves_four_classifiers_that_agree(emulated_tensorrt, aoti_copy, tmp_path):
+    """`build` on the tiny model's artifacts, the package already compiled (`aoti_artifacts`): export and convert aoti
+    are up to date (the program's hash and torch's version) and the TensorRT plan waits for a GPU; built on the
+    emulation for its release, the plan joins them: the embedded Triton serves onnx_model, torch_model, trt_model and
+    aoti_model, and `client compare` finds them agreeing (trt_model's instances on KIND_CPU for the emulation:
+    tests/serve/test_emulated_trt_model.py)."""
+    from tests.client.conftest import PHOTO
+    from tests.serve.test_emulated_trt_model import EMULATED_CONFIG, write_emulated_config
+    from tritonize.serve.embedded import embedded_server
+
+    repo = tmp_path / "models"
+    built = run_cli("build", *AOTI_ARCH, "--max-batch", "8", "--opt-batch", "4", "--artifacts", aoti_copy, repo)
+    assert built.exit_code == 0, built.output
+    statuses = {stage: _status(built.output, stage) for stage in ("export", "convert aoti", "convert", "repo build")}
+    assert statuses == {"export": "up to date", "convert aoti": "up to date", "convert": "waiting for GPU",
+                        "repo build": "done"}
+    assert "model_aoti.pt2 is up to date (same ExportedProgram sha256" in built.output
+    assert {"aoti_model", "onnx_model", "torch_model"} <= {p.name for p in repo.iterdir()}
+
+    converted = run_cli("convert", "trt", "--artifacts", aoti_copy, "--precision", "fp32", "--opt-batch", "4",
+                        "--max-batch", "8", "--builder", "tensorrt", "--triton-release", emulated_tensorrt.release)
+    assert converted.exit_code == 0, converted.output
+    rebuilt = run_cli("repo", "build", "--artifacts", aoti_copy, repo, "--force")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    classifiers = ["aoti_model", "onnx_model", "torch_model", "trt_model"]
+    assert all((repo / name).is_dir() for name in classifiers)
+
+    write_emulated_config(repo)
+    with embedded_server(repo, model_config_name=EMULATED_CONFIG) as info:
+        assert all(info.models[name][0] == "READY" for name in classifiers), info.models
+        compare = run_cli("client", "compare", PHOTO, PHOTO, "--models", ",".join(classifiers), "--repeat", "1",
+                          "--min-top1-agreement", "1", "--preprocess-paths", "client", "--url", info.grpc_url, "--json")
+        assert compare.exit_code == 0, compare.output
+        pairs = json.loads(compare.stdout)["pairs"]
+        assert len(pairs) == 6 and all(p["top1_agreement"] == 1.0 and p["rel_to_scale"] <= 1e-4 for p in pairs), pairs
+
+
+def _status(output: str, stage: str) -> str:
+    table = output[output.index("\nStages"):output.index("\nArtifacts")]
+    match = re.search(rf"^\s+{stage}\s+(done|up to date|waiting for GPU)\s", table, re.MULTILINE)
+    assert match, table
+    return match.group(1)
+

@@ -58,14 +58,17 @@ from typing import Any
 
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
-from tritonize.model_repository import CONFIG_NAME, artifact_key, autocompleted, backend_of, default_file, parse_config, serving_cc
+from tritonize.manifest import MOSTLY_FP32, Manifest, Package, Plan, PrecisionVariant, Status
+from tritonize.model_repository import (
+    AOTI_MODEL, CONFIG_NAME, TORCH_MODEL, artifact_key, autocompleted, backend_of, default_file, parse_config, serving_cc,
+)
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
 from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
 from tritonize.repository_builder.model_files import ModelFileChecks
-from tritonize.repository_builder.config import CONTRACT_KEYS, PLAN_KEYS, batch_bound
+from tritonize.repository_builder.config import CONTRACT_KEYS, PACKAGE_KEYS, PLAN_KEYS, batch_bound
 from tritonize.repository_builder.config_rules import ConfigRuleChecks
+from tritonize.repository_builder.package_rules import PackageChecks
 from tritonize.repository_builder.plan_options import PlanOptionChecks
 
 def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None,
@@ -109,7 +112,7 @@ def _check_artifacts(manifest: Manifest) -> list[Finding]:
     return findings
 
 
-class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
+class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks, PackageChecks):
     def __init__(self, model_dir: Path, context: CheckContext, loaded: dict | None = None):
         self.dir = model_dir
         self.ctx = context
@@ -146,8 +149,10 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
         self._check_labels(cfg)
         if model_file is not None and backend == "onnxruntime":
             self._check_onnx(cfg, model_file)
-        if model_file is not None and backend == "pytorch":
+        if model_file is not None and cfg.platform == TORCH_MODEL.platform:
             self._check_torchscript(cfg, model_file)
+        if cfg.platform == AOTI_MODEL.platform:
+            self._check_package(cfg, model_file)
         self._check_parameters(cfg, backend)
         if backend == "tensorrt":
             self._check_gpu_kind(cfg)
@@ -232,6 +237,10 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
         if missing:
             self.add(Severity.warning, f"parameters lack {', '.join(missing)}: `tritonize serve --engine docker` cannot choose "
                                 "the container release whose TensorRT runs the plan", REBUILD)
+        missing = [k for k in PACKAGE_KEYS if k not in cfg.parameters] if cfg.platform == AOTI_MODEL.platform else []
+        if missing:
+            self.add(Severity.warning, f"parameters lack {', '.join(missing)}: nothing says which release and device the "
+                                       "package was made for", REBUILD)
 
     # --- the preprocessing code ------------------------------------------------------------------------
     def _check_python_code(self) -> None:
@@ -271,6 +280,11 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
                      f"{REBUILD} from the verified artifacts")
         if isinstance(entry, Plan):
             self._check_plan(cfg, entry)
+        program = manifest.exported_program
+        if isinstance(entry, Package) and program is not None and entry.source.sha256 != program.sha256:
+            self.add(Severity.warning, f"{entry.file or 'the package'} was compiled from another ExportedProgram than "
+                                       f"{program.file} (sha256 {entry.source.sha256[:12]}, now {program.sha256[:12]})",
+                     f"run `tritonize convert aoti`, then {REBUILD}")
         bound = batch_bound(entry)
         beyond_profile = isinstance(entry, Plan) and entry.profile.max < cfg.max_batch_size  # said by _check_plan
         if cfg.max_batch_size > bound.max_batch and not beyond_profile:

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Sequence
 
 from tritonize.errors import TritonizeError
-from tritonize.model_repository import CONFIG_NAME, REQUIREMENTS_NAME, TRT_MODEL, missing_plan, parse_config, serving_cc
+from tritonize.model_repository import (
+    AOTI_MODEL, CONFIG_NAME, REQUIREMENTS_NAME, TRT_MODEL, missing_plan, parse_config, serving_cc,
+)
 
 CPU_CONFIG_NAME = "cpu"
 DEFAULT_CONFIG_NAME = "config"  # names config.pbtxt itself: no --model-config-name
@@ -77,6 +79,17 @@ def tensorrt_models(repository: Path) -> list[PlanProvenance]:
             triton_release=params.get("source.triton_release") or None,
             version_compatible=params.get("source.version_compatible", "false").lower() == "true",
         ))
+    return found
+
+
+def package_models(repository: Path) -> dict[str, str | None]:
+    """The repository's PyTorch 2 (AOTInductor) models and the release each package was made for (None: unsaid)."""
+    found = {}
+    for config_file in sorted(Path(repository).glob(f"*/{CONFIG_NAME}")):
+        cfg = parse_config(config_file)
+        if cfg.platform == AOTI_MODEL.platform:
+            release = cfg.parameters["source.triton_release"].string_value if "source.triton_release" in cfg.parameters else ""
+            found[config_file.parent.name] = release or None
     return found
 
 
