@@ -6,16 +6,43 @@ Light on purpose (zipfile and json only): the embedded engine's backend imports 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import shutil
+import tempfile
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
 METADATA_SUFFIX = "wrapper_metadata.json"  # data/aotinductor/<model>/<hash>.wrapper_metadata.json
 WRAPPER_SUFFIX = ".wrapper.cpp"
 # The call spec as the compiled model returns it (AOTInductorModelContainerGetCallSpec): the pytree specs of its
 # inputs and outputs, written into the wrapper's source as raw string literals.
 _SPEC = re.compile(r'\b(in|out)_spec_ = R"\((.*?)\)";', re.S)
+
+
+@contextlib.contextmanager
+def inductor_files(parent: Path | None = None) -> Iterator[Path]:
+    """Inductor's files, which importing it, compiling or loading a package write (by default into
+    /tmp/torchinductor_<user>, where they stay), in a directory of their own under `parent` (default: the system's
+    temporary directory), removed afterwards: its cache directory and this process's temporary directory (where
+    torch._inductor puts that default when first imported, and the loader unpacks a package) point there meanwhile."""
+    scratch = Path(tempfile.mkdtemp(prefix=".inductor-", dir=parent))
+    before = {name: os.environ.get(name) for name in ("TORCHINDUCTOR_CACHE_DIR", "TMPDIR")}
+    temporary, tempfile.tempdir = tempfile.tempdir, str(scratch)
+    os.environ.update(TORCHINDUCTOR_CACHE_DIR=str(scratch), TMPDIR=str(scratch))
+    try:
+        yield scratch
+    finally:
+        tempfile.tempdir = temporary
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def metadata(path: Path) -> dict:

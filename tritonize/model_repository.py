@@ -230,6 +230,9 @@ def why_absent(name: str) -> str | None:
             if backend.gate == CPU_GATES:
                 return (f"it is built only once {backend.made_by} made the INT8 variant and its gates passed, then "
                         "`tritonize repo build`")
+            if backend.gate == RELEASE:
+                return (f"it is built once {backend.made_by} compiled its package (a GPU's on a GPU box), for Triton "
+                        f"{backend.first_release} or later, then `tritonize repo build`")
             if name != backend.name:
                 return "`tritonize repo build` builds the ensembles unless --no-ensembles (or --models left it out)"
             return "`tritonize repo build` builds it unless --models left it out"

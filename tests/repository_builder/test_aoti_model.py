@@ -92,9 +92,16 @@ def test_a_release_that_cannot_serve_it_gets_no_aoti_model(aoti_copy):
 
 def test_repo_check_reads_the_package(built):
     model = built / "aoti_model"
-    edit_config(model, lambda c: setattr(c.input[0], "name", "INPUT__0"))  # the ordinal names the same tensor
+
+    def rename(name):
+        def change(c):
+            c.input[0].name = name
+            c.ClearField("model_warmup")
+        return change
+
+    edit_config(model, rename("INPUT__0"))  # the ordinal names the same tensor
     assert not [f for f in _findings(built) if f[1] == "aoti_model"]
-    edit_config(model, lambda c: setattr(c.input[0], "name", "input"))
+    edit_config(model, rename("input"))
     edit_config(model, lambda c: c.instance_group[0].__setattr__("kind", 1))  # KIND_GPU
     edit_config(model, lambda c: c.output[0].dims.__setitem__(0, 10))
     found = {f[2] for f in _findings(built) if f[1] == "aoti_model"}

@@ -12,10 +12,7 @@ compiler (torch) version, and a package of the same pair, device, release and ba
 from __future__ import annotations
 
 import contextlib
-import os
 import shlex
-import shutil
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, replace
@@ -124,11 +121,11 @@ def _compile(manifest: Manifest, program, spec, wanted: Package, max_batch: int)
         with torch.inference_mode():
             reference = model(torch.from_numpy(inputs)).numpy()
         del model
-    with staged_path(final) as staged:
+    with staged_path(final) as staged, aoti.inductor_files(manifest.directory):
         with step(f"compile {program.file} with AOTInductor for the {wanted.device.upper()}") as compiled:
             with open(manifest.path(program), "rb") as f:
                 exported = torch.export.load(f)
-            with _inductor_scratch(manifest.directory), _ticking(f"  … compiling {PACKAGE_NAME}"), open(staged, "wb") as f:
+            with _one_thread(), _ticking(f"  … compiling {PACKAGE_NAME}"), open(staged, "wb") as f:
                 # a file object: a path must end in .pt2, and the staged one does not
                 torch._inductor.aoti_compile_and_package(exported, package_path=f)
             del exported
@@ -158,23 +155,13 @@ def _compile(manifest: Manifest, program, spec, wanted: Package, max_batch: int)
 
 
 @contextlib.contextmanager
-def _inductor_scratch(directory: Path):
-    """Inductor's cache and build files in a directory of their own beside the artifacts, removed afterwards (by
-    default they stay in /tmp/torchinductor_<user>); one compile thread: no pool of worker processes stays behind."""
+def _one_thread():
+    """Compile on one thread (no pool of worker processes stays behind in this process), without precompiled headers
+    (kept in a directory fixed when torch._inductor is first imported, which aoti.inductor_files removes)."""
     import torch._inductor.config as inductor
 
-    scratch = Path(tempfile.mkdtemp(prefix=".inductor-", dir=directory))
-    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(scratch)
-    try:
-        with inductor.patch(compile_threads=1):
-            yield
-    finally:
-        if before is None:
-            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-        else:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
-        shutil.rmtree(scratch, ignore_errors=True)
+    with inductor.patch({"compile_threads": 1, "aot_inductor.precompile_headers": False}):
+        yield
 
 
 @contextlib.contextmanager

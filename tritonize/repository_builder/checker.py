@@ -18,6 +18,11 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
               dims exactly); its batch axis is symbolic
   torchscript the module's forward() takes as many inputs as the config declares, names follow
               Triton's `<name>__<index>` rule, and a batch-1 forward gives the configured output dims
+  package     a PyTorch 2 model (an AOTInductor package): its release (--triton-release, else the config's
+              source.triton_release) serves the platform (from 26.05) and, before 26.07, it neither batches nor
+              sequence-batches; its instances are of the package's device; the config names tensors the pytorch
+              backend binds from the package's call spec; a batch-1 run of a CPU package gives the configured dims;
+              (manifest) it was compiled from the manifest's ExportedProgram (package_rules.py)
   plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names, data types
               and dims those of the ONNX the plan was built from
   batch       (manifest) max_batch_size is no larger than the batch the artifact was verified at

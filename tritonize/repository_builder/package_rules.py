@@ -121,9 +121,11 @@ def _run(path: Path, shape: list[int]):
     try:
         import torch
 
-        package = torch._inductor.aoti_load_package(str(path))
-        with torch.inference_mode():
-            result = package(torch.zeros(shape))
+        with aoti.inductor_files():
+            package = torch._inductor.aoti_load_package(str(path))
+            with torch.inference_mode():
+                result = package(torch.zeros(shape))
+            del package
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         return [list(r.shape) for r in results]
     except Exception as e:  # noqa: BLE001 - the model's own refusal: reported as a finding

@@ -28,12 +28,18 @@ class TritonPythonModel(BatchingModel):
         if compiled != wanted:
             raise RuntimeError(f"{path.name} is an AOTInductor package for {compiled or 'an unknown device'}; instances of "
                                f"kind KIND_{placement.kind} cannot run it (compile one for {wanted})")
-        scratch = os.environ.get("TRITONIZE_SCRATCH")
-        if scratch:  # where the loader unpacks the package (the server's own directory, removed when it stops)
-            os.environ["TMPDIR"] = scratch
         self.device = torch.device(f"cuda:{placement.device_id}" if wanted == "cuda" else "cpu")
-        device_index = placement.device_id if wanted == "cuda" else -1
-        self.package = torch._inductor.aoti_load_package(str(path), device_index=device_index)
+        # Inductor's files and the unpacked package in a directory of this instance's, inside the server's own (gone
+        # when the server stops, were this process killed), removed at finalize.
+        scratch = os.environ.get("TRITONIZE_SCRATCH")
+        self.files = aoti.inductor_files(Path(scratch) if scratch else None)
+        self.files.__enter__()
+        try:
+            self.package = torch._inductor.aoti_load_package(
+                str(path), device_index=placement.device_id if wanted == "cuda" else -1)
+        except BaseException:
+            self.finalize()
+            raise
 
     def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
         import torch
@@ -46,4 +52,7 @@ class TritonPythonModel(BatchingModel):
 
     def finalize(self) -> None:
         self.package = None  # the loader removes what it unpacked
+        if getattr(self, "files", None) is not None:
+            self.files.__exit__(None, None, None)
+            self.files = None
 
