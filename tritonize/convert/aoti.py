@@ -42,7 +42,7 @@ TICK_S = 5.0  # how often the compile's progress line is said again
 class AotiOptions:
     device: str = "auto"  # auto: this machine's GPU when torch sees one, else the CPU
     triton_release: str | None = None  # None: the newest release tritonize knows
-    max_batch: int | None = None  # verified up to; None: the batch the ExportedProgram was verified at
+    max_batch: int | None = None  # verified up to (the package itself, against eager); None: the program's max
     force: bool = False
 
     def __post_init__(self):
@@ -80,8 +80,7 @@ def convert_aoti(artifacts: Path, options: AotiOptions = AotiOptions()) -> Stage
         raise TritonizeError(f"{problem}: re-run `tritonize export --format exported_program --artifacts {out}`")
     release = target_release(options.triton_release)
     device = options.device if options.device != "auto" else ("gpu" if torch.cuda.is_available() else "cpu")
-    verified = max(int(b) for b in program.verification.batches)
-    max_batch = options.max_batch or verified
+    max_batch = options.max_batch or max(int(b) for b in program.verification.batches)  # verified here, at it
     command = ["tritonize", "convert", "aoti", "--device", "gpu", "--triton-release", release.release,
                *(["--max-batch", str(options.max_batch)] if options.max_batch else []), "--artifacts", str(out)]
     wanted = Package(
@@ -103,9 +102,6 @@ def convert_aoti(artifacts: Path, options: AotiOptions = AotiOptions()) -> Stage
         say(f"  ! torch sees no GPU here: the GPU package is compiled on the GPU box; manifest entry "
             f"'{AOTI_MODEL.artifact}' is waiting_for_gpu")
         return StageResult("convert aoti", StageStatus.waiting_for_gpu, waiting)
-    if verified < max_batch:
-        raise TritonizeError(f"--max-batch {max_batch}: the ExportedProgram was verified up to batch {verified}; run "
-                             f"`tritonize export --format exported_program --max-batch {max_batch} --force` first")
     entry = _compile(manifest, program, spec, wanted, max_batch)
     return StageResult("convert aoti", StageStatus.done, _detail(entry))
 

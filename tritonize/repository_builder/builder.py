@@ -102,7 +102,7 @@ def _why_not(backend: Backend, manifest: Manifest, options: RepoOptions) -> str 
     """Why this model cannot be built, or None when it can."""
     entry = manifest.artifacts.get(backend.artifact)
     artifacts = manifest.directory
-    if runs(backend, entry) == GPU and options.kind == "cpu":
+    if _runs(backend, entry) == GPU and options.kind == "cpu":
         return ("--kind cpu, and TensorRT plans only run on a GPU" if backend.gate == PLAN_BUILT else
                 "--kind cpu, and its package was compiled for the GPU")
     if entry is None:
@@ -179,7 +179,7 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
         "`tritonserver --model-config-name=cpu|gpu`. An instance_group without `kind` means KIND_AUTO\n"
         "(GPU when Triton has one, else CPU)."
     )
-    where = runs(backend, entry)
+    where = _runs(backend, entry)
     default_kind = _default_kind(where, options)
     variants = {CONFIG_NAME: default_kind, "configs/gpu.pbtxt": "gpu"}
     if where == CPU:  # gated for onnxruntime's CPU kernels, or compiled for the CPU: never placed on a GPU
@@ -213,7 +213,7 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
     return ModelFiles(backend.name, texts, summary, {backend.filename: manifest.path(entry)})
 
 
-def runs(backend: Backend, entry: Entry | None) -> str:
+def _runs(backend: Backend, entry: Entry | None) -> str:
     """Where the model's instances run: its record's ANY, GPU or CPU; a compiled package's device."""
     if backend.runs == COMPILED:
         return GPU if getattr(entry, "device", None) == "gpu" else CPU
@@ -254,7 +254,7 @@ def _render_ensembles(backends: list[Backend], spec: ModelSpec, manifest: Manife
         for backend in backends:
             entry = manifest.artifacts[backend.artifact]
             plans = _plans(backend, fleet)
-            classifier = model_config(backend, spec, entry, options, _default_kind(runs(backend, entry), options), sha, plans)
+            classifier = model_config(backend, spec, entry, options, _default_kind(_runs(backend, entry), options), sha, plans)
             cfg = ensemble_config(pre.ensemble(backend), pre_cfg, classifier, spec, sha)
             models.append(ModelFiles(cfg.name, {CONFIG_NAME: config_text(cfg, header), LABELS_NAME: labels},
                                      f"ensemble {pre.name} -> {backend.name}, {pre.input_name} in, "

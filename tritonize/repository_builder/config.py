@@ -51,7 +51,7 @@ def batch_bound(entry: Entry) -> BatchBound:
             return BatchBound(entry.profile.max, "the plan's profile max", fix)
         return BatchBound(verified, f"the batch {entry.file} was verified at", fix)
     if isinstance(entry, Package):
-        fix = "run `tritonize convert aoti --max-batch {n} --force` (after exporting the program at that batch)"
+        fix = "run `tritonize convert aoti --max-batch {n} --force`"
     elif isinstance(entry, PrecisionVariant):
         fix = ("run `tritonize convert cpu --calib-images DIR --force` with at least {n} images beyond --calib-count "
                "(they are held out and verify it)")

@@ -163,7 +163,8 @@ def for_bundled_core(cfg):
 def bundled_view(repository: Path, dest: Path) -> Path:
     """`repository` as the bundled Triton can load it: itself, unless some model's config names a platform younger than
     its core; then `dest`, a directory of links to the repository's entries, in which each such model is a directory
-    of links to its files but for its configs, written as `for_bundled_core` has them."""
+    of links to its files but for its configs, written as `for_bundled_core` has them. Taken when the server starts:
+    a model added to the repository later is served after a restart."""
     from google.protobuf import text_format
 
     def configs(model: Path) -> list[Path]:
