@@ -3,7 +3,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test venv clean prometheus shellcheck perf-analyzer mutation planted
+.PHONY: demo test venv clean prometheus shellcheck evhtp perf-analyzer mutation planted
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,8 +28,15 @@ demo: $(STAMP)
 # server starts once. The session's exported models are made once for both (tests/conftest.py `made_once`). torch
 # computes on one thread per process: the other core is the other worker's (two threads each only wait on each other,
 # 15 % more CPU time for the export tests).
-test: $(STAMP) prometheus shellcheck perf-analyzer $(MOTO_STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -ra -n 2 --dist loadfile
+#
+# First, alone and quickly, the lowest Python that requires-python admits: vermin reads every file against it
+# (tests/test_python_floor.py). NVIDIA's recorded engine graphs are read where the project's shared copy lies beside
+# the checkout (never committed: tests/nvidia_engines.py).
+NVIDIA_TREX := $(wildcard $(abspath ../shared/data/nvidia-trex))
+test: $(STAMP) prometheus shellcheck evhtp perf-analyzer $(MOTO_STAMP)
+	$(PY) -m pytest -q -n 0 tests/test_python_floor.py
+	OMP_NUM_THREADS=1 $(if $(NVIDIA_TREX),TRITONIZE_NVIDIA_TREX=$(NVIDIA_TREX)) $(PY) -m pytest -ra -n 2 --dist loadfile \
+	  --ignore=tests/test_python_floor.py
 
 # $(call apt,PACKAGE,TESTS): install a Debian/Ubuntu package where it can be (as root); elsewhere, or
 # when it fails, TESTS skip and say why. Never fails the build.
@@ -51,6 +58,14 @@ SHELLCHECK := $(shell command -v shellcheck 2>/dev/null)
 shellcheck:
 ifeq ($(SHELLCHECK),)
 	@$(call apt,shellcheck,the smoke.sh lint)
+endif
+
+# libevhtp (the HTTP library of tritonserver 2.51; Debian's 1.2.18 has its parser) for the front's differential tests,
+# which build an oracle server on it with gcc.
+EVHTP := $(wildcard /usr/include/evhtp/evhtp.h)
+evhtp:
+ifeq ($(EVHTP),)
+	@$(call apt,libevhtp-dev,the front's libevhtp differential tests)
 endif
 
 # Triton's perf_analyzer for `client perf`, `tune`, `convert cpu` and their tests: the binary from the

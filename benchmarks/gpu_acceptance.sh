@@ -6,10 +6,14 @@
 # PATH and Docker with the NVIDIA Container Toolkit:
 #
 #   bash benchmarks/gpu_acceptance.sh [--arch resnet50] [--weights DEFAULT] [--release YY.MM]
-#                                     [--images DIR] [--out DIR] [--quick]
+#                                     [--images DIR] [--out DIR] [--quick] [--builds B:P,...] [--no-serve]
 #
 # --release defaults to the release whose TensorRT is this Python's (`tritonize convert releases --installed`);
-# the script stops before any work when there is none, or when pytest is missing.
+# the script stops before any work when there is none, when this Python or machine is not one the release's
+# GPU install resolves on (`convert releases --triton-release`), or when pytest is missing.
+# A release whose line has no torch-tensorrt (24.10, 25.01) skips its builds and the tests that need it, saying why.
+# --builds: the builds to run (builder:precision, comma-separated); --no-serve: stop after the builds and their
+# latency profiles (no repository, server, compare or perf).
 # It exports the model once (with torch.export's .pt2), then builds a plan with every builder (container, trtexec,
 # tensorrt, torch-tensorrt: its dynamo frontend from 2.5) for fp32, fp16 and int8 (each build runs the plan check
 # against onnxruntime; --quick: one precision per builder and a short perf sweep, as `make test` runs the script on
@@ -22,7 +26,7 @@
 # profile; trtexec 8.x a latency profile).
 set -uo pipefail
 
-ARCH=resnet50 WEIGHTS=DEFAULT RELEASE="" IMAGES="" OUT=gpu_acceptance
+ARCH=resnet50 WEIGHTS=DEFAULT RELEASE="" IMAGES="" OUT=gpu_acceptance SERVE=1
 BUILDS="container:fp32,container:fp16,container:int8,trtexec:fp32,trtexec:fp16,trtexec:int8,tensorrt:fp32,tensorrt:fp16"
 BUILDS="$BUILDS,tensorrt:int8,torch-tensorrt:fp32,torch-tensorrt:fp16,torch-tensorrt:int8"
 PERF=(--models onnx_model,torch_model,trt_model --concurrency 1,4,16 --batch 8 --duration 5)
@@ -34,10 +38,12 @@ while [ $# -gt 0 ]; do
     --release) RELEASE=$2; shift 2 ;;
     --images) IMAGES=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --builds) BUILDS=$2; shift 2 ;;
+    --no-serve) SERVE=0; shift ;;
     --quick) BUILDS="container:fp16,trtexec:fp32,tensorrt:int8,torch-tensorrt:fp32"
              PERF=(--models trt_model --concurrency 1,2 --batch 2 --requests 8) PERF_LATENCY=(--concurrency 1,2 --batch 2 --requests 8)
              shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -55,9 +61,15 @@ if [ -z "$RELEASE" ]; then
     exit 2
   fi
 fi
-"${TRITONIZE[@]}" convert releases | grep -F "Triton $RELEASE " || echo "Triton $RELEASE: TensorRT unknown to tritonize"
+# Its GPU install, and where it resolves: a Python or machine outside them stops the script here (N34).
+"${TRITONIZE[@]}" convert releases --triton-release "$RELEASE" || exit 2
+# No torch-tensorrt targets some releases' TensorRT (their line has none): its builds and tests are skipped (N36).
+TORCH_TRT=$("$PY" -c 'import sys; from tritonize.releases import release_info as r; print(r(sys.argv[1]).torch_tensorrt_pip or "")' "$RELEASE")
 mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
+# A run in the --out of an earlier one keeps its export (up to date) and images, never its plans or repositories:
+# they would be counted in this run's report.
+rm -rf "$OUT"/art-* "$OUT"/models* "$OUT"/perf*
 REPORT="$OUT/report.md"
 ROWS=()
 UNEXPECTED=0
@@ -124,9 +136,16 @@ step export - "${TRITONIZE[@]}" export --arch "$ARCH" --weights "$WEIGHTS" --art
   --format all
 # On the GPU box a skipped GPU test means a missing part: count it as a failure. They run on the model exported
 # above (TRITONIZE_TEST_ARTIFACTS, tests/conftest.py small_artifacts).
+MARKED="requires_tensorrt or requires_gpu or requires_docker"
+[ -n "$TORCH_TRT" ] || MARKED="($MARKED) and not requires_torch_tensorrt"
 step gpu-tests - env TRITONIZE_TEST_ARTIFACTS="$OUT/base" bash -c 'out=$("$0" -m pytest -p no:logging -q -rs \
-  --basetemp "$1" -m "requires_tensorrt or requires_gpu or requires_docker"); code=$?; echo "$out"
-  if grep -q skipped <<<"$out"; then exit 1; fi; exit $code' "$PY" "$OUT/tests"
+  --basetemp "$1" -m "$2"); code=$?; echo "$out"
+  if grep -q skipped <<<"$out"; then exit 1; fi; exit $code' "$PY" "$OUT/tests" "$MARKED"
+if [ -z "$TORCH_TRT" ]; then
+  ROWS+=("| torch-tensorrt builds and tests | skipped (expected) | - | no torch-tensorrt targets Triton $RELEASE's TensorRT (its line has none) |")
+  echo "torch-tensorrt builds and tests: skipped (expected): no torch-tensorrt targets Triton $RELEASE's TensorRT"
+  BUILDS=$(tr ',' '\n' <<<"$BUILDS" | grep -v '^torch-tensorrt:' | paste -sd, -)
+fi
 
 # --triton-release auto picks the release whose TensorRT is this box's, and names its pins.
 rm -rf "$OUT/art-auto" && cp -r "$OUT/base" "$OUT/art-auto"
@@ -164,7 +183,9 @@ sys.exit(0 if plan["torch_tensorrt"]["frontend"] == ("dynamo" if has else "torch
     --artifacts "$0/art-torch-tensorrt-fp32" --triton-release "$RELEASE" --in-image' "$OUT" "${TRITONIZE[@]}"
 fi
 
-if [ -n "$SERVED" ]; then
+if [ "$SERVE" = 0 ]; then
+  ROWS+=("| serve / compare / perf | skipped (expected) | - | --no-serve |")
+elif [ -n "$SERVED" ]; then
   MODELS="$OUT/models"
   step "repo build ($(basename "$SERVED"))" - "${TRITONIZE[@]}" repo build "$MODELS" --artifacts "$SERVED" --force
   step "repo check" - "${TRITONIZE[@]}" repo check "$MODELS" --artifacts "$SERVED" --triton-release "$RELEASE"

@@ -20,8 +20,12 @@ from hypothesis import HealthCheck, settings
 from typer.testing import CliRunner
 
 from tests.emulation import VERSIONS as EMULATED_VERSIONS
+from tests.suite_model import SMALL_ARCH, SMALL_LABELS
 
-SMALL_ARCH = "resnet18"
+# SMALL_ARCH, the model of the tests that are not about a real architecture, is the suite's own small classifier,
+# through the code-model path (tests/suite_model.py), named by SMALL_LABELS. resnet18 stays where the architecture is
+# the point (`resnet18_artifacts`). SMALL is how the tests export it.
+SMALL = ("--arch", SMALL_ARCH, "--weights", "none", "--labels", SMALL_LABELS)
 
 # Property-based tests (hypothesis): a profile for `make test` that keeps them to seconds, a larger one for `make
 # mutation` (TRITONIZE_HYPOTHESIS=mutation), where a mutant must meet the inputs that tell it apart. Both are
@@ -97,7 +101,8 @@ def made_once(tmp_path_factory, name: str, make: Callable[[Path], None]) -> Path
 
 @pytest.fixture(scope="session")
 def small_artifacts(tmp_path_factory) -> Path:
-    """resnet18 (random init) exported to TorchScript, ONNX and a torch.export .pt2, verified, with its manifest.
+    """The suite's classifier (SMALL_ARCH, random init) exported to TorchScript, ONNX and a
+    torch.export .pt2, verified, with its manifest.
 
     Shared by the whole session: tests that change files must work on a copy (`artifacts_copy`).
     TRITONIZE_TEST_ARTIFACTS names a directory that already holds them, exported by this code (`make
@@ -107,27 +112,31 @@ def small_artifacts(tmp_path_factory) -> Path:
         return Path(os.environ["TRITONIZE_TEST_ARTIFACTS"])
 
     def export(out: Path) -> None:
-        result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", out, "--format", "all")
+        result = run_cli("export", *SMALL, "--artifacts", out, "--format", "all")
         assert result.exit_code == 0, result.output
 
     return made_once(tmp_path_factory, "small_artifacts", export)
 
 
-# The model compiled with AOTInductor once per run: compiling costs minutes whatever the model (its C++ alone), so the
-# smallest classifier the export takes today, at a small input size.
-AOTI_ARCH = ("--arch", "squeezenet1_1", "--weights", "none", "--resize", "64", "--crop", "64")
+@pytest.fixture(scope="session")
+def resnet18_artifacts(tmp_path_factory) -> Path:
+    """torchvision's resnet18 (random init) exported to TorchScript and ONNX: for the tests where the architecture is
+    the point (NVIDIA's recorded ResNet-18 engines). Shared: copy before changing."""
+    def export(out: Path) -> None:
+        result = run_cli("export", "--arch", "resnet18", "--weights", "none", "--artifacts", out)
+        assert result.exit_code == 0, result.output
+
+    return made_once(tmp_path_factory, "resnet18_artifacts", export)
 
 
 @pytest.fixture(scope="session")
-def aoti_artifacts(tmp_path_factory) -> Path:
-    """A tiny classifier exported (TorchScript, ONNX, ExportedProgram; verified up to batch 8) and compiled by `convert
-    aoti` for the CPU and the newest release, verified, with its manifest; the compile's output in `convert.txt`.
-    Shared by the session and the xdist workers: tests that change files work on a copy (`aoti_copy`)."""
+def aoti_artifacts(small_artifacts, tmp_path_factory) -> Path:
+    """`small_artifacts` with the suite's classifier compiled by `convert aoti` (minutes, whatever the model: its C++
+    alone) once per run, for the CPU and the newest release, verified; the compile's output in `convert.txt`. Shared
+    by the session and the xdist workers: tests that change files work on a copy (`aoti_copy`)."""
 
     def make(out: Path) -> None:
-        exported = run_cli("export", *AOTI_ARCH, "--format", "torchscript,onnx,exported_program", "--max-batch", "8",
-                           "--artifacts", out)
-        assert exported.exit_code == 0, exported.output
+        shutil.copytree(small_artifacts, out, dirs_exist_ok=True)
         compiled = run_cli("convert", "aoti", "--artifacts", out)
         assert compiled.exit_code == 0, compiled.output
         (out / "convert.txt").write_text(compiled.output)

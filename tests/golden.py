@@ -17,7 +17,7 @@ UPDATE = os.environ.get("TRITONIZE_UPDATE_GOLDEN") == "1"
 
 def normalize(text: str) -> str:
     """Hex digests of 12+ digits (manifest and file hashes change with every export) keep only their length;
-    pytest's temporary directories (a pytest-xdist worker's too) and the first layer's weight shape in torch's errors (the suite's resnet18,
+    pytest's temporary directories (a pytest-xdist worker's too) and the first layer's weight shape in torch's errors (the suite's classifier,
     `make mutation`'s squeezenet1_1) are left out."""
     text = re.sub(r"(?<=[\s(\"])[0-9a-f]{12,64}\b", lambda m: f"<hex{len(m.group())}>", text)
     text = re.sub(r"/\S*/pytest-of-[^/]+/pytest-\d+/(popen-gw\d+/)?", "<tmp>/", text)  # xdist: a worker's folder

@@ -1,27 +1,29 @@
 """The engine inspector's JSON as real TensorRT writes it, for the tests of its readers: our fixtures, written here
 from what NVIDIA's recorded engines show (tests/data/nvidia_facts/README.md), and NVIDIA's recorded engines
-themselves where a copy of NVIDIA/TensorRT is at hand. Those are not committed here (README.md there says why):
-$TRITONIZE_NVIDIA_TENSORRT names a checkout or git directory of NVIDIA/TensorRT holding COMMIT; without it, the
-tests that read them skip, saying so."""
+themselves where a copy of them is at hand. Those are not committed here (README.md there says why).
+
+$TRITONIZE_NVIDIA_TREX names a folder laid out as trt-engine-explorer's ResNet examples (NVIDIA/TensorRT at COMMIT,
+tools/experimental/trt-engine-explorer/examples/pytorch/resnet/A100/): `make test` names the project's shared copy,
+../shared/data/nvidia-trex beside the checkout, when it is there. Unnamed, the tests that read them skip, saying so;
+named, a folder that lacks one fails the test."""
 
 from __future__ import annotations
 
 import functools
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 FACTS = Path(__file__).resolve().parent / "data" / "nvidia_facts"
-ENV = "TRITONIZE_NVIDIA_TENSORRT"
-DEFAULT = Path("/work/.mirror/NVIDIA+TensorRT/repo")  # a bare git directory, where one workplace keeps a snapshot
-# The last commit with trex's examples in the repository (its engine files unchanged since 7a07608d, 2022-06-08).
+ENV = "TRITONIZE_NVIDIA_TREX"
+# The last commit with trex's examples in NVIDIA/TensorRT (its engine files unchanged since 7a07608d, 2022-06-08).
 COMMIT = "b8b46f213c3f57759f4fbb46f27dced8894945c8"
-_RESNET = "tools/experimental/trt-engine-explorer/examples/pytorch/resnet/A100"
-# ResNet-18, batch 32, built on an A100 (TensorRT 8.x, 2022) FP32, with FP16 allowed, and quantization-aware (Q/DQ) INT8.
-ENGINES = {"fp32": f"{_RESNET}/fp32/resnet.onnx.engine.graph.json", "fp16": f"{_RESNET}/fp16/resnet.onnx.engine.graph.json",
-           "qat": f"{_RESNET}/qat/resnet-qat.onnx.engine.graph.json"}
+# ResNet-18, batch 32, built on an A100 (TensorRT 8.x, 2022) FP32, with FP16 allowed, quantization-aware (Q/DQ) INT8,
+# and Q/DQ INT8 with the residual adds and the global pooling quantized too.
+ENGINES = {"fp32": "fp32/resnet.onnx.engine.graph.json", "fp16": "fp16/resnet.onnx.engine.graph.json",
+           "qat": "qat/resnet-qat.onnx.engine.graph.json",
+           "qat-residual": "qat-residual-qgap/resnet-qat-residual-qgap.onnx.engine.graph.json"}
 
 
 def fixture(name: str) -> str:
@@ -31,21 +33,13 @@ def fixture(name: str) -> str:
 
 @functools.cache
 def nvidia_engine(name: str) -> str:
-    """NVIDIA's recorded inspector JSON of the ResNet-18 engine `name` (a key of ENGINES), read from the copy of
-    NVIDIA/TensorRT that $TRITONIZE_NVIDIA_TENSORRT names (else DEFAULT, where it exists). No copy: the test skips;
-    a named copy that cannot give the file fails the test."""
+    """NVIDIA's recorded inspector JSON of the ResNet-18 engine `name` (a key of ENGINES), read from the folder
+    $TRITONIZE_NVIDIA_TREX names. Unnamed: the test skips; named, a folder without the file fails it."""
     named = os.environ.get(ENV)
-    where = Path(named) if named else DEFAULT
-    if not named and not where.exists():
-        pytest.skip(f"NVIDIA's recorded engines are not committed: set {ENV} to a checkout or git directory of "
-                    f"NVIDIA/TensorRT holding commit {COMMIT[:7]} to test on them")
-    bare = (where / "HEAD").is_file() and (where / "objects").is_dir()
-    git = ["git", f"--git-dir={where}"] if bare else ["git", "-C", str(where)]
-    try:
-        shown = subprocess.run([*git, "show", f"{COMMIT}:{ENGINES[name]}"], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        shown = subprocess.CompletedProcess([], 1, "", str(error))
-    if shown.returncode != 0:
-        problem = f"{where} gives no {COMMIT[:7]}:{ENGINES[name]}: {shown.stderr.strip()[:200]}"
-        (pytest.fail if named else pytest.skip)(problem)
-    return shown.stdout
+    if not named:
+        pytest.skip(f"NVIDIA's recorded engines are not committed: set {ENV} to a folder holding trex's ResNet "
+                    f"examples (NVIDIA/TensorRT {COMMIT[:7]}; `make test` names ../shared/data/nvidia-trex)")
+    path = Path(named) / ENGINES[name]
+    if not path.is_file():
+        pytest.fail(f"{ENV}={named} has no {ENGINES[name]}")
+    return path.read_text()

@@ -24,8 +24,10 @@ PREFIXES = (("tritonize",), (".venv/bin/tritonize",), ("python", "-m", "tritoniz
 RUN_FOR_REAL = {"", "convert releases", "repo check"}
 # Every other command, by its subcommand path, and why it runs only with -h here.
 NOT_RUN_FOR_REAL = {
-    "export": "exports wide_resnet101_2 with pretrained weights, which cannot be downloaded here (tests/export runs it)",
-    "build": "the whole pipeline (tests/pipeline runs it on resnet18)",
+    "export": "exports wide_resnet101_2 with pretrained weights, which cannot be downloaded here, or the user's files "
+              "(tests/export and tests/sources run each source)",
+    "build": "the whole pipeline (tests/pipeline runs it on the suite's classifier; tests/sources exports each source "
+             "and serves it)",
     "convert trt": "needs TensorRT; tests/test_card.py runs the card's line on the emulation",
     "convert cpu": "needs a photos/ folder and minutes of calibration (tests/convert/test_cpu.py)",
     "convert aoti": "needs an exported program and minutes of compiling (tests/convert/test_aoti.py)",
@@ -37,7 +39,8 @@ NOT_RUN_FOR_REAL = {
     "tools get-perf-analyzer": "downloads a 20 MB wheel (make test runs it once, before the tests)",
     "tune": "needs a running server and minutes of load (tests/tune)",
     "monitor": "runs Prometheus until stopped (tests/monitor)",
-    "models list": "needs a running server (tests/control)",
+    "models list": "needs a running server (tests/control; tests/serve/test_key_privacy.py runs `models list --json`)",
+    "models unload": "needs a running server (tests/serve/test_key_privacy.py runs it on a model a key holder loaded)",
     "deploy push": "needs an S3 endpoint (tests/deploy runs it against moto's S3 server)",
     "deploy k8s": "reads the pushed repository back from its S3 endpoint (tests/deploy runs it against moto's)",
 }

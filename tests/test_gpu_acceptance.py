@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GPU_BOX_TENSORRT, run_cli
+from tests.conftest import GPU_BOX_TENSORRT, SMALL_ARCH, run_cli
+from tests.emulation import environment
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_acceptance.sh"
 
@@ -42,8 +43,9 @@ def test_the_release_is_the_hosts(emulated_tensorrt, tmp_path):
     if emulated_tensorrt.version == "10.5.0.18":
         assert host.exit_code == 0 and host.output.strip() == "24.10"
         listing = run_cli("convert", "releases").output
-        assert ("Triton 24.10 (TensorRT 10.5.0.18): pip install -e '.[gpu,dev]' 'tensorrt-cu12==10.5.0' 'torch==2.5.0' "
-                "'torchvision==0.20.0'  # no torch-tensorrt for this TensorRT: no --builder torch-tensorrt"
+        assert ("Triton 24.10 (TensorRT 10.5.0.18; CPython 3.10-3.12, Linux x86_64 and aarch64): pip install -e "
+                "'.[gpu,dev]' 'tensorrt-cu12==10.5.0' 'tensorrt-cu12-bindings==10.5.0' 'tensorrt-cu12-libs==10.5.0' "
+                "'torch==2.5.0' 'torchvision==0.20.0'  # no torch-tensorrt for this TensorRT: no --builder torch-tensorrt"
                 "  # <- this Python's TensorRT") in listing
         return
     assert host.exit_code == 1 and "no release in tritonize's table runs this Python's TensorRT (11.4.0.106)" in host.output
@@ -78,9 +80,10 @@ def test_a_test_only_a_gpu_box_runs_must_also_run_here(tmp_path):
 
 
 # --quick: one precision per builder (the container's FP16 plan is the one served, as on a GPU box).
-QUICK_ARCH = "squeezenet1_1"  # 5 MB (resnet18: 47 MB): the whole run takes about two thirds of the CPU time
+QUICK_ARCH = SMALL_ARCH  # the suite's classifier through the code-model path (squeezenet1_1 before it)
 QUICK_BUILDS = ("container fp16", "trtexec fp32", "tensorrt int8", "torch-tensorrt fp32")
-PASSED = ("ok", "refused (expected)")
+PASSED = ("ok", "refused (expected)", "skipped (expected)")
+SECOND = ("24.10", "10.5.0.18")  # a release whose line has no torch-tensorrt (N36), and its TensorRT
 
 
 def report_rows(report: str) -> dict[str, str]:
@@ -92,13 +95,17 @@ def report_rows(report: str) -> dict[str, str]:
 @pytest.mark.gpu_acceptance
 @pytest.mark.timeout(1800)  # about 140 s of CPU time (2 minutes on 2 idle cores); much longer on busy ones
 @pytest.mark.parametrize("emulated_tensorrt", [GPU_BOX_TENSORRT], indirect=True)
-def test_the_script_runs_end_to_end_on_the_stand_ins(emulated_tensorrt, standins, tmp_path, monkeypatch):
+def test_n36_the_script_runs_end_to_end_on_the_stand_ins_for_24_08_and_24_10(emulated_tensorrt, standins, tmp_path, monkeypatch):
     """Build 2 of issue 34: the whole script on the emulated TensorRT 10.3 (Triton 24.08, whose pins install
     torch-tensorrt 2.5), with the trtexec, docker (serving with the image's Triton) and torch-tensorrt stand-ins,
-    squeezenet1_1 with random weights: every row passed or was an expected refusal, its GPU-test step ran those
+    the suite's classifier with random weights: every row passed or was an expected refusal, its GPU-test step ran those
     tests here, and report.md is valid UTF-8. On 7c97878 (its full run; it had no --quick) that step skipped all
     five tests (a failure), `repo check --gpu-cc` read no GPU from nvidia-smi, and a detail cut mid-character left
-    report.md invalid UTF-8."""
+    report.md invalid UTF-8.
+
+    Then N36: 24.10 (TensorRT 10.5, no torch-tensorrt stand-in, as on such a box), only the rows that differ from
+    24.08's (the GPU tests, one build and torch-tensorrt's): on deb75ca its builder list held torch-tensorrt ("not
+    installed" counted as a failure) and the N23 test skipped, which fails the GPU-test step."""
     monkeypatch.setenv("STANDIN_DOCKER_SERVE", "1")
     monkeypatch.setenv("STANDIN_TRT_VERSION", emulated_tensorrt.version)  # the host's trtexec: this box's TensorRT
     out = tmp_path / "acceptance"
@@ -117,3 +124,20 @@ def test_the_script_runs_end_to_end_on_the_stand_ins(emulated_tensorrt, standins
     tests = (out / "logs" / "gpu-tests.log").read_text()
     ran = re.search(r"(\d+) passed", tests)
     assert ran and int(ran.group(1)) >= 5 and "skipped" not in tests, tests
+
+    # N36, on the rows that differ for a release whose line has no torch-tensorrt: the GPU tests and the builds
+    # (in the same --out: the export is up to date).
+    release, version = SECOND
+    env = {**os.environ, **environment(version, emulated_tensorrt.cudart), "STANDIN_TRT_VERSION": version,
+           "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(SCRIPT), "--arch", QUICK_ARCH, "--weights", "none", "--out", str(out),
+                           "--quick", "--builds", "tensorrt:fp32,torch-tensorrt:fp32", "--no-serve"], env=env,
+                          capture_output=True, text=True, errors="replace", timeout=1700)
+    report = (out / "report.md").read_text()
+    rows = report_rows(report)
+    assert {name: result for name, result in rows.items() if result not in PASSED} == {}, report
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Triton release {release}" in report and rows["gpu-tests"] == rows["convert tensorrt fp32"] == "ok"
+    assert rows["torch-tensorrt builds and tests"] == "skipped (expected)" and "convert torch-tensorrt fp32" not in rows
+    second = (out / "logs" / "gpu-tests.log").read_text()
+    assert int(re.search(r"(\d+) passed", second).group(1)) == int(ran.group(1)) - 1 and "skipped" not in second, second

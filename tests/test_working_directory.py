@@ -29,7 +29,7 @@ def test_build_and_models_where_the_suite_starts_change_nothing(small_artifacts,
         result = run_cli(*args)
         assert result.exit_code == 0, result.output
     before = sorted(p.relative_to(demo) for p in demo.rglob("*"))
-    env = {**os.environ, "TRITONIZE_TEST_ARTIFACTS": str(small_artifacts)}  # the same resnet18 export, not another
+    env = {**os.environ, "TRITONIZE_TEST_ARTIFACTS": str(small_artifacts)}  # the same export, not another
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(CHECKOUT),
                            "-c", str(CHECKOUT / "pyproject.toml"), str(CHECKOUT / SENSITIVE)],
                           cwd=demo, env=env, capture_output=True, text=True, timeout=600)

@@ -17,9 +17,11 @@ The key: given in a file (`--control-key-file`, readable only by its owner) or i
 never as a value on a command line; `tritonize serve` generates one per start when none was given, on
 loopback too: a model load may carry files (`file:1/model.py`) that the server runs, so holding the key is
 running code as the serving user (docs/serving-other-machines.md). `--open-control-apis` leaves them open.
-tritonserver 2.51 takes the key only on its own command line (no file or environment form), so `ps` on the
-serving machine shows it in tritonserver's arguments (for the docker engine, in the container's tritonserver,
-not in `docker run`).
+tritonserver 2.51 takes a key only on its own command line (no file or environment form), which every user can
+read: so `tritonize serve` gives it none. tritonserver listens only on Unix sockets in the server's private
+directory, and serve's front (serve/front.py) checks the key, with Triton's own rules for which API is which
+(http_api_open, grpc_method_open) and Triton's own refusals. restriction_flags remain for the servers tritonize
+does not front: `serve --print-command`, Kubernetes, compose.
 
 tritonize's own commands find the key of a `tritonize serve` of the same user on this machine by themselves:
 each server's directory (mode 700, the user's) holds ADDRESSES_FILE, naming its ports and its key file.
@@ -50,6 +52,28 @@ RESTRICTED_APIS = ("model-repository", "statistics", "trace", "logging", "shared
 HTTP_RESTRICTION_FROM = "23.11"  # --http-restricted-api (r23.11, commit 4b481a6f6); gRPC's is older than r23.10
 MIN_KEY_CHARS = 16
 RESTRICTED = "is restricted, expecting header"  # in Triton's refusal (gRPC and HTTP)
+HTTP_REFUSAL = f"This API {RESTRICTED} '{KEY_HEADER}'"  # Triton's words; the front's too
+GRPC_REFUSAL = f"This protocol {RESTRICTED} '{GRPC_KEY_HEADER}'"
+
+# The APIs left open (health, metadata, inference, model config), as tritonserver 2.51 routes them
+# (src/http_server.cc HTTPAPIServer::Handle, src/grpc/grpc_server.cc): anything else needs the key, unknown paths
+# included. `/v2/models/stats` is statistics although the model pattern matches it: Triton checks it first.
+_OPEN_HTTP = re.compile(r"/v2(?:/health/(?:live|ready))?"
+                        r"|/v2/models/[^/]+(?:/versions/[0-9]+)?(?:/(?:infer|generate|generate_stream|ready|config))?")
+OPEN_GRPC_METHODS = frozenset(
+    [f"/inference.GRPCInferenceService/{m}" for m in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata",
+                                                     "ModelMetadata", "ModelInfer", "ModelStreamInfer", "ModelConfig")]
+    + ["/grpc.health.v1.Health/Check"])
+
+
+def http_api_open(path: str) -> bool:
+    """Whether an HTTP request for `path` (the target without its query) needs no key."""
+    return path != "/v2/models/stats" and _OPEN_HTTP.fullmatch(path) is not None
+
+
+def grpc_method_open(path: bytes) -> bool:
+    """Whether a gRPC call of `path` (its :path, /package.Service/Method) needs no key."""
+    return path.decode("ascii", "replace") in OPEN_GRPC_METHODS
 
 
 def is_loopback(host: str) -> bool:

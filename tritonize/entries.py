@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, ClassVar, Mapping
 
+from tritonize.convert.settings import BuildSettings
 from tritonize.errors import TritonizeError
 from tritonize.verify import VerificationReport
 
@@ -59,15 +60,7 @@ class Target:
     tensorrt: str | None = None
 
 
-@dataclass(frozen=True)
-class PlanOptions:
-    """Builder settings that change the engine (besides profile and precision)."""
-
-    workspace_mib: int
-    timing_cache: str
-    opt_level: int = 3
-    version_compatible: bool = False
-    hardware_compatibility: str = "none"
+PlanOptions = BuildSettings  # a plan's builder settings, recorded as its `options` (convert/settings.py)
 
 
 @dataclass(frozen=True)

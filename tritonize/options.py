@@ -76,12 +76,20 @@ OutputDir = Annotated[Path, typer.Option("--output-dir", help="Directory this co
                                                                 "into (what goes there: see the command's description).")]
 
 # The model and its artifacts.
-Arch = Annotated[str, typer.Option("--arch", help="A torchvision classification model name.")]
+Arch = Annotated[str, typer.Option("--arch", help="Where the model comes from: NAME (a torchvision classifier), "
+                                                  "timm:NAME, hf:DIR_OR_ID (a Hugging Face image classifier), "
+                                                  "FILE.py:FUNC or package.module:FUNC (your code; FUNC returns the "
+                                                  "nn.Module).")]
 Weights = Annotated[
     Optional[str],
-    typer.Option("--weights", help="torchvision weights name (default: the arch's DEFAULT pretrained weights), "
-                                   "`none` for random init, or a path to a local state_dict checkpoint."),
+    typer.Option("--weights", help="The source's weights (default: torchvision's DEFAULT pretrained weights, timm's "
+                                   "pretrained ones, the hf directory's, the module as FUNC returns it), a torchvision "
+                                   "weights name, `none` for random init, or a checkpoint: a state_dict (Lightning's "
+                                   "and DDP's too) or .safetensors, whose head sets the number of classes."),
 ]
+Labels = Annotated[Optional[Path], typer.Option(
+    "--labels", help="The class names: a file with one label per line, a JSON list, or a JSON object from index to "
+                     "name (default: the source's own; `class 0` ... for a head of your own).", show_default=False)]
 # The preprocessing contract (preprocessing.py), one flag per field, over what the model's source says (torchvision
 # weights' transforms, timm's data config, a Hugging Face image processor). Not `--preprocess`: that is where the
 # client preprocesses.
@@ -114,8 +122,6 @@ PixelScale = Annotated[Optional[str], typer.Option(
     rich_help_panel=_CONTRACT, show_default=False)]
 
 
-
-
 def contract_changes(resize: str | None = None, crop: str | None = None, mean: str | None = None,
                      std: str | None = None, interpolation: str | None = None, antialias: bool | None = None,
                      channel_order: str | None = None, layout: str | None = None,
@@ -143,8 +149,8 @@ CalibImages = Annotated[Optional[Path], typer.Option(
 CalibCount = Annotated[int, typer.Option("--calib-count", min=1, help="How many images calibrate; the rest are held out.")]
 TritonRelease = Annotated[Optional[str], typer.Option(
     "--triton-release", help="Triton container release YY.MM that serves the plan (default: the one `repo build` "
-                             "recorded for it; convert trt also takes `auto`: the release whose TensorRT is this "
-                             "machine's).")]
+                             "recorded for it; for convert trt, the release whose TensorRT is this machine's, else "
+                             "the newest; `auto`: only the former).")]
 Force = Annotated[bool, typer.Option("--force", help="Redo the work and replace the outputs, even up-to-date ones.")]
 
 # The repository's configs.

@@ -20,7 +20,9 @@ cannot run with a TensorRT 11 runtime").
 from __future__ import annotations
 
 import json
+import platform
 import re
+import sys
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from importlib import resources
@@ -46,6 +48,9 @@ class Release:
     torch_tensorrt_pip: str | None = None  # "torch-tensorrt==2.5.0": the release built against exactly that TensorRT
     torch_pip: str | None = None  # "torch==2.5.0": torch-tensorrt's pin (else the previous row's), a CUDA 12 build
     torchvision_pip: str | None = None  # "torchvision==0.20.0": the torchvision that pins that torch
+    # Where the GPU install resolves: (machine, CPython versions) on Linux, from "pip_platforms" (N34;
+    # tests/test_gpu_install.py resolves every line for CPython 3.10-3.13 on x86_64 and aarch64).
+    pip_platforms: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def image(self) -> str:
@@ -62,7 +67,11 @@ def load_releases() -> list[Release]:
     """All known releases, oldest first."""
     text = resources.files("tritonize").joinpath("data").joinpath(DATA_FILE).read_text()
     names = {f.name for f in fields(Release)}
-    rows = [Release(**{k: v for k, v in row.items() if k in names}) for row in json.loads(text)["releases"]]
+    rows = []
+    for row in json.loads(text)["releases"]:
+        values = {k: v for k, v in row.items() if k in names}
+        values["pip_platforms"] = tuple((m, tuple(p)) for m, p in (row.get("pip_platforms") or {}).items())
+        rows.append(Release(**values))
     return sorted(rows, key=lambda r: r.release)
 
 
@@ -81,6 +90,13 @@ def release_info(release: str) -> Release:
 
 def latest_release() -> Release:
     return load_releases()[-1]
+
+
+def tensorrt_major_floor(release: Release) -> int | None:
+    """The lowest TensorRT major `release` can ship: its own, else that of the nearest earlier release whose TensorRT
+    the table knows (a later container never ships an older TensorRT); None when no earlier one is known."""
+    known = [r for r in load_releases() if r.tensorrt and r.release <= release.release]
+    return version_parts(known[-1].tensorrt)[0] if known else None
 
 
 def version_parts(version: str) -> tuple[int, ...]:
@@ -113,28 +129,77 @@ def tensorrt_loads(built_with: str, served_by: str, version_compatible: bool = F
 
 
 GPU_INSTALL = "pip install -e '.[gpu,dev]'"  # run in the tritonize checkout, in a fresh virtual environment
+CHECKED_PYTHONS = ("3.10", "3.11", "3.12", "3.13")  # what tests/test_gpu_install.py resolves every line for
+CHECKED_MACHINES = ("x86_64", "aarch64")
+
+
+def install_pins(release: Release) -> list[str]:
+    """The requirements of `release`'s GPU install: TensorRT's Python package of exactly the release's TensorRT, with
+    its bindings and libraries pinned too (N38: the package is a stub whose own `pip install` of them is skipped once
+    pip has cached the wheel it built from it, NVIDIA/TensorRT#3936; its setup.py pins both to its own version), the
+    torch-tensorrt built against it (where one is), the torch that torch-tensorrt pins and the torchvision built for
+    that torch."""
+    if not release.tensorrt_pip:
+        return []
+    name, version = release.tensorrt_pip.split("==")
+    tensorrt = [release.tensorrt_pip, f"{name}-bindings=={version}", f"{name}-libs=={version}"]
+    return tensorrt + [p for p in (release.torch_tensorrt_pip, release.torch_pip, release.torchvision_pip) if p]
 
 
 def install_command(release: Release) -> str | None:
-    """The one pip command that installs tritonize and builds plans for `release`, or None (no TensorRT wheel):
-    TensorRT's Python package of exactly the release's TensorRT, the torch-tensorrt built against it (where one is),
-    the torch that torch-tensorrt pins and the torchvision built for that torch, resolved together (pinned one after
-    the other, torch-tensorrt would replace torch and leave a torchvision that no longer imports). The pins are
-    checked against the package index by tests/test_gpu_install.py."""
-    if not release.tensorrt_pip:
+    """The one pip command that installs tritonize and builds plans for `release`, or None (no TensorRT wheel): its
+    pins resolved together (pinned one after the other, torch-tensorrt would replace torch and leave a torchvision
+    that no longer imports). tests/test_gpu_install.py resolves it with pip for every platform it names."""
+    pins = install_pins(release)
+    return " ".join([GPU_INSTALL, *(f"'{p}'" for p in pins)]) if pins else None
+
+
+def _spans(versions: tuple[str, ...]) -> str:
+    """("3.10", "3.11", "3.12") -> "3.10-3.12"; a gap gives two spans."""
+    minors = sorted(int(v.split(".")[1]) for v in versions)
+    spans, start = [], minors[0]
+    for previous, minor in zip(minors, minors[1:] + [None]):
+        if minor != previous + 1:
+            spans.append(f"3.{start}" if start == previous else f"3.{start}-3.{previous}")
+            start = minor
+    return ", ".join(spans)
+
+
+def platforms_text(release: Release) -> str:
+    """Where `release`'s GPU install resolves: "CPython 3.10-3.12, Linux x86_64"."""
+    by_pythons: dict[str, list[str]] = {}
+    for machine, pythons in release.pip_platforms:
+        by_pythons.setdefault(_spans(pythons), []).append(machine)
+    if not by_pythons:
+        return "no platform"
+    return "; ".join(f"CPython {p}, Linux {' and '.join(m)}" for p, m in by_pythons.items())
+
+
+def this_platform() -> tuple[str, str]:
+    """This interpreter and machine as the GPU install names them: ("CPython 3.11", "Linux x86_64")."""
+    python = f"{platform.python_implementation()} {sys.version_info.major}.{sys.version_info.minor}"
+    return python, f"{platform.system()} {platform.machine()}"
+
+
+def install_problem(release: Release) -> str | None:
+    """Why `release`'s GPU install does not resolve for this Python and machine (one sentence), or None."""
+    python, machine = this_platform()
+    pythons = dict(release.pip_platforms).get(machine.removeprefix("Linux "), ())
+    if python.removeprefix("CPython ") in pythons and machine.startswith("Linux "):
         return None
-    pins = (release.tensorrt_pip, release.torch_tensorrt_pip, release.torch_pip, release.torchvision_pip)
-    return " ".join([GPU_INSTALL, *(f"'{p}'" for p in pins if p)])
+    return (f"the GPU install of Triton {release.release} resolves on {platforms_text(release)} only, and this is "
+            f"{python} on {machine}")
 
 
 def pins_line(release: Release | None = None) -> str:
-    """The GPU install of `release` (or, without one, of every release whose pins are known), one line each.
-    tritonize's `gpu` extra pins none of it: torch-tensorrt's newest release would choose a TensorRT no server runs."""
+    """The GPU install of `release` (or, without one, of every release whose pins are known), one line each, naming
+    where it resolves. tritonize's `gpu` extra pins none of it: torch-tensorrt's newest release would choose a
+    TensorRT no server runs."""
     def one(r: Release) -> str:
         if not r.tensorrt_pip:
             return f"Triton {r.release} (TensorRT {r.tensorrt or 'unknown'}): no pip wheel; build with --builder container"
         note = "" if r.torch_tensorrt_pip else "  # no torch-tensorrt for this TensorRT: no --builder torch-tensorrt"
-        return f"Triton {r.release} (TensorRT {r.tensorrt}): {install_command(r)}{note}"
+        return f"Triton {r.release} (TensorRT {r.tensorrt}; {platforms_text(r)}): {install_command(r)}{note}"
 
     if release is not None:
         return one(release)

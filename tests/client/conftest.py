@@ -11,23 +11,24 @@ import pytest
 from matplotlib import cbook
 from PIL import Image
 
-from tests.conftest import SMALL_ARCH, made_once, run_cli
+from tests.conftest import SMALL_ARCH, SMALL_LABELS, made_once, run_cli
 
 PHOTO = Path(cbook.get_sample_data("grace_hopper.jpg", asfileobj=False))
 
 
 @pytest.fixture(scope="session")
 def other_weights_artifacts(tmp_path_factory) -> Path:
-    """resnet18 with weights of another seed, saved as a state_dict and exported from that checkpoint."""
+    """The suite's classifier with weights of another seed, saved as a state_dict and exported from that checkpoint."""
     import torch
-    import torchvision
+
+    from tests.suite_model import suite_classifier
 
     def export(root: Path) -> None:
         torch.manual_seed(1234)
-        checkpoint = root / "resnet18_seed1234.pt"
-        torch.save(torchvision.models.resnet18(weights=None).state_dict(), checkpoint)
-        result = run_cli("export", "--arch", SMALL_ARCH, "--weights", checkpoint, "--format", "torchscript",
-                         "--artifacts", root / "artifacts")
+        checkpoint = root / "suite_classifier_seed1234.pt"
+        torch.save(suite_classifier().state_dict(), checkpoint)
+        result = run_cli("export", "--arch", SMALL_ARCH, "--weights", checkpoint, "--labels", SMALL_LABELS,
+                         "--format", "torchscript", "--artifacts", root / "artifacts")
         assert result.exit_code == 0, result.output
 
     return made_once(tmp_path_factory, "other_weights", export) / "artifacts"

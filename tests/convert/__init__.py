@@ -1,0 +1,16 @@
+"""Tests of the convert stage."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+
+def build_job(**kw):
+    """A BuildJob from flat keywords: the builder settings among them (workspace_mib, opt_level, ...) go to its one
+    settings record (tritonize/convert/settings.py)."""
+    from tritonize.convert.settings import BuildSettings
+    from tritonize.convert.trtexec import BuildJob
+
+    names = {f.name for f in fields(BuildSettings)}
+    settings = BuildSettings(**{k: kw.pop(k) for k in list(kw) if k in names})
+    return BuildJob(**kw, settings=settings)

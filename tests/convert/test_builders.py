@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.convert import build_job
 from tritonize.convert.torch_trt import torchscript_frontend_refuses
 from tritonize.convert.trtexec import BuildJob
 
@@ -12,7 +13,7 @@ def job(**kw) -> BuildJob:
     base = dict(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
                 input_shape=(3, 224, 224), profile={"min": 1, "opt": 16, "max": 32}, precision="fp32",
                 workspace_mib=4096, timing_cache="timing.cache")
-    return BuildJob(**{**base, **kw})
+    return build_job(**{**base, **kw})
 
 
 @pytest.mark.parametrize("change,version,refused", [
@@ -69,3 +70,28 @@ def test_trtexec_is_looked_up_on_the_images_path_first(tmp_path):
     missing = subprocess.run(["sh", "-c", IMAGE_TRTEXEC, "sh", "--help"], capture_output=True, text=True,
                              env={"PATH": "/usr/bin:/bin"})
     assert missing.returncode == 127  # what ContainerBuilder.probe reads as "no trtexec in the image"
+
+
+def test_every_builder_reads_the_one_table_of_what_each_setting_needs(monkeypatch):
+    """Build 7 of issue 41: the TensorRT each setting needs is stated once (convert/settings.py NEEDS), and every
+    builder refuses by it; the gate was written once per builder (trtexec_argv's `wants_86`, plan_from_onnx's
+    `modern`). A setting that needed a newer TensorRT than any (made so here) is refused by all four alike."""
+    from tritonize.convert.builders import ContainerBuilder, TensorRTApiBuilder, TrtexecBuilder
+    from tritonize.convert.settings import NEEDS, Setting
+    from tritonize.convert.torch_trt import TorchTensorRTBuilder
+    from tritonize.convert.trtexec import trtexec_argv
+    from tritonize.errors import TritonizeError
+    from tritonize.releases import release_info
+
+    monkeypatch.setitem(NEEDS, "workspace_mib", Setting("--workspace", (99, 0)))
+    asked = job(workspace_mib=2048)
+    refusal = "--workspace needs TensorRT 99.0 or newer, the build has 10.8.0.43"
+    trtexec = TrtexecBuilder.__new__(TrtexecBuilder)
+    trtexec.executable, trtexec._version = "trtexec", "10.8.0.43"
+    torch_trt = TorchTensorRTBuilder(manifest=None)
+    monkeypatch.setattr(torch_trt, "_other_torch", lambda: None)
+    for builder in (trtexec, ContainerBuilder(release_info("25.01")), TensorRTApiBuilder(), torch_trt):
+        monkeypatch.setattr(builder, "tensorrt_version", lambda: "10.8.0.43")
+        assert builder.refuses(asked) == refusal, builder.name
+    with pytest.raises(TritonizeError, match="^--workspace needs TensorRT 99.0 or newer"):
+        trtexec_argv(asked, "10.8.0.43")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.convert import build_job
 from tests.conftest import run_cli
 from tritonize.convert.builders import LOG_NAME, ContainerBuilder
 from tritonize.convert.trtexec import BuildJob
@@ -24,7 +25,7 @@ def job(**kw) -> BuildJob:
     base = dict(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
                 input_shape=(3, 224, 224), profile={"min": 1, "opt": 16, "max": 32}, precision="fp32",
                 workspace_mib=1024, timing_cache="timing.cache")
-    return BuildJob(**{**base, **kw})
+    return build_job(**{**base, **kw})
 
 
 @pytest.fixture

@@ -23,8 +23,9 @@ def test_cpu_int8_is_served_only_behind_both_gates(artifacts_copy, photo_dir, tm
     assert len(gates.speed.figures["ratios"]) == 2 and min(gates.speed.figures["variant_infer_s"]) > 0
     # onnxruntime's CPU layout: uint8 activations fold every Relu into the quantization (TensorRT's keeps them).
     ops = [n.op_type for n in onnx.load(str(artifacts_copy / entry.file)).graph.node]
-    assert "Relu" not in ops and ops.count("QuantizeLinear") > 10
-    assert "Relu" in [n.op_type for n in onnx.load(str(artifacts_copy / "model.onnx")).graph.node]
+    fp32 = [n.op_type for n in onnx.load(str(artifacts_copy / "model.onnx")).graph.node]
+    assert "Relu" not in ops and ops.count("QuantizeLinear") >= fp32.count("Conv") >= 3
+    assert "Relu" in fp32
 
     repo = tmp_path / "models"
     built = run_cli("repo", "build", "--artifacts", artifacts_copy, repo, "--no-ensembles")

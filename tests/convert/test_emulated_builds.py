@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -193,13 +194,17 @@ def test_each_tensorrt_version_keeps_its_own_timing_cache(emulated_tensorrt, art
 
 @pytest.mark.parametrize("emulated_tensorrt", ["11.4.0.106"], indirect=True)
 def test_a_host_tensorrt_no_release_runs_gets_the_pins_printed(emulated_tensorrt, artifacts_copy):
-    """N4: the pins of the releases tritonize knows, when this TensorRT matches none of them."""
+    """N4: the pins of the releases tritonize knows, when this TensorRT matches none of them (building for the newest
+    release, named: N37)."""
+    from tritonize.releases import latest_release
+
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
-                     "--builder", "tensorrt")
+                     "--builder", "tensorrt", "--triton-release", latest_release().release)
     assert result.exit_code == 0, result.output
     assert "no release in tritonize's table runs TensorRT 11.4.0.106" in result.output
-    assert ("Triton 24.08 (TensorRT 10.3.0.26): pip install -e '.[gpu,dev]' 'tensorrt-cu12==10.3.0' 'torch-tensorrt==2.5.0' "
-            "'torch==2.5.0' 'torchvision==0.20.0'") in result.output
+    assert ("Triton 24.08 (TensorRT 10.3.0.26; CPython 3.10-3.12, Linux x86_64): pip install -e '.[gpu,dev]' "
+            "'tensorrt-cu12==10.3.0' 'tensorrt-cu12-bindings==10.3.0' 'tensorrt-cu12-libs==10.3.0' "
+            "'torch-tensorrt==2.5.0' 'torch==2.5.0' 'torchvision==0.20.0'") in result.output
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["8.6.1.6"], indirect=True)
@@ -218,9 +223,55 @@ def test_n27_for_a_release_of_unknown_tensorrt_the_builders_tensorrt_decides_the
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
                      "--builder", builder, "--triton-release", "24.01")
     assert result.exit_code == 0, result.output
-    assert "the builder's is 8.6.1: the ONNX is converted to opset 17" in result.output
+    assert "the builder's TensorRT is 8.6.1: the ONNX is converted to opset 17" in result.output
     entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
     assert entry["status"] == "built" and entry["onnx"]["file"] == "model_opset17.onnx" and entry["verification"]["passed"]
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["8.6.1.6"], indirect=True)
+def test_n27_a_convert_sh_written_without_a_builder_gives_trtexec_8_an_onnx_it_reads(emulated_tensorrt, standins,
+                                                                                     artifacts_copy, monkeypatch):
+    """N27's rest: on the CPU box no builder's TensorRT can be probed, and 23.10-24.01's TensorRT (8.6.1) is not in
+    the table, so convert.sh's TensorRT 8 branch was given the opset-18 ONNX, which trtexec 8.6 misreads (here the
+    emulated parser refuses it). A release that may ship TensorRT 8 (none before it in the table has a newer one) gets
+    the opset-17 ONNX, which 8 and 10 read; for a later release, the 8 branch refuses, saying why, instead."""
+    import subprocess
+
+    monkeypatch.setenv("STANDIN_TRT_VERSION", emulated_tensorrt.version)  # the GPU box's trtexec
+    wrote = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4",
+                    "--opt-batch", "2", "--triton-release", "24.01", "--dry-run")  # what the CPU box writes
+    assert wrote.exit_code == 0, wrote.output
+    script = (artifacts_copy / "convert.sh").read_text()
+    assert "--onnx=model_opset17.onnx" in next(line for line in script.splitlines() if line.startswith("  8) "))
+    built = subprocess.run(["bash", str(artifacts_copy / "convert.sh")], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0 and (artifacts_copy / "model.plan").is_file(), built.stdout + built.stderr
+
+    later = artifacts_copy.parent / "later"
+    shutil.copytree(artifacts_copy, later)
+    (later / "model.plan").unlink()
+    assert run_cli("convert", "trt", "--artifacts", later, "--precision", "fp32", "--max-batch", "4", "--opt-batch", "2",
+                   "--triton-release", "26.08", "--dry-run").exit_code == 0
+    refused = subprocess.run(["bash", str(later / "convert.sh")], capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and not (later / "model.plan").exists(), refused.stdout + refused.stderr
+    assert refused.stderr.strip() == (
+        "trtexec of TensorRT 8 misreads model.onnx (opset 18; its ONNX parser reads up to opset 17): build in the "
+        "release's container (bash convert.sh container) or with a TensorRT 10 trtexec")
+
+
+@pytest.mark.parametrize("emulated_tensorrt", ["8.6.1.6"], indirect=True)
+def test_n27_a_tensorrt_8_builder_of_a_version_compatible_plan_for_tensorrt_10_reads_opset_17(emulated_tensorrt,
+                                                                                            standins, artifacts_copy,
+                                                                                            monkeypatch):
+    """N27's rest: trtexec 8.6 building a version-compatible plan for 24.08 (TensorRT 10.3, which loads 8.6's) was
+    given the opset-18 ONNX and refused with the old advice to "target a release with TensorRT 8". The probed
+    builder's TensorRT decides the opset whatever the target's is."""
+    monkeypatch.setenv("STANDIN_TRT_VERSION", emulated_tensorrt.version)
+    result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32", "--max-batch", "4",
+                     "--opt-batch", "2", "--builder", "trtexec", "--triton-release", "24.08", "--version-compatible")
+    assert result.exit_code == 0, result.output
+    assert "target a release with TensorRT 8" not in result.output
+    entry = manifest(artifacts_copy)["artifacts"]["tensorrt"]
+    assert entry["status"] == "built" and entry["onnx"]["file"] == "model_opset17.onnx"
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)

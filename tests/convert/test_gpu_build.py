@@ -38,6 +38,7 @@ def test_version_compatible_plan_passes_the_plan_check(artifacts_copy):
     assert entry["status"] == "built" and entry["options"]["version_compatible"]
 
 
+@pytest.mark.requires_torch_tensorrt
 def test_n23_a_torch_tensorrt_plan_is_served_under_its_engines_names(artifacts_copy, tmp_path):
     """N23: the dynamo frontend (torch-tensorrt 2.5+) names the engine's input after the program's placeholder (`x`)
     and its output `output0` (pytorch/TensorRT v2.5.0 py/torch_tensorrt/dynamo/conversion/_TRTInterpreter.py,

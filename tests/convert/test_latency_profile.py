@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.convert import build_job
 from tests.conftest import error_line, run_cli
 from tests.convert.test_emulated_builds import manifest, plan_header, target
 
@@ -66,8 +67,9 @@ def test_trtexec_argv_of_two_profiles():
     from tritonize.convert.trtexec import BuildJob, trtexec_argv
     from tritonize.errors import TritonizeError
 
-    job = BuildJob("model.onnx", "model.plan", "input", "output", (3, 8, 8), {"min": 1, "opt": 16, "max": 32}, "fp32",
-                   1024, "timing.cache", latency={"min": 1, "opt": 2, "max": 4})
+    job = build_job(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
+                    input_shape=(3, 8, 8), profile={"min": 1, "opt": 16, "max": 32}, precision="fp32", workspace_mib=1024,
+                    timing_cache="timing.cache", latency={"min": 1, "opt": 2, "max": 4})
     argv = trtexec_argv(job, "10.5.0")
     assert argv[3:11] == ["--profile=0", "--minShapes=input:1x3x8x8", "--optShapes=input:16x3x8x8",
                           "--maxShapes=input:32x3x8x8", "--profile=1", "--minShapes=input:1x3x8x8",

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.convert import build_job
 from tritonize.convert.plan_check import check_engine_io
 from tritonize.errors import TritonizeError
 
@@ -31,7 +32,7 @@ def _emulated_plan(tmp_path, version_compatible=False):
     from tritonize.convert.trtexec import BuildJob
 
     tiny_classifier(tmp_path / "tiny.onnx")
-    job = BuildJob(onnx_file="tiny.onnx", plan_file="tiny.plan", input_name="images", output_name="logits",
+    job = build_job(onnx_file="tiny.onnx", plan_file="tiny.plan", input_name="images", output_name="logits",
                    input_shape=(3, 16, 16), profile={"min": 1, "opt": 2, "max": 4}, precision="fp32",
                    workspace_mib=64, timing_cache="timing.cache", version_compatible=version_compatible)
     plan = tmp_path / "tiny.plan"

@@ -105,8 +105,10 @@ def test_a_refused_target_names_the_rule_and_the_pins(capsys):
         check_target("trtexec", "10.5.0.18", release_info("24.08"), False)
     assert str(error.value) == (
         "trtexec has TensorRT 10.5.0.18 but Triton 24.08 runs TensorRT 10.3.0.26: the plan would not deserialize there; "
-        "use --builder container, or a TensorRT that matches (Triton 24.08 (TensorRT 10.3.0.26): pip install -e "
-        "'.[gpu,dev]' 'tensorrt-cu12==10.3.0' 'torch-tensorrt==2.5.0' 'torch==2.5.0' 'torchvision==0.20.0'), or --version-compatible with a TensorRT of 8.6 or newer and "
+        "use --builder container, or a TensorRT that matches (Triton 24.08 (TensorRT 10.3.0.26; CPython 3.10-3.12, "
+        "Linux x86_64): pip install -e '.[gpu,dev]' 'tensorrt-cu12==10.3.0' 'tensorrt-cu12-bindings==10.3.0' "
+        "'tensorrt-cu12-libs==10.3.0' 'torch-tensorrt==2.5.0' 'torch==2.5.0' 'torchvision==0.20.0'), or "
+        "--version-compatible with a TensorRT of 8.6 or newer and "
         "not newer than 10.3.0.26 (across majors only 8 -> 10, 10 -> 11)")
     check_target("trtexec", "10.4.0.26", release(None), True)  # version-compatible: 24.10 and later run it
     said = capsys.readouterr().err

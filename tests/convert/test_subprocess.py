@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.convert import build_job
 from tritonize.convert import trtexec
 from tritonize.convert.builders import LOG_NAME, TrtexecBuilder, pick_builders
 from tritonize.convert.trtexec import BuildJob, run_trtexec, trtexec_argv
@@ -20,7 +21,7 @@ from tritonize.errors import TritonizeError
 
 @pytest.fixture
 def job() -> BuildJob:
-    return BuildJob(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
+    return build_job(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
                     input_shape=(3, 224, 224), profile={"min": 1, "opt": 16, "max": 32}, precision="fp16",
                     workspace_mib=1024, timing_cache="timing.cache")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.convert import build_job
 from tritonize.convert.builders import plan_from_onnx
 from tritonize.convert.trtexec import BuildJob
 
@@ -70,7 +71,7 @@ def test_tensorrt_builder_asks_only_for_what_each_version_has(version, precision
     """plan_from_onnx is built with each version's real names; every flag Polygraphy will set by name
     for this configuration exists there; TF32 is cleared for FP32 on every version (11 included) and kept
     for FP16 and INT8, as trtexec and torch-tensorrt builds do."""
-    job = BuildJob(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
+    job = build_job(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",
                    input_shape=(3, 224, 224), profile={"min": 1, "opt": 4, "max": 8}, precision=precision,
                    workspace_mib=4096, timing_cache="timing.cache", version_compatible=True,
                    hardware_compatibility="ampere+", fp32_layers=fp32_layers)

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from tests.convert import build_job
 from tritonize.convert.trtexec import BuildJob, parse_banner_version, probe_trtexec, trtexec_argv
 from tritonize.errors import TritonizeError
 
@@ -22,7 +23,7 @@ def job(precision="fp16", **kw) -> BuildJob:
     base = dict(onnx_file="model_fp16.onnx", plan_file="model.plan", input_name="input", output_name="output",
                 input_shape=(3, 224, 224), profile={"min": 1, "opt": 16, "max": 32}, precision=precision,
                 workspace_mib=4096, timing_cache="timing.cache")
-    return BuildJob(**{**base, **kw})
+    return build_job(**{**base, **kw})
 
 
 @pytest.mark.parametrize("version", ["8.6.3", "10.5.0", "11.0.0"])

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from tests.conftest import SMALL_ARCH, run_cli
+from tests.conftest import SMALL, SMALL_ARCH, SMALL_LABELS, run_cli
 from tests.interrupt import killed_after_rename, stop_at_rename
 from tritonize.errors import TritonizeError
 from tritonize.export import ExportOptions, export_artifacts
@@ -37,6 +37,7 @@ def test_export_writes_verified_artifacts_and_manifest(small_artifacts):
     assert m["model"]["preprocessing"]["resize"] == 256 and m["model"]["preprocessing"]["crop"] == 224
     assert m["model"]["preprocessing"]["std"] == [0.229, 0.224, 0.225]
     assert len(m["labels"]) == 1000 and m["labels"][1] == "goldfish" and "labels" not in m["model"]
+    assert m["model"]["source"] == "code" and m["model"]["labels_source"] == f"--labels {SMALL_LABELS}"
     assert m["tritonize"] == version("tritonize") and list(m)[-2:] == ["artifacts", "labels"]  # labels last
     for key, name in (("torchscript", "model.pt"), ("onnx", "model.onnx")):
         entry = m["artifacts"][key]
@@ -102,7 +103,7 @@ def test_the_exported_program_keeps_a_dynamic_batch(small_artifacts):
 def test_formats_are_a_list_and_the_exported_program_is_asked_for(tmp_path):
     """The default writes what Triton serves (TorchScript, ONNX); the .pt2 only when asked for."""
     assert ExportOptions().formats == ("torchscript", "onnx")
-    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--max-batch", "2", "--artifacts", tmp_path,
+    result = run_cli("export", *SMALL, "--max-batch", "2", "--artifacts", tmp_path,
                      "--format", " exported_program, torchscript")
     assert result.exit_code == 0, result.output
     assert sorted(_manifest(tmp_path)["artifacts"]) == ["exported_program", "torchscript"]
@@ -157,8 +158,8 @@ def test_ctrl_c_before_publishing_leaves_the_previous_artifacts_and_no_temporary
     name, right before the first publish step (its entry recorded as pending)."""
 
     before = {name: sha256_file(artifacts_copy / name) for name in ("model.pt", "manifest.json")}
-    status = stop_at_rename(artifacts_copy, "before", 1, "ctrl-c", "export", "--format", "torchscript", "--arch",
-                            SMALL_ARCH, "--weights", "none", "--max-batch", "2", "--artifacts", artifacts_copy)
+    status = stop_at_rename(artifacts_copy, "before", 1, "ctrl-c", "export", "--format", "torchscript", *SMALL,
+                            "--max-batch", "2", "--artifacts", artifacts_copy)
     assert status not in (None, 0)
     assert {name: sha256_file(artifacts_copy / name) for name in before} == before
     assert _leftovers(artifacts_copy) == []
@@ -173,7 +174,7 @@ def test_export_killed_between_publish_steps_never_disagrees_with_its_manifest(a
 
     repo = tmp_path / "models"
     build_repository(artifacts_copy, repo, RepoOptions(kind="cpu", models=("torch_model",), warmup=False, ensembles=False))
-    export = ["export", "--format", "torchscript", "--arch", SMALL_ARCH, "--weights", "none", "--max-batch", "2",
+    export = ["export", "--format", "torchscript", *SMALL, "--max-batch", "2",
               "--artifacts", artifacts_copy]
     before = sha256_file(artifacts_copy / "model.pt")
     for renames in (1, 2, 3):  # each export starts from what the killed one before it left
@@ -194,7 +195,7 @@ def test_export_killed_between_publish_steps_never_disagrees_with_its_manifest(a
 
 def test_rerun_skips_up_to_date_artifacts(artifacts_copy):
     before = (artifacts_copy / "model.onnx").stat().st_mtime_ns
-    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts_copy)
+    result = run_cli("export", *SMALL, "--artifacts", artifacts_copy)
     assert result.exit_code == 0, result.output
     assert "up to date" in result.output
     assert (artifacts_copy / "model.onnx").stat().st_mtime_ns == before
@@ -210,7 +211,7 @@ def test_an_up_to_date_export_removes_what_a_killed_one_left_and_names_what_a_ru
     running = artifacts_copy / f".model.pt.tmp-{os.getppid()}"  # the temporary of an export that still runs
     for path in (killed, running):
         path.write_bytes(b"half-written")
-    result = run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts_copy)
+    result = run_cli("export", *SMALL, "--artifacts", artifacts_copy)
     assert result.exit_code == 0 and "model.onnx is up to date" in result.output, result.output
     assert _leftovers(artifacts_copy) == [running.name]
     assert f"removed {killed.name}, left by an interrupted run (pid {dead.pid})" in result.output
@@ -254,7 +255,7 @@ def test_unknown_arch(tmp_path):
 
 
 def test_unknown_weights_name(tmp_path):
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", "IMAGENET9K", "--artifacts", tmp_path),
+    _one_line_error(run_cli("export", "--arch", "resnet18", "--weights", "IMAGENET9K", "--artifacts", tmp_path),
                     "unknown weights", "IMAGENET1K_V1")
 
 
@@ -267,8 +268,8 @@ def test_unreadable_checkpoint(tmp_path):
 
 def test_checkpoint_of_another_arch(tmp_path):
     torch.save(build_model(resolve_spec("resnet34", "none")).state_dict(), tmp_path / "r34.pth")
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", tmp_path / "r34.pth", "--artifacts", tmp_path / "o"),
-                    "does not match resnet18")
+    _one_line_error(run_cli("export", "--arch", "resnet18", "--weights", tmp_path / "r34.pth", "--artifacts", tmp_path / "o"),
+                    "does not match resnet18", "not in the model: layer1.2.conv1.weight")
 
 
 def test_missing_checkpoint_file(tmp_path):
@@ -278,7 +279,7 @@ def test_missing_checkpoint_file(tmp_path):
 
 def test_unwritable_output_directory(tmp_path):
     (tmp_path / "a-file").write_text("x")
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", tmp_path / "a-file" / "out"),
+    _one_line_error(run_cli("export", *SMALL, "--artifacts", tmp_path / "a-file" / "out"),
                     "cannot write to output directory")
 
 
@@ -300,7 +301,7 @@ def _online() -> bool:
 @pytest.mark.skipif(_online(), reason="the machine is online: default weights would download")
 def test_default_weights_offline_give_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))  # no cached weights
-    _one_line_error(run_cli("export", "--arch", SMALL_ARCH, "--artifacts", tmp_path / "o"),
+    _one_line_error(run_cli("export", "--arch", "resnet18", "--artifacts", tmp_path / "o"),
                     "cannot download pretrained weights", "--weights none")
     assert not (tmp_path / "o" / "model.onnx").exists()
 

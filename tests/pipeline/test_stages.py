@@ -1,5 +1,5 @@
-"""`tritonize build`: every stage for real on resnet18, then re-runs that redo exactly the stages whose inputs changed;
-with the PyTorch 2 package, on the tiny model compiled once per run."""
+"""`tritonize build`: every stage for real on the suite's classifier, then re-runs that redo exactly the stages whose
+inputs changed; with the PyTorch 2 package, on the classifier compiled once per run (`aoti_artifacts`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.conftest import AOTI_ARCH, SMALL_ARCH, run_cli
+from tests.conftest import SMALL, run_cli
 
 STAGES = ("export", "convert", "repo build", "repo check")
 
@@ -26,8 +26,8 @@ def _statuses(output: str) -> dict[str, str]:
 
 def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
     artifacts, repo = tmp_path / "build", tmp_path / "models"
-    # A release that serves no PyTorch 2 package: resnet18 is not compiled here (test_build_with_the_package is)
-    args = ["build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", artifacts, repo, "--triton-release", "26.04"]
+    # A release that serves no PyTorch 2 package: nothing compiled here (the run's one compile is `aoti_artifacts`)
+    args = ["build", *SMALL, "--artifacts", artifacts, repo, "--triton-release", "26.04"]
     first = run_cli(*args)
     assert first.exit_code == 0, first.output
     assert "no aoti_model: Triton 26.04 cannot serve aoti_model: its pytorch backend serves a PT2 package" in first.output
@@ -82,7 +82,7 @@ def test_build_runs_every_stage_then_redoes_exactly_what_changed(tmp_path):
 
 
 def test_bad_profile_is_refused_before_any_work(tmp_path):
-    result = run_cli("build", "--arch", SMALL_ARCH, "--weights", "none", "--artifacts", tmp_path / "b",
+    result = run_cli("build", *SMALL, "--artifacts", tmp_path / "b",
                      tmp_path / "m", "--min-batch", "8", "--opt-batch", "4")
     assert result.exit_code == 1
     assert "min <= opt <= max" in result.output
@@ -100,8 +100,7 @@ def test_build_with_the_package_serves_four_classifiers_that_agree(emulated_tens
     from tritonize.serve.embedded import embedded_server
 
     repo = tmp_path / "models"
-    built = run_cli("build", *AOTI_ARCH, "--max-batch", "8", "--opt-batch", "4", "--precision", "fp32",
-                    "--artifacts", aoti_copy, repo)
+    built = run_cli("build", *SMALL, "--precision", "fp32", "--artifacts", aoti_copy, repo)
     assert built.exit_code == 0, built.output
     statuses = {stage: _status(built.output, stage) for stage in ("export", "convert aoti", "convert", "repo build")}
     assert statuses == {"export": "up to date", "convert aoti": "up to date", "convert": "done", "repo build": "done"}

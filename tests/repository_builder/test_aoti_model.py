@@ -38,9 +38,9 @@ def test_the_package_is_served_as_triton_s_pytorch_backend_reads_it(built, aoti_
     entry = Manifest.load(aoti_copy).aoti
     cfg = parse_config(built / "aoti_model" / "config.pbtxt")
     assert (cfg.backend, cfg.platform) == ("pytorch", "torch_aoti")
-    assert [(t.name, list(t.dims)) for t in cfg.input] == [("ARGS[0]", [3, 64, 64])]
+    assert [(t.name, list(t.dims)) for t in cfg.input] == [("ARGS[0]", [3, 224, 224])]
     assert [(t.name, list(t.dims), t.label_filename) for t in cfg.output] == [("RESULT", [1000], "labels.txt")]
-    assert cfg.max_batch_size == 8 and list(cfg.dynamic_batching.preferred_batch_size) == [4, 8]
+    assert cfg.max_batch_size == 32 and list(cfg.dynamic_batching.preferred_batch_size) == [4, 8, 16, 32]
     assert [g.kind for g in cfg.instance_group] == [2]  # KIND_CPU: a CPU package runs nowhere else
     params = {k: v.string_value for k, v in cfg.parameters.items()}
     assert (params["source.triton_release"], params["source.device"], params["source.torch_version"]) == (
@@ -62,8 +62,8 @@ def test_before_26_07_it_is_served_without_batching_and_repo_check_refuses_batch
     assert "# Triton 26.05's pytorch backend does not batch torch_aoti models (from 26.07): max_batch_size 0" in text
     cfg = parse_config(repo / "aoti_model" / "config.pbtxt")
     assert cfg.max_batch_size == 0 and not cfg.HasField("dynamic_batching")
-    assert list(cfg.input[0].dims) == [1, 3, 64, 64] and list(cfg.output[0].dims) == [1, 1000]
-    assert [(w.batch_size, list(w.inputs["ARGS[0]"].dims)) for w in cfg.model_warmup] == [(1, [1, 3, 64, 64])]
+    assert list(cfg.input[0].dims) == [1, 3, 224, 224] and list(cfg.output[0].dims) == [1, 1000]
+    assert [(w.batch_size, list(w.inputs["ARGS[0]"].dims)) for w in cfg.model_warmup] == [(1, [1, 3, 224, 224])]
     assert parse_config(repo / "aoti_classifier" / "config.pbtxt").max_batch_size == 0
     assert _findings(repo, aoti_copy) == []
 

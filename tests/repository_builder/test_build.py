@@ -1,4 +1,4 @@
-"""`tritonize repo build` on real resnet18 artifacts: the configs parse back through Triton's schema."""
+"""`tritonize repo build` on real artifacts (the suite's classifier): the configs parse back through Triton's schema."""
 
 from __future__ import annotations
 
@@ -182,9 +182,10 @@ def test_the_served_batch_bound_is_the_verified_one_built_checked_and_served(art
 
     if "MUTANT_UNDER_TEST" in os.environ:  # the server's preprocess model would run mutmut's copies, which need its state
         pytest.skip("runs a real server on the repository's copies of the modules: not under make mutation")
-    arch = Manifest.load(artifacts_copy).model.arch  # resnet18; squeezenet1_1 under `make mutation`
-    exported = run_cli("export", "--format", "onnx", "--arch", arch, "--weights", "none", "--max-batch", "8",
-                       "--artifacts", artifacts_copy)
+    model = Manifest.load(artifacts_copy).model  # the suite's classifier; squeezenet1_1 under `make mutation`
+    labels = model.labels_source.removeprefix("--labels ")  # the same model: its labels from the same file
+    exported = run_cli("export", "--format", "onnx", "--arch", model.arch, "--weights", "none", "--max-batch", "8",
+                       *(["--labels", labels] if labels != model.labels_source else []), "--artifacts", artifacts_copy)
     assert exported.exit_code == 0, exported.output
     repo = tmp_path / "models"
     built = run_cli("repo", "build", "--artifacts", artifacts_copy, repo, "--kind", "cpu", "--no-warmup")

@@ -97,10 +97,10 @@ def test_the_gpu_extra_leaves_tensorrt_to_the_release_pins():
     """N4: the `gpu` extra's `torch-tensorrt>=2.4` resolved to 2.14, which pins TensorRT 11.1 for CUDA 13, a
     TensorRT no release in the table runs. The extra pins neither; the release data says what matches."""
     import re
-    import tomllib
-    from pathlib import Path
 
-    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    from tests.pyproject import pyproject as read_pyproject
+
+    pyproject = read_pyproject()
     assert not any(re.match(r"(tensorrt|torch-tensorrt)\b", d) for d in pyproject["project"]["optional-dependencies"]["gpu"])
     assert (release_info("24.08").tensorrt_pip, release_info("24.08").torch_tensorrt_pip) == (
         "tensorrt-cu12==10.3.0", "torch-tensorrt==2.5.0")

@@ -159,13 +159,14 @@ def test_the_front_keeps_a_connection_for_several_requests(server):
         connection.close()
 
 
-def test_the_front_answers_while_no_tritonserver_listens():
+def test_the_front_answers_while_no_tritonserver_listens(tmp_path):
     """Between a crash and the new server: 503 on HTTP, tritonize's own metrics on the metrics port."""
-    from tritonize.serve.front import Front
+    from tritonize.serve.front import Front, Upstream
     from tritonize.serve.process import choose_ports
 
-    ports, nobody = choose_ports("127.0.0.1", None, None, None), choose_ports("127.0.0.1", None, None, None)
-    front = Front("127.0.0.1", ports.http, ports.metrics, (nobody.http, nobody.metrics), lambda: "tritonize_x 1\n")
+    ports = choose_ports("127.0.0.1", None, None, None)
+    front = Front("127.0.0.1", (ports.http, ports.grpc, ports.metrics), Upstream(tmp_path),
+                  samples=lambda: "tritonize_x 1\n")
     front.start()
     try:
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -175,3 +176,16 @@ def test_the_front_answers_while_no_tritonserver_listens():
             assert response.read() == b"tritonize_x 1\n"
     finally:
         front.stop()
+
+
+@pytest.mark.parametrize("blob", [b"not an image at all", b"\x89PNG\r\n\x1a\n" + b"\0" * 40], ids=["text", "truncated-png"])
+def test_a_bad_image_is_the_clients_error_400_not_500(server, blob):
+    """The preprocess model refuses what it cannot decode as INVALID_ARG: HTTP 400 (gRPC INVALID_ARGUMENT), not the
+    server's fault (500)."""
+    import base64
+
+    body = json.dumps({"inputs": [{"name": "IMAGE", "shape": [1, 1], "datatype": "BYTES",
+                                   "data": [base64.b64encode(blob).decode()]}]}).encode()
+    status, answer = _post(server.http_url, "/v2/models/onnx_classifier/infer", body, "application/json")
+    assert status == 400 and "IMAGE" in json.loads(answer)["error"], (status, answer[:300])
+    _serves(server)

@@ -52,9 +52,13 @@ def _infer_concurrently(client, model: str, inputs: list[np.ndarray]) -> list:
 
 @pytest.fixture(scope="module")
 def local_onnx(small_artifacts):
+    return _onnx_runner(small_artifacts)
+
+
+def _onnx_runner(artifacts):
     import onnxruntime as ort
 
-    session = ort.InferenceSession(str(small_artifacts / "model.onnx"), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(artifacts / "model.onnx"), providers=["CPUExecutionProvider"])
     return lambda x: session.run(["output"], {"input": x})[0]
 
 
@@ -177,12 +181,14 @@ def test_metrics_count_inferences(small_server, client):
 
 
 @pytest.fixture(scope="module")
-def batching_server(small_artifacts, tmp_path_factory):
-    """onnx_model with a 20 ms queue delay (dynamic batching is invisible at 100 us on CPU) and two instances."""
+def batching_server(resnet18_artifacts, tmp_path_factory):
+    """onnx_model with a 20 ms queue delay (dynamic batching is invisible at 100 us on CPU) and two instances.
+    resnet18, not the suite's classifier: requests queue, and so batch, only behind instances that are busy (the
+    suite's classifier answers a request in about the time it takes to send one)."""
     from tritonize.repository_builder import RepoOptions, build_repository
 
     repo = tmp_path_factory.mktemp("batching") / "models"
-    build_repository(small_artifacts, repo,
+    build_repository(resnet18_artifacts, repo,
                             RepoOptions(kind="cpu", queue_delay_us=20_000, instances=2, models=("onnx_model",), warmup=False,
                                         ensembles=False))
     with embedded_server(repo) as info:
@@ -194,8 +200,10 @@ def _onnx_stats(client) -> tuple[int, int]:
     return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
 
 
-def test_dynamic_batching_under_concurrency(batching_server, local_onnx):
+def test_dynamic_batching_under_concurrency(batching_server, resnet18_artifacts):
     import tritonclient.grpc as grpcclient
+
+    local_onnx = _onnx_runner(resnet18_artifacts)
 
     inputs = [_inputs(1, seed=100 + i) for i in range(48)]
     with grpcclient.InferenceServerClient(batching_server.grpc_url) as client:

@@ -25,7 +25,10 @@ EMULATED_CONFIG = "emulated"
 
 
 def built_repository(emulation, artifacts: Path, repo: Path, builder: str = "tensorrt") -> Path:
-    release = ["--triton-release", emulation.release] if emulation.release else []
+    from tritonize.releases import latest_release
+
+    # 11.x: no release in the table runs it; a host build for the newest (TensorRT unknown) needs it named (N37)
+    release = ["--triton-release", emulation.release or latest_release().release]
     result = run_cli("convert", "trt", "--artifacts", artifacts, "--precision", "fp32", "--min-batch", "1", "--opt-batch", "2",
                      "--max-batch", "4", "--builder", builder, *release)
     assert result.exit_code == 0, result.output

@@ -32,7 +32,8 @@ would misbehave, not only where it would refuse:
   for real. It is the tritonserver 2.51 that tritonize's embedded engine runs, with the same Python-based
   backends standing in for the image's native ones, on the mounted repository and the published ports;
   the options the image's would get from its defaults on a GPU machine and cannot have here are added
-  (the backend directory, no GPU metrics, no pinned memory). It execs the real binary, so the container's
+  (the backend directory, no GPU metrics, no pinned memory). Given `--*-address=unix:PATH` (all three, no port
+  published), it listens on those sockets, PATH a container path in a mounted directory. It execs the real binary, so the container's
   PID 1 is tritonserver itself, as with the image's `exec "$@"`. Its processes are host processes with the
   host's /dev/shm (--ipc=host), as a local engine's are.
 """
@@ -252,7 +253,15 @@ def serve(release, args, mounts):
     from tritonize.serve.embedded import EXIT_TIMEOUT_S, BundledTriton, assemble_backend_dir, stub_environment
 
     publish = {int(k): v for k, v in json.loads(os.environ["STANDIN_PUBLISH"]).items()}
-    if sorted(publish) != [8000, 8001, 8002]:
+    sockets = {name: value.removeprefix("unix:") for name, _, value in (a.partition("=") for a in args)
+               if name.endswith("-address") and value.startswith("unix:")}
+    if sockets:  # on Unix sockets in a mounted directory: no port to publish
+        if publish or len(sockets) != 3:
+            die(f"stand-in: tritonserver on Unix sockets publishes no port and puts all three there (got {args})")
+        for name, path in sockets.items():
+            if in_container(path, mounts) is None:
+                die(f"stand-in: {name} {path} is not in a mounted directory: the host cannot reach the socket")
+    elif sorted(publish) != [8000, 8001, 8002]:
         die(f"stand-in: publish tritonserver's ports 8000, 8001 and 8002 (got {sorted(publish)})")
     trt = json.loads(os.environ.get("STANDIN_IMAGE_TRT", "{}")).get(release)
     root = Path(os.environ["STANDIN_CONTAINER_ROOT"])
@@ -266,13 +275,15 @@ def serve(release, args, mounts):
     argv = [str(triton.binary), f"--model-repository={repository}",
             f"--backend-directory={assemble_backend_dir(triton, root / 'backends')}",
             "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0", f"--exit-timeout-secs={EXIT_TIMEOUT_S}"]
-    for port, kind in ((8000, "http"), (8001, "grpc"), (8002, "metrics")):
+    for port, kind in ((8000, "http"), (8001, "grpc"), (8002, "metrics")) if not sockets else ():
         address, host_port = publish[port]
         argv += [f"--{kind}-port={host_port}", f"--{kind}-address={address}"]
     for arg in args:
         name, eq, value = arg.partition("=")
         if name == "--model-repository" or name in NEWER_THAN_BUNDLED:
             continue
+        if name in sockets:
+            value = "unix:" + in_container(sockets[name], mounts)
         if name in ("--grpc-server-cert", "--grpc-server-key", "--grpc-root-cert"):
             value = in_container(value, mounts)  # checked by `tritonserver`: mounted
         argv.append(f"{name}{eq}{value}")

@@ -9,6 +9,7 @@ from typing import Sequence
 from tritonize.images import DEFAULT_MAX_PIXELS, load_images
 from tritonize.client.connection import PartialResult, Connection
 from tritonize.console import table
+from tritonize.sources.labels import are_placeholders
 from tritonize.verify import softmax, topk
 
 
@@ -21,6 +22,7 @@ class ClassifyReport:
     failures: list[str] = field(default_factory=list)  # one line per unreadable file
     error: str | None = None  # the server failed midway; predictions hold what came back before
     weights: str = ""  # what the model was built from (source.weights); "none": random init, labels mean nothing
+    unnamed: bool = False  # the model's labels are placeholders (`class N` is output N): it was given none
 
     @property
     def warning(self) -> str | None:
@@ -31,6 +33,7 @@ class ClassifyReport:
 
     def to_dict(self) -> dict:
         return {"model": self.model, "url": self.url, "preprocess": self.preprocess, "weights": self.weights,
+                "labels": "placeholders" if self.unnamed else "named",
                 "predictions": self.predictions, "failures": self.failures, "error": self.error}
 
     def to_text(self) -> str:
@@ -39,6 +42,9 @@ class ClassifyReport:
             rows = [(f"{i}.", t["label"], f"{t['probability']:.4f}") for i, t in enumerate(p["top_k"], 1)]
             blocks.append(f"{p['image']}  ({self.model}, {self.preprocess} preprocessing)\n"
                           + table(("#", "label", "probability"), rows))
+        if self.unnamed and blocks:
+            blocks.append(f"({self.model} has no label names: `class N` is its output N; export it with --labels FILE "
+                          "to name them)")
         return "\n".join(blocks)
 
 
@@ -52,6 +58,7 @@ def classify(connection: Connection, model: str, paths: Sequence[Path], top_k: i
     if not images.arrays:
         return report
     labels = connection.labels(info)
+    report.unnamed = are_placeholders(labels)
     rejected: dict[int, str] = {}
     try:
         logits = connection.infer_all(info, images.arrays, rejected=rejected)

@@ -49,11 +49,10 @@ def classify_command(
     preprocess: Preprocess = None,
 ) -> None:
     """Top-k labels and probabilities per image, preprocessed by the contract the model's config carries."""
-    from tritonize.client.classify import classify
-    from tritonize.client.connection import Connection
+    from tritonize import api
 
-    with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
-        report = classify(connection, model, images, top_k, max_pixels, preprocess)
+    report = api.client_classify(images, model=model, top_k=top_k, url=url, control_key_file=control_key_file,
+                                 tls_ca=tls_ca, timeout=timeout, max_pixels=max_pixels, preprocess=preprocess)
     if report.warning:
         typer.secho(f"warning: {report.warning}", err=True, fg=typer.colors.YELLOW)
     _show_failures(report.failures)
@@ -84,12 +83,11 @@ def compare_command(
     """Send the same images to several models, or one model along several preprocessing paths, and compare
     logits, top-1/top-5, KL and latency. --models default: every READY classifier that takes the FP32 tensor
     (every classifier model of the repository, not its ensembles)."""
-    from tritonize.client.compare import compare_models
-    from tritonize.client.connection import Connection
+    from tritonize import api
 
-    with Connection(url, timeout, key_file=control_key_file, tls_ca=tls_ca) as connection:
-        report = compare_models(connection, images, items(models, "--models") or None, repeat, min_top1_agreement,
-                                max_pixels, items(preprocess_paths, "--preprocess-paths") or None)
+    report = api.client_compare(images, models=models, repeat=repeat, min_top1_agreement=min_top1_agreement, url=url,
+                                control_key_file=control_key_file, tls_ca=tls_ca, timeout=timeout,
+                                max_pixels=max_pixels, preprocess_paths=preprocess_paths)
     _show_failures(report.failures)
     typer.echo(json.dumps(report.to_dict(), indent=2) if as_json else report.to_text())
     _finish(report.failures, len(images), report.error)

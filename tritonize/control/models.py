@@ -53,9 +53,17 @@ class ModelControl:
             raise TritonizeError(f"{what}: {clean_reason(e.message() or short_reason(e))}") from None
 
     def index(self) -> list[ModelState]:
+        """The repository index, and the models loaded that it lacks: a key holder may load a model with files of its
+        own (`file:1/model.py` in the load request), which Triton serves but leaves out of the index; its
+        statistics list it."""
         index = self._call("get_model_repository_index", as_json=True, what="the repository index")
-        return sorted((ModelState(m["name"], m.get("version", ""), *index_state(m)) for m in index.get("models", [])),
-                      key=lambda m: m.name)
+        models = {m["name"]: ModelState(m["name"], m.get("version", ""), *index_state(m)) for m in index.get("models", [])}
+        statistics = self._call("get_inference_statistics", as_json=True, what="the statistics")
+        for m in statistics.get("model_stats", []):
+            if m["name"] not in models:
+                models[m["name"]] = ModelState(m["name"], m.get("version", ""), "READY",
+                                               "loaded with files of its own, not in the repository")
+        return sorted(models.values(), key=lambda m: m.name)
 
     def state(self, name: str) -> ModelState:
         """The model's entry; a name the repository does not have is an error listing those it has."""
@@ -86,14 +94,18 @@ class ModelControl:
         self.state(name)
         self._call("unload_model", name, what=f"unload {name}")
         deadline = time.monotonic() + self.connection.timeout
-        while wait and (model := self.state(name)).state in ("READY", "UNLOADING"):
+        while wait and (model := self._find(name)).state in ("READY", "UNLOADING"):
             if time.monotonic() > deadline:
                 raise TritonizeError(
                     f"{name} is still {model.state} after {self.connection.timeout:g} s: requests hold it (after a "
                     f"request failed on a dead instance it never finishes); `tritonize models load {name}` "
                     "serves it again meanwhile")
             time.sleep(UNLOAD_POLL_S)
-        return self.state(name)
+        return self._find(name)
+
+    def _find(self, name: str) -> ModelState:
+        """The model's entry; one loaded with files of its own (no entry once unloaded) is UNAVAILABLE, unloaded."""
+        return next((m for m in self.index() if m.name == name), ModelState(name, "", "UNAVAILABLE", "unloaded"))
 
     def reload(self, name: str) -> ModelState:
         """Unload, then load at once: brings back a model whose instance died (a plain load of an

@@ -62,10 +62,11 @@ def target_release(choice: str | None) -> Release:
     return release
 
 
-def convert_aoti(artifacts: Path, options: AotiOptions = AotiOptions()) -> StageResult:
+def convert_aoti(artifacts: Path, options: AotiOptions = AotiOptions(), model=None) -> StageResult:
     """Compile, verify and publish the package, recording the manifest's `aoti` entry; `waiting_for_gpu` for a GPU
     package where torch sees no GPU, `up_to_date` when the recorded package is for the same ExportedProgram,
-    compiler, device, release and batch (unless `options.force`)."""
+    compiler, device, release and batch (unless `options.force`). `model`: the eager module to verify against (the
+    Python API's), else the spec's source builds it."""
     import torch
 
     out = ensure_writable_dir(Path(artifacts), "--artifacts")
@@ -102,16 +103,16 @@ def convert_aoti(artifacts: Path, options: AotiOptions = AotiOptions()) -> Stage
         say(f"  ! torch sees no GPU here: the GPU package is compiled on the GPU box; manifest entry "
             f"'{AOTI_MODEL.artifact}' is waiting_for_gpu")
         return StageResult("convert aoti", StageStatus.waiting_for_gpu, waiting)
-    entry = _compile(manifest, program, spec, wanted, max_batch)
+    entry = _compile(manifest, program, spec, wanted, max_batch, model)
     return StageResult("convert aoti", StageStatus.done, _detail(entry))
 
 
-def _compile(manifest: Manifest, program, spec, wanted: Package, max_batch: int) -> Package:
+def _compile(manifest: Manifest, program, spec, wanted: Package, max_batch: int, model=None) -> Package:
     import torch
 
     final = manifest.directory / PACKAGE_NAME
     with step(f"build {spec.arch} for the reference outputs (PyTorch eager, batch {max_batch})") as built:
-        model = build_model(spec)
+        model = build_model(spec) if model is None else model
         pre = spec.preprocessing
         inputs = verification_inputs(spec.input_shape, max_batch, pre.mean, pre.std)
         with torch.inference_mode():

@@ -68,8 +68,9 @@ class Builder:
         raise NotImplementedError
 
     def refuses(self, job: BuildJob) -> str | None:
-        """Why this builder cannot honour `job` (asked only when it can run), else None."""
-        return None
+        """Why this builder cannot honour `job` (asked only when it can run), else None: by default, a setting its
+        TensorRT does not have (settings.NEEDS)."""
+        return job.settings.needs(self.tensorrt_version())
 
     def tensorrt_version(self) -> str:
         raise NotImplementedError
@@ -81,7 +82,7 @@ class Builder:
                timeout_s: float, profile: int = 0) -> VerificationReport:
         """Run the plan where its TensorRT is, in optimization profile `profile`, and compare it with onnxruntime FP32."""
         return verify_plan(plan, engine_io, check.inputs, check.reference, check.tolerance, check.batches,
-                           check.described, built_with=version, version_compatible=job.version_compatible,
+                           check.described, built_with=version, version_compatible=job.settings.version_compatible,
                            profile=profile)
 
 
@@ -111,7 +112,7 @@ class TrtexecBuilder(Builder):
         return None
 
     def refuses(self, job):
-        return profiles_problem(job, version_tuple(self._version)[0])
+        return profiles_problem(job, version_tuple(self._version)[0]) or super().refuses(job)
 
     def tensorrt_version(self):
         return self._version
@@ -121,7 +122,7 @@ class TrtexecBuilder(Builder):
         return _run(argv, job, out, timeout_s, self._version)
 
     def verify(self, plan, engine_io, check, job, version, timeout_s, profile=0):
-        return verify_with_trtexec([self.executable], plan.parent, plan.name, engine_io, check, job.version_compatible,
+        return verify_with_trtexec([self.executable], plan.parent, plan.name, engine_io, check, job.settings.version_compatible,
                                    timeout_s, profile=profile)
 
 
@@ -179,12 +180,12 @@ class ContainerBuilder(Builder):
         return self._version
 
     def refuses(self, job):
-        return profiles_problem(job, version_tuple(self.tensorrt_version())[0])
+        return profiles_problem(job, version_tuple(self.tensorrt_version())[0]) or super().refuses(job)
 
     def _mounts(self, job: BuildJob) -> list[Path]:
-        if Path(job.timing_cache).is_absolute():  # a cache outside the artifacts: mount its directory too
-            Path(job.timing_cache).parent.mkdir(parents=True, exist_ok=True)
-            return [Path(job.timing_cache).parent]
+        if Path(job.settings.timing_cache).is_absolute():  # a cache outside the artifacts: mount its directory too
+            Path(job.settings.timing_cache).parent.mkdir(parents=True, exist_ok=True)
+            return [Path(job.settings.timing_cache).parent]
         return []
 
     def build(self, job, out, timeout_s):
@@ -196,7 +197,7 @@ class ContainerBuilder(Builder):
     def verify(self, plan, engine_io, check, job, version, timeout_s, profile=0):
         name = container_name()
         command = container_argv(self.release.image, plan.parent, [], name=name)
-        return verify_with_trtexec(command, plan.parent, plan.name, engine_io, check, job.version_compatible, timeout_s,
+        return verify_with_trtexec(command, plan.parent, plan.name, engine_io, check, job.settings.version_compatible, timeout_s,
                                    kill=["docker", "kill", name], profile=profile)
 
 
@@ -227,7 +228,7 @@ def container_argv(image: str, workdir: Path | None, trtexec_args: list[str], *,
 
 def _run(argv, job, out, timeout_s, version, kill=None) -> Built:
     (out / job.layer_info).unlink(missing_ok=True)  # a stale one must not describe this build
-    with cache_lock_removed(out / job.timing_cache):
+    with cache_lock_removed(out / job.settings.timing_cache):
         run = run_trtexec(argv, out, job, LOG_NAME, timeout_s, kill=kill)
     if run.timed_out:
         raise TritonizeError(f"trtexec timed out after {timeout_s:.0f} s and was stopped; no plan written (log: {run.log})")
@@ -279,7 +280,7 @@ class TensorRTApiBuilder(Builder):
         build = plan_from_onnx(job, out, trt)
         start = time.perf_counter()
         try:
-            with cache_lock_removed(out / job.timing_cache):
+            with cache_lock_removed(out / job.settings.timing_cache):
                 engine = build()
         except PolygraphyException as e:  # raised after Polygraphy logged TensorRT's own errors
             raise TritonizeError(f"TensorRT could not build {job.onnx_file}: {str(e).strip().splitlines()[-1]}; "
@@ -311,7 +312,7 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
         network = SetLayerPrecisions(network, {name: trt.float32 for name in job.fp32_layers})
     profiles = [Profile().add(job.input_name, *[(p[k], *job.input_shape) for k in ("min", "opt", "max")])
                 for p in job.profiles]  # in index order: 0 (throughput), 1 (latency)
-    cache = str(out / job.timing_cache)
+    cache = str(out / job.settings.timing_cache)
     modern = (major, minor) >= (8, 6)
     config = CreateConfig(
         tf32=job.tf32,
@@ -319,11 +320,11 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
         int8=weakly_typed and job.precision == "int8",
         precision_constraints="obey" if pin else None,
         profiles=profiles,
-        memory_pool_limits={trt.MemoryPoolType.WORKSPACE: job.workspace_mib << 20},
-        builder_optimization_level=job.opt_level if modern else None,
-        version_compatible=job.version_compatible or None,
+        memory_pool_limits={trt.MemoryPoolType.WORKSPACE: job.settings.workspace_mib << 20},
+        builder_optimization_level=job.settings.opt_level if modern else None,
+        version_compatible=job.settings.version_compatible or None,
         hardware_compatibility_level=(trt.HardwareCompatibilityLevel.AMPERE_PLUS
-                                      if job.hardware_compatibility == "ampere+" else None),
+                                      if job.settings.hardware_compatibility == "ampere+" else None),
         load_timing_cache=cache,
         profiling_verbosity=trt.ProfilingVerbosity.DETAILED,  # the layers' precisions can be read back
     )

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tritonize.convert.options import BuilderName, ConvertOptions, latency_profile
+from tritonize.convert.options import BuilderName, ConvertOptions
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
 from tritonize.stage import StageStatus
@@ -31,15 +31,15 @@ def trt_command(
     builder: Annotated[BuilderName, typer.Option(help="Who builds the engine; auto = the first of container, trtexec, "
                                                       "tensorrt, torch-tensorrt that can run here (the next one when "
                                                       "it fails).")] = DEFAULTS.builder,
-    workspace: Annotated[float, typer.Option(help="Builder workspace memory in GiB.")] = DEFAULTS.workspace_gib,
+    workspace: Annotated[float, typer.Option(help="Builder workspace memory in GiB.")] = DEFAULTS.settings.workspace_gib,
     timing_cache: Annotated[Optional[Path], typer.Option(help="Timing cache file, reused across builds; its name gets "
                                                               "the TensorRT version and the GPU's compute capability "
                                                               "(default: timing.cache in --artifacts).")] = None,
-    opt_level: Annotated[int, typer.Option(help="TensorRT builder optimization level 0-5 (TensorRT 8.6+).")] = DEFAULTS.opt_level,
+    opt_level: Annotated[int, typer.Option(help="TensorRT builder optimization level 0-5 (TensorRT 8.6+).")] = DEFAULTS.settings.opt_level,
     version_compatible: Annotated[bool, typer.Option("--version-compatible", help="Build a version-compatible "
                                                      "plan (runs on later TensorRT; TensorRT 8.6+).")] = False,
     hardware_compatibility: Annotated[str, typer.Option(help="none, or ampere+ to run on any Ampere-or-newer GPU "
-                                                             "(TensorRT 8.6+).")] = DEFAULTS.hardware_compatibility,
+                                                             "(TensorRT 8.6+).")] = DEFAULTS.settings.hardware_compatibility,
     triton_release: TritonRelease = None,
     calib_images: CalibImages = None,
     calib_count: CalibCount = DEFAULTS.calib_count,
@@ -58,26 +58,14 @@ def trt_command(
     prepared ONNX, the manifest entry) and the command exits with code 3 naming the command to run
     there (0 with --dry-run).
     """
-    from tritonize.convert import convert_trt
+    from tritonize import api
 
-    options = ConvertOptions(
-        profile=Profile(min_batch, opt_batch, max_batch),
-        latency=latency_profile(latency),
-        precision=precision,
-        builder=builder,
-        workspace_gib=workspace,
-        timing_cache=timing_cache,
-        opt_level=opt_level,
-        version_compatible=version_compatible,
-        hardware_compatibility=hardware_compatibility,
-        triton_release=triton_release,
-        calib_images=calib_images,
-        calib_count=calib_count,
-        onnx=onnx,
-        dry_run=dry_run,
-        force=force,
-    )
-    result = convert_trt(artifacts, options)
+    result = api.convert_trt(min_batch=min_batch, opt_batch=opt_batch, max_batch=max_batch, latency=latency,
+                             precision=precision, builder=builder, workspace=workspace, timing_cache=timing_cache,
+                             opt_level=opt_level, version_compatible=version_compatible,
+                             hardware_compatibility=hardware_compatibility, triton_release=triton_release,
+                             calib_images=calib_images, calib_count=calib_count, onnx=onnx, artifacts=artifacts,
+                             dry_run=dry_run, force=force)
     if result.status is StageStatus.waiting_for_gpu and not dry_run:
         raise TritonizeError(f"TensorRT cannot run on this machine; {result.detail}", exit_code=EXIT_WAITING_FOR_GPU)
     if result.status is StageStatus.waiting_for_gpu:
@@ -114,13 +102,23 @@ def aoti_command(
 def releases_command(
     installed: Annotated[bool, typer.Option("--installed", help="Print only the release whose TensorRT is the one "
                                                                 "installed in this Python (exit code 1 when none is).")] = False,
+    triton_release: TritonRelease = None,
 ) -> None:
-    """The Triton releases whose TensorRT tritonize knows, each with the one pip install that builds plans for it:
-    TensorRT's Python package of exactly that TensorRT, the torch-tensorrt built against it, its torch and torchvision."""
-    from tritonize.releases import host_tensorrt, load_releases, pins_line, releases_for_tensorrt
+    """The Triton releases whose TensorRT tritonize knows, each with the one pip install that builds plans for it
+    (TensorRT's Python package of exactly that TensorRT, the torch-tensorrt built against it, its torch and
+    torchvision) and the Pythons and machines it resolves on. With --triton-release, that release's line alone, and
+    an error when this Python or machine is not among them."""
+    from tritonize.releases import host_tensorrt, install_problem, load_releases, pins_line, release_info, releases_for_tensorrt
 
     version = host_tensorrt()
     matching = releases_for_tensorrt(version) if version and len(version.split(".")) >= 3 else []
+    if triton_release is not None:
+        release = release_info(triton_release)
+        problem = install_problem(release) if release.tensorrt_pip else None
+        if problem:
+            raise TritonizeError(f"{problem}: install that Python there, or build with --builder container")
+        typer.echo(pins_line(release))
+        return
     if installed:
         if matching:
             typer.echo(matching[-1].release)

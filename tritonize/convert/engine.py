@@ -20,7 +20,7 @@ from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
 from tritonize.convert.plan_check import PlanCheck, last_line
 from tritonize.convert.prepare import (
-    FP16_TOLERANCE, INT8_TOLERANCE, TENSORRT_8_OPSET, check_inputs, cpu_data, random_init_tolerance,
+    FP16_TOLERANCE, INT8_TOLERANCE, TENSORRT_8_OPSET, check_inputs, cpu_data, onnx_opset, random_init_tolerance,
 )
 from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
@@ -90,10 +90,11 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
     try:
         version = builder.tensorrt_version()
         entry = replace(entry, tensorrt_version=version)
-        check_target(builder.name, version, release, job.version_compatible)
+        check_target(builder.name, version, release, job.settings.version_compatible, named=options.triton_release is not None)
         check_opset(builder.name, version, out / job.onnx_file)
         gpu = gpu_facts()
-        job = replace(job, timing_cache=timing_cache_file(job.timing_cache, version, gpu.get("compute_capability")))
+        cache = timing_cache_file(job.settings.timing_cache, version, gpu.get("compute_capability"))
+        job = replace(job, settings=replace(job.settings, timing_cache=cache))
         with step(f"build the engine with {builder.name} (TensorRT {version})") as s_build:
             built: Built = builder.build(job, out, options.build_timeout_s)
         # The engine's own tensor names are what the repository must serve (torch-tensorrt has its own).
@@ -130,7 +131,7 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
         log=built.log,
         gpu=gpu,
         tf32=job.tf32,
-        timing_cache_file=job.timing_cache,
+        timing_cache_file=job.settings.timing_cache,
         timings={"build": asdict(s_build), "builder_seconds": built.seconds, "verify": asdict(s_verify[0]),
                  **({"verify_latency": asdict(s_verify[1])} if len(s_verify) > 1 else {})},
         **({"argv_used": built.argv} if built.argv else {}),
@@ -147,9 +148,15 @@ def _build_with(builder: Builder, manifest: Manifest, job: BuildJob, release: Re
     return entry
 
 
-def check_target(builder: str, version: str, release: Release, version_compatible: bool) -> None:
+def check_target(builder: str, version: str, release: Release, version_compatible: bool, named: bool = True) -> None:
     """Refuse a build whose plan the target release's TensorRT would not load; name the pip pins of the
-    releases it would load in (or of the target's) when this TensorRT matches none."""
+    releases it would load in (or of the target's) when this TensorRT matches none. For a release whose TensorRT
+    the table does not know, only the container (the server's own TensorRT) builds unless the user `named` it (N37)."""
+    if not release.tensorrt and not named and builder != "container":
+        raise TritonizeError(
+            f"{builder}: tritonize does not know Triton {release.release}'s TensorRT, so a plan built with TensorRT "
+            f"{version} may not load there; name that release (--triton-release {release.release}) to build for it all "
+            "the same, or use --builder container (it builds with the server's own TensorRT)")
     if not release.tensorrt:
         say(f"  ! tritonize does not know Triton {release.release}'s TensorRT; building with TensorRT {version} "
             "(--builder container matches the server by construction)")
@@ -170,19 +177,16 @@ def check_target(builder: str, version: str, release: Release, version_compatibl
 
 def check_opset(builder: str, version: str, onnx_file: Path) -> None:
     """Refuse to let a TensorRT 8.x parser read an ONNX newer than it knows: it would not refuse, it would
-    misread it (prepare.TENSORRT_8_OPSET)."""
+    misread it (prepare.TENSORRT_8_OPSET). The stage converts the ONNX for every TensorRT 8 it knows of (the target's,
+    the probed builders'), so this guards a builder whose TensorRT changed since it was probed."""
     if version_parts(version)[:1] != (8,):
         return
-    import onnx
-
-    model = onnx.load(str(onnx_file), load_external_data=False)
-    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    opset = onnx_opset(onnx_file)
     if opset > TENSORRT_8_OPSET:
         raise TritonizeError(
             f"{builder} has TensorRT {version}, whose ONNX parser reads opsets up to {TENSORRT_8_OPSET} and misreads "
-            f"{onnx_file.name} (opset {opset}); target a release with TensorRT 8 (e.g. --triton-release 24.04), for "
-            f"which tritonize converts the ONNX to opset {TENSORRT_8_OPSET}, or use a TensorRT 10 builder"
-        )
+            f"{onnx_file.name} (opset {opset}); run `tritonize convert trt` again: it converts the ONNX to opset "
+            f"{TENSORRT_8_OPSET} for the TensorRT 8 it finds")
 
 
 def timing_cache_file(base: str, version: str, compute_capability: str | None) -> str:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from tritonize.convert.settings import BuildSettings
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
 from tritonize.options import Precision, int_items  # fp16: mixed; int8: explicit Q/DQ calibrated on images
@@ -20,8 +21,6 @@ class BuilderName(str, Enum):
     container = "container"
 
 
-# trtexec's --hardwareCompatibilityLevel values (8.6+): "ampere+" runs on any Ampere-or-newer GPU.
-HARDWARE_COMPATIBILITY = ("none", "ampere+")
 SYNTHETIC = "synthetic"  # --calib-images value that opts into noise calibration
 AUTO_RELEASE = "auto"  # --triton-release auto: the release whose TensorRT is this machine's
 _RELEASE = re.compile(r"^\d{2}\.\d{2}$")
@@ -33,12 +32,8 @@ class ConvertOptions:
     latency: Profile | None = None  # a second optimization profile (index 1) for small batches
     precision: Precision = Precision.fp16
     builder: BuilderName = BuilderName.auto
-    workspace_gib: float = 4.0
-    timing_cache: Path | None = None  # default: timing.cache next to the plan
-    opt_level: int = 3  # TensorRT's own default builder optimization level
-    version_compatible: bool = False
-    hardware_compatibility: str = "none"
-    triton_release: str | None = None  # None: the newest release the compatibility table knows
+    settings: BuildSettings = BuildSettings()  # what changes the engine besides profile and precision (settings.py)
+    triton_release: str | None = None  # None: the release this machine's TensorRT serves, else the newest
     calib_images: Path | None = None
     calib_count: int = 32
     onnx: Path | None = None  # default: the manifest's ONNX export
@@ -49,15 +44,6 @@ class ConvertOptions:
     def __post_init__(self):
         object.__setattr__(self, "precision", _enum(Precision, self.precision, "--precision"))
         object.__setattr__(self, "builder", _enum(BuilderName, self.builder, "--builder"))
-        if not 0 < self.workspace_gib <= 1024:
-            raise TritonizeError(f"--workspace must be a size in GiB between 0 and 1024, got {self.workspace_gib}")
-        if not 0 <= self.opt_level <= 5:
-            raise TritonizeError(f"--opt-level must be 0..5 (TensorRT builder optimization level), got {self.opt_level}")
-        if self.hardware_compatibility not in HARDWARE_COMPATIBILITY:
-            raise TritonizeError(
-                f"--hardware-compatibility {self.hardware_compatibility!r} is not a TensorRT level: "
-                f"choose {', '.join(HARDWARE_COMPATIBILITY)}"
-            )
         if self.triton_release not in (None, AUTO_RELEASE) and not _RELEASE.match(self.triton_release):
             raise TritonizeError(f"--triton-release must look like YY.MM (e.g. 24.10) or be `auto`, got {self.triton_release!r}")
         if self.calib_count < 1:
@@ -79,10 +65,6 @@ class ConvertOptions:
     def synthetic_calibration(self) -> bool:
         return self.calib_images is not None and str(self.calib_images) == SYNTHETIC
 
-    @property
-    def workspace_mib(self) -> int:
-        return max(1, int(round(self.workspace_gib * 1024)))
-
     def to_argv(self) -> list[str]:
         """The `tritonize convert trt` options that ask for these settings: the profile, the precision and the
         target release always, every other setting where it differs from its default above (the one place
@@ -99,18 +81,12 @@ class ConvertOptions:
         changed = {
             "--calib-count": (self.calib_count, default.calib_count, str(self.calib_count)),
             "--builder": (self.builder, default.builder, self.builder.value),
-            "--workspace": (self.workspace_gib, default.workspace_gib, f"{self.workspace_gib:g}"),
-            "--timing-cache": (self.timing_cache, default.timing_cache, str(self.timing_cache)),
-            "--opt-level": (self.opt_level, default.opt_level, str(self.opt_level)),
-            "--hardware-compatibility": (self.hardware_compatibility, default.hardware_compatibility,
-                                         self.hardware_compatibility),
             "--onnx": (self.onnx, default.onnx, str(self.onnx)),
         }
         for flag, (value, default_value, text) in changed.items():
             if value != default_value:
                 argv += [flag, text]
-        if self.version_compatible:
-            argv.append("--version-compatible")
+        argv += self.settings.to_argv()
         return argv
 
 

@@ -27,7 +27,7 @@ from tritonize.images import image_files, load_batch
 from tritonize.facts import file_facts, now_iso
 from tritonize.manifest import FileRef, Manifest, PrecisionVariant, Status, variant_key
 from tritonize.progress import say, step
-from tritonize.releases import version_parts
+from tritonize.releases import Release, tensorrt_major_floor, version_parts
 from tritonize.verify import FP32, Tolerance, VerificationReport, compare, verification_batches, verify_runner
 
 
@@ -80,6 +80,24 @@ class Prepared:
 def opset_for_tensorrt(version: str | None) -> int | None:
     """The ONNX opset to convert to for a target TensorRT (None: the export's opset is read as it is)."""
     return TENSORRT_8_OPSET if version and version_parts(version)[:1] == (8,) else None
+
+
+def opset_for_release(release: Release) -> int | None:
+    """The ONNX opset to convert to for `release`: its TensorRT's, and where the table does not know that, opset 17
+    when the release may ship TensorRT 8 (23.10-24.01, 24.05-24.07: no earlier release in the table has a newer
+    major), which TensorRT 8 and 10 read alike (N27: convert.sh's TensorRT 8 branch on the CPU box)."""
+    if release.tensorrt:
+        return opset_for_tensorrt(release.tensorrt)
+    floor = tensorrt_major_floor(release)
+    return TENSORRT_8_OPSET if floor is None or floor <= 8 else None
+
+
+def onnx_opset(path: Path) -> int:
+    """The default-domain opset of an ONNX file (its graph is not loaded)."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
 
 OPSET_VARIANT = VariantKind(f"opset{TENSORRT_8_OPSET}", f"model_opset{TENSORRT_8_OPSET}.onnx", Precision.fp32)

@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 from tritonize.convert.builders import IMAGE_TRTEXEC, LOG_NAME, TRTEXEC_FALLBACK
+from tritonize.convert.prepare import TENSORRT_8_OPSET
 from tritonize.convert.trtexec import SUPPORTED_MAJORS, BuildJob, profiles_problem, trtexec_argv
 from tritonize.files import atomic_path
 
@@ -21,14 +22,15 @@ def argv_by_major(job: BuildJob) -> dict[str, list[str]]:
 
 def _cache_mount(job: BuildJob) -> str:
     """A timing cache outside the artifacts directory is mounted at its own path."""
-    if not Path(job.timing_cache).is_absolute():
+    if not Path(job.settings.timing_cache).is_absolute():
         return ""
-    folder = shlex.quote(str(Path(job.timing_cache).parent))
+    folder = shlex.quote(str(Path(job.settings.timing_cache).parent))
     return f"-v {folder}:{folder} "
 
 
-def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) -> Path:
-    """Write convert.sh (mode 0755) next to the plan; returns its path."""
+def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str], opset: int) -> Path:
+    """Write convert.sh (mode 0755) next to the plan; returns its path. `opset`: the ONNX's, which trtexec 8.x
+    misreads above TENSORRT_8_OPSET (its branch then refuses, saying why)."""
     lines = [
         "#!/usr/bin/env bash",
         "# Written by `tritonize convert trt`. Rebuilds the TensorRT plan by hand on a GPU box:",
@@ -46,7 +48,7 @@ def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) ->
         f"  # image's PATH, else {TRTEXEC_FALLBACK}.",
         '  RUN=(docker run --rm --init --gpus all --user "$(id -u):$(id -g)" -v "$PWD":/work -w /work '
         f'{_cache_mount(job)}"$IMAGE" sh -c {shlex.quote(IMAGE_TRTEXEC)} sh)',
-        *([f"  mkdir -p {shlex.quote(str(Path(job.timing_cache).parent))}"] if _cache_mount(job) else []),
+        *([f"  mkdir -p {shlex.quote(str(Path(job.settings.timing_cache).parent))}"] if _cache_mount(job) else []),
         "else",
         f'  RUN=("${{TRTEXEC:-$(command -v trtexec || echo {TRTEXEC_FALLBACK})}}")',
         "fi",
@@ -58,13 +60,19 @@ def write_reproducer(out: Path, job: BuildJob, image: str, header: list[str]) ->
         'case "$TRT_MAJOR" in',
     ]
     for major, argv in argv_by_major(job).items():
+        if major == "8" and opset > TENSORRT_8_OPSET:
+            why = (f"trtexec of TensorRT 8 misreads {job.onnx_file} (opset {opset}; its ONNX parser reads up to opset "
+                   f"{TENSORRT_8_OPSET}): build in the release's container (bash {SCRIPT_NAME} container) or with a "
+                   "TensorRT 10 trtexec")
+            lines.append(f"  8) echo {shlex.quote(why)} >&2; exit 2 ;;")
+            continue
         lines.append(f"  {major}) ARGS=({' '.join(shlex.quote(a) for a in argv[1:])}) ;;")
     lines += [
         f'  *) echo "trtexec of TensorRT $TRT_MAJOR cannot build this plan (majors: {", ".join(argv_by_major(job))})" >&2; exit 2 ;;',
         "esac",
         f"rm -f {shlex.quote(job.partial_plan)}",
         "# trtexec leaves its timing cache's lock file behind: removed, unless another build's was there.",
-        f"LOCK={shlex.quote(job.timing_cache + '.lock')}",
+        f"LOCK={shlex.quote(job.settings.timing_cache + '.lock')}",
         '[ -e "$LOCK" ] || trap \'rm -f "$LOCK"\' EXIT',
         f'"${{RUN[@]}}" "${{ARGS[@]}}" 2>&1 | tee {LOG_NAME}',
         "# Publish only a complete engine: trtexec wrote to a temporary name.",

@@ -93,9 +93,9 @@ class TorchTensorRTBuilder(Builder):
         return str(getattr(self._torch_tensorrt(), "__version__", "?"))
 
     def refuses(self, job):
-        other_torch = self._other_torch()
-        if other_torch:
-            return other_torch
+        problem = self._other_torch() or super().refuses(job)  # super: a setting its TensorRT lacks (settings.NEEDS)
+        if problem:
+            return problem
         if self.dynamo() is not None:
             return dynamo_frontend_refuses(job, self.version(), inspect.signature(self.dynamo()).parameters)
         return torchscript_frontend_refuses(job, self.tensorrt_version())
@@ -141,13 +141,13 @@ class TorchTensorRTBuilder(Builder):
         with open(self.manifest.directory / file, "rb") as f:
             program = torch.export.load(f)
         params = inspect.signature(self.dynamo()).parameters
-        options = {"inputs": [_input(job)], "workspace_size": job.workspace_mib << 20, "disable_tf32": not job.tf32,
-                   "optimization_level": job.opt_level, "timing_cache_path": str(out / job.timing_cache)}
+        options = {"inputs": [_input(job)], "workspace_size": job.settings.workspace_mib << 20, "disable_tf32": not job.tf32,
+                   "optimization_level": job.settings.opt_level, "timing_cache_path": str(out / job.settings.timing_cache)}
         if "enabled_precisions" in params:
             options["enabled_precisions"] = {torch.float32} | ({torch.float16} if job.precision == "fp16" else set())
         if "use_explicit_typing" in params:  # strongly typed where it can be (an FP16 build needs the flag instead)
             options["use_explicit_typing"] = job.precision == "fp32"
-        if job.hardware_compatibility != "none":  # refused before the build where there is no such parameter
+        if job.settings.hardware_compatibility != "none":  # refused before the build where there is no such parameter
             options["hardware_compatible"] = True
         errors = _LoggedErrors()
         logging.getLogger("torch_tensorrt").addHandler(errors)
@@ -170,7 +170,7 @@ class TorchTensorRTBuilder(Builder):
         precisions = {torch.float32} | ({torch.float16} if job.precision == "fp16" else set())
         return torch_tensorrt.ts.convert_method_to_trt_engine(
             module, "forward", inputs=[_input(job)], enabled_precisions=precisions,
-            workspace_size=job.workspace_mib << 20, disable_tf32=not job.tf32,
+            workspace_size=job.settings.workspace_mib << 20, disable_tf32=not job.tf32,
         )
 
 
@@ -227,10 +227,10 @@ def dynamo_frontend_refuses(job: BuildJob, version: str, params) -> str | None:
         cannot.append("FP16 (it has no enabled_precisions: it builds the program's FP32 types)")
     elif job.precision == "fp16" and job.fp32_layers:
         cannot.append(_islands(job))
-    if job.version_compatible:
+    if job.settings.version_compatible:
         cannot.append("--version-compatible (it excludes the lean runtime from the plan: Triton's TensorRT backend "
                       "could not run it in a later TensorRT)")
-    if job.hardware_compatibility != "none" and "hardware_compatible" not in params:
+    if job.settings.hardware_compatibility != "none" and "hardware_compatible" not in params:
         cannot.append("--hardware-compatibility (hardware_compatible is new in 2.9)")
     if cannot:
         return f"its dynamo frontend (torch-tensorrt {version}) cannot honour {', '.join(cannot)}: {ELSEWHERE}"
@@ -244,11 +244,11 @@ def torchscript_frontend_refuses(job: BuildJob, tensorrt_version: str) -> str | 
         cannot.append(f"FP16 on TensorRT {tensorrt_version} (it would build FP32)")
     elif job.precision == "fp16" and job.fp32_layers:
         cannot.append(_islands(job))
-    if job.opt_level != 3:
+    if job.settings.opt_level != 3:
         cannot.append("--opt-level other than TensorRT's default 3")
-    if job.version_compatible:
+    if job.settings.version_compatible:
         cannot.append("--version-compatible")
-    if job.hardware_compatibility != "none":
+    if job.settings.hardware_compatibility != "none":
         cannot.append("--hardware-compatibility")
     if cannot:
         return f"its TorchScript frontend cannot honour {', '.join(cannot)}: {ELSEWHERE}"

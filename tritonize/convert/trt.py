@@ -20,17 +20,17 @@ from tritonize.convert.builders import (Builder, ContainerBuilder, TensorRTApiBu
 from tritonize.convert.engine import PLAN_NAME, build_engine, plan_check
 from tritonize.convert.network import Network, network_from_onnx
 from tritonize.convert.options import AUTO_RELEASE, ConvertOptions
-from tritonize.convert.prepare import opset_for_tensorrt, prepare_opset, prepare_precision
+from tritonize.convert.prepare import onnx_opset, opset_for_release, opset_for_tensorrt, prepare_opset, prepare_precision
 from tritonize.convert.reproducer import argv_by_major, write_reproducer
 from tritonize.convert.torch_trt import TorchTensorRTBuilder
 from tritonize.convert.trtexec import BuildJob, probe_trtexec, profiles_problem, trtexec_argv, version_tuple
 from tritonize.errors import TritonizeError
 from tritonize.files import ensure_writable_dir, sha256_file
 from tritonize.facts import now_iso
-from tritonize.manifest import FileRef, Manifest, Plan, PlanOptions, Status, Target, manifest_path
+from tritonize.manifest import FileRef, Manifest, Plan, Status, Target, manifest_path
 from tritonize.progress import say
 from tritonize.releases import (
-    Release, host_tensorrt, latest_release, load_releases, pins_line, release_info, tensorrt_matches,
+    Release, host_tensorrt, install_problem, latest_release, load_releases, pins_line, release_info, tensorrt_matches,
 )
 from tritonize.stage import StageResult, StageStatus
 
@@ -56,12 +56,14 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         f"batch profile {options.profile.min}/{options.profile.opt}/{options.profile.max}"
         + (f", latency profile {options.latency.min}/{options.latency.opt}/{options.latency.max}" if options.latency else ""))
     say(f"  pins: {pins_line(release)}")
+    if release.tensorrt_pip and install_problem(release):
+        say(f"  ! {install_problem(release)}: on this machine, build with --builder container")
 
     # Probed before the ONNX is prepared (no probing on a dry run: the container's first probe pulls its image).
     candidates = {} if options.dry_run else candidate_builders(release, manifest)
     problems = {name: b.why_not() for name, b in candidates.items() if options.builder.value in ("auto", name)}
     source = fp32_onnx
-    opset = opset_for_tensorrt(release.tensorrt) if release.tensorrt else builders_opset(candidates, problems)
+    opset = min((o for o in (opset_for_release(release), builders_opset(candidates, problems)) if o), default=None)
     if opset is not None:
         source = prepare_opset(manifest, network, fp32_onnx, opset, options)
     prepared = prepare_precision(manifest, network, source, options)
@@ -73,11 +75,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         input_shape=network.input_shape,
         profile=options.profile.to_dict(),
         precision=options.precision.value,
-        workspace_mib=options.workspace_mib,
-        timing_cache=_timing_cache(out, options),
-        opt_level=options.opt_level,
-        version_compatible=options.version_compatible,
-        hardware_compatibility=options.hardware_compatibility,
+        settings=replace(options.settings, timing_cache=_timing_cache(out, options)),
         fp32_layers=prepared.fp32_layers,
         latency=options.latency.to_dict() if options.latency else None,
     )
@@ -92,7 +90,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         f"Serving release {release.release}: TensorRT {release.tensorrt or 'unknown to tritonize (check the NGC release notes)'}",
         f"Full build with verification and manifest entry: {gpu_command}",
     ]
-    script = write_reproducer(out, job, release.image, header)
+    script = write_reproducer(out, job, release.image, header, onnx_opset(out / job.onnx_file))
     if options.dry_run:
         builders, why = [], "--dry-run"
     else:
@@ -108,13 +106,7 @@ def convert_trt(artifacts: Path, options: ConvertOptions) -> StageResult:
         output_name=job.output_name,
         onnx=FileRef(job.onnx_file, sha256_file(out / job.onnx_file)),
         target=Target(release.release, release.image, release.tensorrt),
-        options=PlanOptions(
-            workspace_mib=job.workspace_mib,
-            timing_cache=job.timing_cache,
-            opt_level=job.opt_level,
-            version_compatible=job.version_compatible,
-            hardware_compatibility=job.hardware_compatibility,
-        ),
+        options=job.settings,
         reproducer=script.name,
         gpu_command=gpu_command,
         created=now_iso(),
@@ -176,26 +168,27 @@ def _built_detail(plan: Plan) -> str:
 
 
 def target_release(choice: str | None) -> Release:
-    """The release a plan is built for: --triton-release YY.MM, the newest release tritonize knows (None), or with
-    `auto` the newest release whose TensorRT is this machine's (this Python's `tensorrt`, else trtexec's)."""
-    if choice is None:
-        return latest_release()
-    if choice != AUTO_RELEASE:
+    """The release a plan is built for: --triton-release YY.MM; `auto`, the newest release whose TensorRT is this
+    machine's (this Python's `tensorrt`, else trtexec's); and without one (None), `auto`'s where this machine has a
+    TensorRT a release runs, else the newest release tritonize knows (N37: the card's command names no release)."""
+    if choice is not None and choice != AUTO_RELEASE:
         return release_info(choice)
     version, where = host_tensorrt(), "this Python's TensorRT"
     if version is None:
         executable = find_trtexec()
         version, where = (probe_trtexec(executable) if executable else None), f"the trtexec at {executable}"
+    matching = [r for r in load_releases() if version and r.tensorrt and tensorrt_matches(version, r.tensorrt)]
+    if choice is None and not matching:
+        return latest_release()
     if version is None:
         raise TritonizeError("--triton-release auto: this machine has no TensorRT (no `tensorrt` Python package, no "
                              "trtexec on PATH); give --triton-release YY.MM (`tritonize convert releases` lists the pins)")
-    matching = [r for r in load_releases() if r.tensorrt and tensorrt_matches(version, r.tensorrt)]
     if not matching:
         raise TritonizeError(f"--triton-release auto: no release in tritonize's table runs TensorRT {version} ({where}); "
                              "install the pins of your target release (`tritonize convert releases`) or give "
                              "--triton-release YY.MM")
     release = matching[-1]
-    say(f"--triton-release auto: Triton {release.release}, whose TensorRT {release.tensorrt} is {where}")
+    say(f"--triton-release {choice or 'not given'}: Triton {release.release}, whose TensorRT {release.tensorrt} is {where}")
     return release
 
 
@@ -218,9 +211,9 @@ def _source_onnx(manifest: Manifest, options: ConvertOptions) -> Path:
 def _timing_cache(out: Path, options: ConvertOptions) -> str:
     """The timing cache the user named (relative to the artifacts when inside them); each build names its
     own file after it, by TensorRT version and GPU (engine.timing_cache_file)."""
-    if options.timing_cache is None:
+    if options.settings.timing_cache is None:
         return TIMING_CACHE_NAME
-    path = Path(options.timing_cache).expanduser().resolve()
+    path = Path(options.settings.timing_cache).expanduser().resolve()
     try:
         return str(path.relative_to(out.resolve()))
     except ValueError:
@@ -228,13 +221,12 @@ def _timing_cache(out: Path, options: ConvertOptions) -> str:
 
 
 def builders_opset(candidates: dict[str, Builder], problems: dict[str, str | None]) -> int | None:
-    """The ONNX opset for a target whose TensorRT the release table does not know (23.10-24.01 ship 8.6): the one the
-    oldest parser among the builders that can run here reads, from each one's probed TensorRT (N27)."""
+    """The ONNX opset the oldest parser among the builders that can run here reads, from each one's probed TensorRT
+    (N27: the table does not know 23.10-24.01's 8.6; a TensorRT 8.6 builder of a version-compatible plan for 10)."""
     versions = [candidates[name].tensorrt_version() for name, problem in problems.items() if problem is None]
     opsets = [o for o in map(opset_for_tensorrt, versions) if o is not None]
     if opsets:
-        say(f"  Triton's TensorRT is unknown to tritonize; the builder's is {min(versions, key=version_tuple)}: "
-            f"the ONNX is converted to opset {min(opsets)}")
+        say(f"  the builder's TensorRT is {min(versions, key=version_tuple)}: the ONNX is converted to opset {min(opsets)}")
     return min(opsets, default=None)
 
 

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tritonize.convert.settings import BuildSettings
 from tritonize.errors import TritonizeError
 
 SUPPORTED_MAJORS = (8, 10, 11)
@@ -47,11 +48,7 @@ class BuildJob:
     input_shape: tuple[int, ...]  # without batch
     profile: dict  # {"min", "opt", "max"}
     precision: str  # fp32 | fp16 | int8
-    workspace_mib: int
-    timing_cache: str
-    opt_level: int = 3
-    version_compatible: bool = False
-    hardware_compatibility: str = "none"
+    settings: BuildSettings = BuildSettings()  # workspace, timing cache, optimization level, compatibility
     fp32_layers: tuple[str, ...] = field(default=())  # FP32 islands of a mixed-precision graph
     latency: dict | None = None  # a second optimization profile {"min", "opt", "max"} (index 1)
 
@@ -97,11 +94,9 @@ def trtexec_argv(job: BuildJob, tensorrt_version: str, executable: str = "trtexe
             "Triton containers ship 8, 10 or 11)"
         )
     modern = (major, minor) >= (8, 6)
-    wants_86 = job.opt_level != 3 or job.version_compatible or job.hardware_compatibility != "none"
-    if wants_86 and not modern:
-        raise TritonizeError(
-            f"--opt-level/--version-compatible/--hardware-compatibility need TensorRT 8.6 or newer, target has {tensorrt_version}"
-        )
+    needs = job.settings.needs(tensorrt_version)
+    if needs:
+        raise TritonizeError(needs)
     problem = profiles_problem(job, major)
     if problem:
         raise TritonizeError(f"{problem}; target a release with TensorRT 10 or newer, or use --builder tensorrt")
@@ -111,17 +106,17 @@ def trtexec_argv(job: BuildJob, tensorrt_version: str, executable: str = "trtexe
             argv.append(f"--profile={index}")
         argv += [f"--{kind}Shapes={job.input_name}:{job.shape(profile[kind])}" for kind in ("min", "opt", "max")]
     if (major, minor) >= (8, 4):
-        argv.append(f"--memPoolSize=workspace:{job.workspace_mib}")  # bare number = MiB (module doc)
+        argv.append(f"--memPoolSize=workspace:{job.settings.workspace_mib}")  # bare number = MiB (module doc)
     else:
-        argv.append(f"--workspace={job.workspace_mib}")
+        argv.append(f"--workspace={job.settings.workspace_mib}")
     argv += _precision_flags(job, major, minor)
-    argv.append(f"--timingCacheFile={job.timing_cache}")
+    argv.append(f"--timingCacheFile={job.settings.timing_cache}")
     if modern:
-        argv.append(f"--builderOptimizationLevel={job.opt_level}")
-    if job.version_compatible:
+        argv.append(f"--builderOptimizationLevel={job.settings.opt_level}")
+    if job.settings.version_compatible:
         argv.append("--versionCompatible")
-    if job.hardware_compatibility != "none":
-        argv.append(f"--hardwareCompatibilityLevel={job.hardware_compatibility}")
+    if job.settings.hardware_compatibility != "none":
+        argv.append(f"--hardwareCompatibilityLevel={job.settings.hardware_compatibility}")
     if modern:  # the precision each layer runs in, read back after the build (convert/layers.py)
         argv += ["--profilingVerbosity=detailed", f"--exportLayerInfo={job.layer_info}"]
     argv.append("--skipInference" if modern else "--buildOnly")

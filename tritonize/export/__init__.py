@@ -4,6 +4,8 @@
     export_artifacts(spec, out, ExportOptions(formats=("torchscript", "onnx", "exported_program")))
 """
 
+from tritonize import _callable_package
 from tritonize.export.exporter import ExportOptions, export_artifacts
 
 __all__ = ["ExportOptions", "export_artifacts"]
+_callable_package(__name__)  # tritonize.export(model, ...) is tritonize.api.export

@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, Antialias, Arch, Artifacts, ChannelOrder, Crop, Force, Interpolation, Layout, MaxBatch, Mean,
-    PixelScale, Resize, Std, Weights, contract_changes, items,
+    DEFAULT_ARTIFACTS, Antialias, Arch, Artifacts, ChannelOrder, Crop, Force, Interpolation, Labels, Layout, MaxBatch,
+    Mean, PixelScale, Resize, Std, Weights, contract_changes, items,
 )
 from tritonize.spec import DEFAULT_ARCH
 
@@ -31,6 +31,7 @@ def export_command(
                                                          "torch-tensorrt builder), or all.")] = "torchscript,onnx",
     arch: Arch = DEFAULT_ARCH,
     weights: Weights = None,
+    labels: Labels = None,
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
     opset: Annotated[int, typer.Option(help="ONNX opset (>= 18 uses the dynamo exporter, lower the legacy one).")] = 18,
     simplify: Annotated[bool, typer.Option("--simplify/--no-simplify", help="Simplify the ONNX graph with onnxsim.")] = True,
@@ -46,12 +47,12 @@ def export_command(
     layout: Layout = None,
     pixel_scale: PixelScale = None,
 ) -> None:
-    """Export a torchvision classifier to TorchScript and ONNX (and torch.export's .pt2 when asked), with a dynamic
-    batch, verified against PyTorch."""
-    from tritonize.export import ExportOptions, export_artifacts
-    from tritonize.spec import resolve_spec
+    """Export a classifier (torchvision, timm, Hugging Face, your own code) to TorchScript and ONNX (and torch.export's
+    .pt2 when asked), with a dynamic batch, verified against PyTorch."""
+    from tritonize import api
 
-    options = ExportOptions(formats=_formats(format), opset=opset, simplify=simplify, max_batch=max_batch, force=force)
-    changes = contract_changes(resize, crop, mean, std, interpolation, antialias, channel_order, layout, pixel_scale)
-    export_artifacts(resolve_spec(arch, weights).with_preprocessing(**changes), artifacts, options)
+    api.export(arch, weights=weights, labels=labels, artifacts=artifacts, format=_formats(format), opset=opset,
+               simplify=simplify, max_batch=max_batch, force=force,
+               preprocessing=contract_changes(resize, crop, mean, std, interpolation, antialias, channel_order, layout,
+                                              pixel_scale))
     typer.echo(f"manifest: {artifacts / 'manifest.json'}")

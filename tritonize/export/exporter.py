@@ -54,11 +54,13 @@ class ExportOptions:
         return {"max_batch": self.max_batch, "opset": self.opset, "simplify": self.simplify}
 
 
-def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = ExportOptions()) -> StageResult:
+def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = ExportOptions(),
+                     model=None) -> StageResult:
     """Export the requested formats into `artifacts` and record them in its manifest.
 
     An artifact is published (renamed into place and recorded) only after it passed verification;
-    an existing artifact made from the same spec and options is kept as it is unless `force`.
+    an existing artifact made from the same spec and options is kept as it is unless `force`. `model`: the module
+    itself (the Python API's), in eval mode; otherwise the spec's source builds it.
     """
     artifacts = ensure_writable_dir(Path(artifacts), "--artifacts")
     _sweep(artifacts)
@@ -85,11 +87,11 @@ def export_artifacts(spec: ModelSpec, artifacts: Path, options: ExportOptions = 
     if not spec.pretrained:
         say("  ! random-init weights: artifacts are real but predictions and labels are meaningless")
     with step(f"build {spec.arch}") as built:
-        model = build_model(spec)
+        model = build_model(spec) if model is None else model
     pre = spec.preprocessing
     inputs = verification_inputs(spec.input_shape, options.max_batch, pre.mean, pre.std, layout=pre.layout)
     with step(f"reference outputs in PyTorch eager (batch {options.max_batch})") as ref_step:
-        reference = _run_torch(model, inputs)
+        reference = _reference(model, inputs, spec)
     common = {"build": asdict(built), "reference": asdict(ref_step)}
 
     exporters: dict[str, Callable] = {"torchscript": _export_torchscript, "onnx": _export_onnx,
@@ -137,6 +139,21 @@ def _up_to_date(manifest: Manifest, fmt: str, options: ExportOptions) -> bool:
     return problem is None
 
 
+def _reference(model, inputs: np.ndarray, spec: ModelSpec) -> np.ndarray:
+    """The eager outputs; a model whose output is not a (batch, classes) tensor of the spec's classes is refused."""
+    import torch
+
+    from tritonize.sources.shared import logits_classes
+
+    with torch.inference_mode():
+        output = model(torch.from_numpy(inputs))
+    classes = logits_classes(output, len(inputs), spec.arch)
+    if classes != spec.num_classes:
+        raise TritonizeError(f"{spec.arch} returns {classes} classes, but {spec.num_classes_source or 'its source'} "
+                             f"says {spec.num_classes}: the model and what it was described from differ")
+    return output.numpy()
+
+
 def _run_torch(model, batch: np.ndarray) -> np.ndarray:
     import torch
 
@@ -182,11 +199,12 @@ def _export_torchscript(model, spec, path, tmp, inputs, reference, options) -> t
     return fields, report, timings
 
 
-def _dynamic_batch() -> dict:
-    """torch.export's dynamic batch: keyed by the forward() argument's name (`x` for torchvision classifiers)."""
+def _dynamic_batch() -> tuple:
+    """torch.export's dynamic batch for forward()'s one positional argument, whatever its name (`x` for torchvision
+    classifiers, `pixel_values` for Hugging Face's)."""
     import torch
 
-    return {"x": {0: torch.export.Dim("batch", min=1, max=MAX_DYNAMIC_BATCH)}}
+    return ({0: torch.export.Dim("batch", min=1, max=MAX_DYNAMIC_BATCH)},)
 
 
 def _export_program(model, spec, path, tmp, inputs, reference, options) -> tuple[dict, VerificationReport, dict]:

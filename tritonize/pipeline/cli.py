@@ -7,8 +7,8 @@ import typer
 
 from tritonize.options import (
     DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Antialias, Arch, Artifacts, CalibImages, ChannelOrder, Crop, Force, Instances,
-    Interpolation, Kind, Layout, MaxBatch, Mean, MinBatch, OptBatch, PixelScale, Precision, PrecisionOption, Resize,
-    RepositoryArgument, Std, TritonRelease, Weights, contract_changes,
+    Interpolation, Kind, Labels, Layout, MaxBatch, Mean, MinBatch, OptBatch, PixelScale, Precision, PrecisionOption,
+    Resize, RepositoryArgument, Std, TritonRelease, Weights, contract_changes,
 )
 from tritonize.spec import DEFAULT_ARCH
 
@@ -16,6 +16,7 @@ from tritonize.spec import DEFAULT_ARCH
 def build_command(
     arch: Arch = DEFAULT_ARCH,
     weights: Weights = None,
+    labels: Labels = None,
     artifacts: Artifacts = DEFAULT_ARTIFACTS,
     repository: RepositoryArgument = DEFAULT_REPOSITORY,
     min_batch: MinBatch = 1,
@@ -39,15 +40,15 @@ def build_command(
 ) -> None:
     """Export -> convert -> repo build -> repo check in one go; finished stages are skipped. --max-batch is the
     TensorRT profile max, the export's verified max and the repository's max_batch_size."""
+    from tritonize import api
     from tritonize.console import table
-    from tritonize.pipeline.stages import BuildOptions, build_all, summary_rows
+    from tritonize.pipeline.stages import summary_rows
 
-    options = BuildOptions(arch=arch, weights=weights, artifacts=artifacts, repository=repository, min_batch=min_batch,
-                           opt_batch=opt_batch, max_batch=max_batch, precision=precision.value, triton_release=triton_release,
-                           calib_images=calib_images, kind=kind, instances=instances, force=force,
-                           preprocessing=contract_changes(resize, crop, mean, std, interpolation, antialias,
-                                                          channel_order, layout, pixel_scale))
-    report = build_all(options)
+    report = api.build(arch, weights=weights, labels=labels, artifacts=artifacts, repository=repository,
+                       min_batch=min_batch, opt_batch=opt_batch, max_batch=max_batch, precision=precision.value,
+                       calib_images=calib_images, triton_release=triton_release, kind=kind, instances=instances,
+                       force=force, preprocessing=contract_changes(resize, crop, mean, std, interpolation, antialias,
+                                                                   channel_order, layout, pixel_scale))
     typer.echo("\nStages")
     typer.echo(table(("stage", "status", "seconds", "detail"),
                      [(t.result.stage, t.result.status.value, f"{t.seconds:.1f}", t.result.detail) for t in report.stages]))

@@ -21,17 +21,15 @@ from tritonize.export import ExportOptions, export_artifacts
 from tritonize.export.exporter import DEFAULT_FORMATS
 from tritonize.manifest import Manifest
 from tritonize.model_repository import AOTI_MODEL, release_problem
-from tritonize.releases import latest_release
 from tritonize.progress import say
+from tritonize.releases import latest_release
 from tritonize.repository_builder import Finding, RepoOptions, build_repository, check_repository
-from tritonize.spec import DEFAULT_ARCH, resolve_spec
+from tritonize.spec import ModelSpec
 from tritonize.stage import StageResult, StageStatus
 
 
 @dataclass(frozen=True)
 class BuildOptions:
-    arch: str = DEFAULT_ARCH
-    weights: str | None = None
     artifacts: Path = Path("build")
     repository: Path = Path("models")
     min_batch: int = 1
@@ -43,7 +41,6 @@ class BuildOptions:
     kind: str = "auto"
     instances: int = 1
     force: bool = False
-    preprocessing: dict = field(default_factory=dict)  # contract fields the user set (ModelSpec.with_preprocessing)
 
 
 @dataclass
@@ -58,8 +55,9 @@ class BuildReport:
     findings: list[Finding] = field(default_factory=list)
 
 
-def build_all(options: BuildOptions) -> BuildReport:
-    """Run the stages in order; a failing stage stops the pipeline with its one-line error."""
+def build_all(spec: ModelSpec, options: BuildOptions, model=None) -> BuildReport:
+    """Run the stages in order on the model `spec` describes (`model`: the module itself, handed over from
+    Python); a failing stage stops the pipeline with its one-line error."""
     # Validate every stage's options before the first (long) stage starts.
     convert_options = ConvertOptions(
         profile=Profile(options.min_batch, options.opt_batch, options.max_batch),
@@ -73,11 +71,10 @@ def build_all(options: BuildOptions) -> BuildReport:
     aoti_options = AotiOptions(triton_release=release, force=options.force)
     formats = DEFAULT_FORMATS if without_aoti else (*DEFAULT_FORMATS, "exported_program")  # what convert aoti compiles
     export_options = ExportOptions(formats=formats, max_batch=options.max_batch, force=options.force)
-    spec = resolve_spec(options.arch, options.weights).with_preprocessing(**options.preprocessing)
     report = BuildReport()
     steps = (
-        ("export", lambda: export_artifacts(spec, options.artifacts, export_options)),
-        *([] if without_aoti else [("convert aoti", lambda: convert_aoti(options.artifacts, aoti_options))]),
+        ("export", lambda: export_artifacts(spec, options.artifacts, export_options, model=model)),
+        *([] if without_aoti else [("convert aoti", lambda: convert_aoti(options.artifacts, aoti_options, model))]),
         ("convert", lambda: convert_trt(options.artifacts, convert_options)),
         ("repo build", lambda: build_repository(options.artifacts, options.repository, repo_options)),
         ("repo check", lambda: _check(options, report)),

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from tritonize.options import (
     DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Force, GpuCC, Instances, Kind, LatencyInstances, MaxBatch, Models,
-    RepositoryArgument, TritonRelease, int_items, items,
+    RepositoryArgument, TritonRelease,
 )
 
 app = typer.Typer(no_args_is_help=True, help="Build and check the Triton model repository.")
@@ -45,23 +44,12 @@ def build_command(
     the ensembles that preprocess on the server (--models: a subset of these; --force replaces an existing repository).
     --max-batch is each config's max_batch_size; default: the largest batch each model's artifact was verified at
     (a TensorRT plan: its profile max). A larger one is refused."""
-    from tritonize.repository_builder import RepoOptions, build_repository
-    options = RepoOptions(
-        max_batch=max_batch,
-        preferred=int_items(preferred, "--preferred"),
-        queue_delay_us=queue_delay_us,
-        instances=instances,
-        latency_instances=latency_instances,
-        kind=kind,
-        warmup=warmup,
-        models=items(models, "--models") if models is not None else None,
-        ensembles=ensembles,
-        force=force,
-        plans=items(plans, "--plans", Path),
-        cuda_graphs=cuda_graphs,
-        context_memory=context_memory,
-    )
-    result = build_repository(artifacts, repository, options)
+    from tritonize import api
+
+    result = api.repo_build(artifacts=artifacts, repository=repository, max_batch=max_batch, preferred=preferred,
+                            queue_delay_us=queue_delay_us, instances=instances, latency_instances=latency_instances,
+                            kind=kind, warmup=warmup, models=models, ensembles=ensembles, force=force,
+                            cuda_graphs=cuda_graphs, context_memory=context_memory, plans=plans)
     typer.echo(f"repository: {repository} ({result.status.value})")
 
 
@@ -78,11 +66,11 @@ def check_command(
 ) -> None:
     """Lint the repository: what would make Triton refuse or misbehave. Exits 1 on any error. --artifacts: the
     manifest to check hashes and the plan profile against (default: build/ when it has a manifest)."""
-    from tritonize.repository_builder import check_repository
+    from tritonize import api
 
     if artifacts is None and (DEFAULT_ARTIFACTS / "manifest.json").is_file():
         artifacts = DEFAULT_ARTIFACTS
-    findings = check_repository(repository, artifacts, triton_release, gpu_cc=gpu_cc)
+    findings = api.repo_check(repository=repository, artifacts=artifacts, triton_release=triton_release, gpu_cc=gpu_cc)
     errors = [f for f in findings if f.severity == "error"]
     if as_json:
         typer.echo(json.dumps({"repository": str(repository), "artifacts": str(artifacts) if artifacts else None,

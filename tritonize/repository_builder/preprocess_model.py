@@ -71,8 +71,8 @@ class TritonPythonModel:
                 output = np.stack(rows)
             else:
                 output = self.contract.normalize(array)
-        except BadImage as e:
-            return _error(str(e))
+        except BadImage as e:  # the client's: INVALID_ARG, HTTP 400 (gRPC INVALID_ARGUMENT), not the server's 500
+            return _error(str(e), pb_utils.TritonError.INVALID_ARG)
         except Exception as e:  # noqa: BLE001 - whatever went wrong, only this request fails
             return _error(f"{self.input_name}: {type(e).__name__}: {e}")
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(self.output_name, output)])
@@ -85,5 +85,6 @@ def _unbase64(blob: bytes) -> bytes:
         return blob
 
 
-def _error(message: str):
-    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message))
+def _error(message: str, code=None):
+    error = pb_utils.TritonError(message) if code is None else pb_utils.TritonError(message, code)
+    return pb_utils.InferenceResponse(output_tensors=[], error=error)

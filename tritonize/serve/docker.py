@@ -5,7 +5,6 @@ the TensorRT it was built with, or a later one when it is version-compatible), o
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from tritonize.serve.repository import (
 MODEL_CONFIG_NAME_FROM = "24.05"
 CLIENT_SHM_FLAG_FROM = "26.04"
 TLS_CERT, TLS_KEY = "/tls/cert.pem", "/tls/key.pem"  # where the container sees --tls-cert and --tls-key
+SOCKETS = "/run/tritonize"  # where the container sees the directory of tritonserver's sockets (serve's front)
 
 
 @dataclass(frozen=True)
@@ -103,19 +103,27 @@ def docker_command(
     load_all: bool = True,
     restricted: bool = False,
     tls: ServerTLS | None = None,
+    sockets: Path | None = None,
 ) -> list[str]:
     """The exact `docker run` that serves `repository` with the NGC container of `release`.
 
     `--ipc=host`: client shared-memory regions live in the host's /dev/shm (a container's own
     /dev/shm, whatever its --shm-size, is another one). `restricted`: the control key goes into the
-    container as TRITONIZE_CONTROL_KEY from docker's own environment, not on its command line.
+    container as TRITONIZE_CONTROL_KEY from docker's own environment (the container's tritonserver then
+    has it in its arguments). `sockets` (what `tritonize serve` runs): tritonserver publishes no port and
+    listens on Unix sockets in that directory, behind serve's front, which holds the key and the TLS.
     """
     image = release_info(release).image
-    publish = []
-    for host_port, container_port in ((http_port, 8000), (grpc_port, 8001), (metrics_port, 8002)):
-        bind = f"{host}:" if host not in ("", "0.0.0.0") else ""
-        publish += ["-p", f"{bind}{host_port}:{container_port}"]
-    mounts = ["-v", f"{Path(repository).resolve()}:/models"]
+    publish, mounts, listen = [], ["-v", f"{Path(repository).resolve()}:/models"], None
+    if sockets is None:
+        for host_port, container_port in ((http_port, 8000), (grpc_port, 8001), (metrics_port, 8002)):
+            bind = f"{host}:" if host not in ("", "0.0.0.0") else ""
+            publish += ["-p", f"{bind}{host_port}:{container_port}"]
+    else:
+        from tritonize.serve.front import Upstream
+
+        mounts += ["-v", f"{sockets}:{SOCKETS}"]
+        listen = Upstream(Path(sockets)).flags(inside=SOCKETS)
     if tls:
         mounts += ["-v", f"{tls.cert}:{TLS_CERT}:ro", "-v", f"{tls.key}:{TLS_KEY}:ro"]
     return [
@@ -123,13 +131,14 @@ def docker_command(
         *(["-e", KEY_ENV] if restricted else []),
         image,
         *container_command(repository, release, host=host, model_config_name=model_config_name, models=models,
-                           load_all=load_all, restricted=restricted, tls=tls is not None),
+                           load_all=load_all, restricted=restricted, tls=tls is not None, listen=listen),
     ]
 
 
 def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", model_config_name: str | None = None,
                       models: tuple[str, ...] = (), load_all: bool = True, model_repository: str = "/models",
-                      requirements_dir: str = "/models", restricted: bool = False, tls: bool = False) -> list[str]:
+                      requirements_dir: str = "/models", restricted: bool = False, tls: bool = False,
+                      listen: list[str] | None = None) -> list[str]:
     """What the NGC container of `release` runs: tritonserver on `model_repository` (docker: the
     repository mounted at /models; Kubernetes: its s3:// release), in explicit model control, loading
     `models` (all when empty).
@@ -138,14 +147,16 @@ def container_command(repository: Path, release: str, *, host: str = "0.0.0.0", 
     installs their requirements.txt (found under `requirements_dir`, by model) first, then starts
     tritonserver with the same arguments. `restricted`: the container's shell adds the options that
     restrict the control APIs to the key in $TRITONIZE_CONTROL_KEY, and refuses to start without it.
-    `tls`: gRPC over TLS with the certificate and key mounted at TLS_CERT and TLS_KEY.
+    `tls`: gRPC over TLS with the certificate and key mounted at TLS_CERT and TLS_KEY. `listen`: tritonserver's
+    address options for Unix sockets (Upstream.flags), made under umask 0: the container runs as root, and the
+    host's user connects to them (their directory, the user's and mode 700, keeps everyone else out).
     """
     command = ["tritonserver", f"--model-repository={model_repository}",
                *tritonserver_flags(repository, release, host=host, model_config_name=model_config_name, models=models,
-                                  load_all=load_all)]
+                                  load_all=load_all), *(listen or [])]
     if tls:
         command += ServerTLS(Path(TLS_CERT), Path(TLS_KEY)).flags()
-    steps, start = [], 'exec "$@"'
+    steps, start = ["umask 0"] if listen else [], 'exec "$@"'
     if restricted:
         if release < HTTP_RESTRICTION_FROM:
             raise TritonizeError(f"Triton {release} cannot restrict its HTTP API (--http-restricted-api from "
@@ -199,7 +210,9 @@ def container_pid(name: str) -> int | None:
 
 
 class DockerServer(ServerHandle):
-    """The NGC container serving `repository` on the given host ports; same life cycle as
+    """The NGC container serving `repository` on the given host ports, through the front (serve/front.py) as the
+    embedded server does: the container publishes no port, and its tritonserver has neither key nor TLS. Same life
+    cycle as
     EmbeddedServer (start() -> ServerInfo once ready, stop() ends it: `docker run` forwards the
     SIGTERM to the container, and --rm removes it), and the same supervision: the container's processes
     are this machine's where the Docker engine runs here, and its /dev/shm is the host's (--ipc=host).
@@ -226,10 +239,10 @@ class DockerServer(ServerHandle):
         self.runs += 1
         self.name = f"tritonize-serve-{self.workdir.name.removeprefix(WORKDIR_PREFIX)}"
         self.name += f"-{self.runs}" * (self.runs > 1)
-        command = docker_command(self.repository, self.release, host=self.host, http_port=self.ports.http,
-                                 grpc_port=self.ports.grpc, metrics_port=self.ports.metrics,
+        self.upstream.clear()
+        command = docker_command(self.repository, self.release, host=self.host,
                                  model_config_name=self.model_config_name, models=self.models if load is None else load,
-                                 load_all=load is None, restricted=self.control_key is not None, tls=self.tls)
+                                 load_all=load is None, sockets=self.upstream.directory)
         command[2:2] = ["--name", self.name]  # docker run --name NAME ...
         return command + [shm.prefix_flag(self.region_prefix)]  # tritonserver's last option
 
@@ -250,11 +263,11 @@ class DockerServer(ServerHandle):
         self.prepare()
         try:
             self.control_key = self.key_with_file()
-            env = {**os.environ, KEY_ENV: self.control_key.value} if self.control_key else None
+            self.start_front()
             self.server = RunningServer(self.command(), urls=endpoints(self.host, self.ports),
                                         ready_timeout=self.ready_timeout,
                                         log_path=self.log_path or self.workdir / "tritonserver.log",
-                                        model_config_name=self.model_config_name, env=env,
+                                        model_config_name=self.model_config_name,
                                         control_key=self.control_key, tls=self.tls is not None)
             info = self.server.start()
             self.serving(info)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import importlib.metadata
 import importlib.util
 import os
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Iterator
 
 import tritonize
-from tritonize.access import ControlKey, ServerTLS, restriction_flags
+from tritonize.access import ControlKey, ServerTLS
 from tritonize.errors import TritonizeError
 from tritonize.machine import gpu_visible
 from tritonize.model_repository import BACKENDS, CONFIG_NAME, Backend, not_built_notes, parse_config, release_problem
@@ -46,7 +45,6 @@ from tritonize.serve.repository import (
     model_control_flags,
     validate_repository,
 )
-from tritonize.serve.front import Front
 from tritonize.serve.process import RunningServer, ServerHandle, ServerInfo, choose_ports, endpoints
 
 
@@ -218,8 +216,8 @@ def resolve_config_name(repository: Path, requested: str | None) -> str | None:
 class EmbeddedServer(ServerHandle):
     """The bundled tritonserver on one repository. `start()` returns a ServerInfo once the server is
     ready; `stop()` ends the process group (stubs included) and removes the temporary files.
-    Also a context manager; `embedded_server()` is the usual way in. Clients reach its HTTP and metrics
-    ports through the front (serve/front.py), its gRPC port directly."""
+    Also a context manager; `embedded_server()` is the usual way in. Clients reach it through the front
+    (serve/front.py); tritonserver listens only on Unix sockets in the workdir."""
 
     def __init__(
         self,
@@ -251,17 +249,16 @@ class EmbeddedServer(ServerHandle):
         self.served = self.repository  # what tritonserver reads: the repository, or the view of it (bundled_view)
 
     def command(self, load: tuple[str, ...] | None = None) -> list[str]:
-        """tritonserver's command line, loading `load` at start (None: `models`). HTTP and metrics listen on
-        loopback behind the front (serve/front.py), gRPC where the user asked. With a control key it holds the
-        key: 2.51 takes it nowhere else."""
-        host, ports, inner = self.host, self.ports, self.inner
+        """tritonserver's command line, loading `load` at start (None: `models`): on the Unix sockets behind the
+        front (whose old files it removes), without the control key (the front checks it) and without TLS (the
+        front serves it)."""
+        self.upstream.clear()
         command = [
             str(self.triton.binary),
             f"--model-repository={self.served}",
             *([f"--model-repository={self.not_built}"] if self.not_built else []),
             f"--backend-directory={self.backend_dir}",
-            f"--http-port={inner.http}", f"--grpc-port={ports.grpc}", f"--metrics-port={inner.metrics}",
-            "--http-address=127.0.0.1", f"--grpc-address={host}", "--metrics-address=127.0.0.1",
+            *self.upstream.flags(),
             "--disable-auto-complete-config",  # the repository's configs are complete; serve them as written
             *model_control_flags(self.models if load is None else load, all_when_empty=load is None),
             "--exit-on-error=false",  # a model that cannot load here is UNAVAILABLE; the others serve
@@ -274,10 +271,6 @@ class EmbeddedServer(ServerHandle):
             command.append(shm.prefix_flag(self.region_prefix))
         if self.config_name:
             command.append(f"--model-config-name={self.config_name}")
-        if self.control_key:
-            command += restriction_flags(self.control_key.value)
-        if self.tls:
-            command += self.tls.flags()
         return command
 
     def start(self) -> ServerInfo:
@@ -286,8 +279,6 @@ class EmbeddedServer(ServerHandle):
         self.triton = BundledTriton.find()
         env = stub_environment(self.triton)
         self.ports = choose_ports(self.host, *self.requested_ports)
-        # tritonserver's own HTTP and metrics ports: never the front's (the front would pass its requests to itself)
-        self.inner = choose_ports("127.0.0.1", None, None, None, avoid=frozenset(vars(self.ports).values()))
         self.prepare()
         atexit.register(self.stop)
         try:
@@ -298,19 +289,16 @@ class EmbeddedServer(ServerHandle):
             check_stub_environment(self.triton, self.backend_dir / "python" / self.triton.stub.name, env)
             notes = self._not_built_notes()
             self.not_built = self._not_built_repository(notes)
-            self.front = Front(self.host, self.ports.http, self.ports.metrics, (self.inner.http, self.inner.metrics),
-                               self.samples)
-            self.front.start()
-            grpc_url, http_url, metrics_url = endpoints(self.host, self.ports)  # what clients reach
+            self.start_front()
             self.server = RunningServer(
-                self.command(), urls=(grpc_url, *endpoints("127.0.0.1", self.inner)[1:]),
+                self.command(), urls=endpoints(self.host, self.ports),
                 log_path=self.log_path or self.workdir / "tritonserver.log", ready_timeout=self.ready_timeout, env=env,
                 cwd=self.workdir, model_config_name=self.config_name, control_key=self.control_key,
                 tls=self.tls is not None, not_built=notes,
             )
             info = self.server.start()
             self.serving(info)
-            return dataclasses.replace(info, http_url=http_url, metrics_url=metrics_url)
+            return info
         except BaseException:
             self.stop()
             raise

@@ -16,13 +16,13 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from tritonize.access import WORKDIR_PREFIX, ControlKey, write_addresses
+from tritonize.access import WORKDIR_PREFIX, ControlKey, ServerTLS, write_addresses
 from tritonize.errors import TritonizeError
 from tritonize.processes import die_with_parent, signal_name, start_time, stop_process_group
 from tritonize.progress import Ticker, say
 from tritonize.repository_index import model_states
 from tritonize.serve import shm
-from tritonize.serve.front import Front
+from tritonize.serve.front import Front, Upstream
 from tritonize.serve.healing import LOADED, Recorder, Served, read, restore
 # A server that keeps dying is started again after the back-off of a model that keeps crashing.
 from tritonize.serve.supervisor import CRASH_WINDOW_S, RELOAD_DELAYS_S, WINDOW, Supervisor
@@ -291,7 +291,9 @@ class ServerHandle:
     supervise: bool = True  # reload a model whose backend stub died, record the state heal() restores
     supervisor: Supervisor | None = None  # watching the server's models, if any
     recorder: Recorder | None = None
-    front: Front | None = None  # the embedded engine's, on the user's HTTP and metrics ports
+    front: Front | None = None  # on the user's ports; tritonserver listens only behind it, on `upstream`
+    upstream: Upstream | None = None
+    tls: ServerTLS | None = None  # served by the front on the gRPC port
     host: str = "127.0.0.1"
     ports: Ports | None = None  # where clients reach it
     restarts: int = 0  # by heal()
@@ -300,9 +302,17 @@ class ServerHandle:
         """Before a start: remove what servers that are gone left behind, then make this one's workdir and
         the prefix of its regions."""
         self.workdir = make_workdir()
+        self.upstream = Upstream(self.workdir / "sockets")
+        self.upstream.directory.mkdir(mode=0o700)
         shm.remove_stale()
         self.region_prefix = shm.region_prefix()
         self.crashes: list[float] = []  # monotonic times heal() was called within CRASH_WINDOW_S
+
+    def start_front(self) -> None:
+        """The front on the user's ports, passing requests on to `upstream` (an OSError when a port is taken)."""
+        self.front = Front(self.host, (self.ports.http, self.ports.grpc, self.ports.metrics), self.upstream,
+                           key=self.control_key, tls=self.tls, samples=self.samples)
+        self.front.start()
 
     def key_with_file(self) -> ControlKey | None:
         """The control key with a file to point clients to: the user's, else one in the workdir (only
