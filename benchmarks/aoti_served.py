@@ -1,12 +1,13 @@
 """aoti_model vs torch_model and onnx_model from the same export, served by the embedded Triton, measured by perf_analyzer.
 
-    .venv/bin/python benchmarks/aoti_served.py [--arch resnet18] [--levels 1,4,8] [--duration 5] [--rounds 3]
+    .venv/bin/python benchmarks/aoti_served.py [--arch resnet18] [--levels 1,4,8] [--requests 16] [--rounds 3]
 
 The artifacts (TorchScript, ONNX, the ExportedProgram and its AOTInductor package for this CPU: `convert aoti`, cached
 by the program's hash and torch's version) are made once under results/. One embedded Triton serves the three models
 (configs/cpu.pbtxt: 1 CPU instance each, dynamic batching, the same intra-op threads). For every concurrency level and
 round, `client perf --load-generator perf_analyzer` measures each model in turn (the order rotates every round),
-batch 1, the same photo in every request, --duration measured seconds. The machine is shared: throughputs are only
+batch 1, the same photo in every request, --requests x concurrency measured requests (perf_analyzer's
+--request-count: on a loaded machine a time window may see no request complete). The machine is shared: throughputs are only
 compared within a round (aoti / torch, aoti / onnx), then the median over rounds.
 Writes results/aoti_served_<arch>.json (every run) and .png, and prints a markdown table.
 """
@@ -46,7 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="resnet18")
     parser.add_argument("--levels", default="1,4,8")
-    parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per run")
+    parser.add_argument("--requests", type=int, default=16, help="measured requests per run, times the concurrency")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     tool = require()
@@ -59,8 +60,8 @@ def main() -> None:
             order = MODELS[round_ % len(MODELS):] + MODELS[:round_ % len(MODELS)]
             for level in levels:
                 for model in order:
-                    options = PerfOptions(concurrency=(level,), duration=args.duration, warmup=4, engine="perf_analyzer",
-                                          preprocess="client")
+                    options = PerfOptions(concurrency=(level,), requests=args.requests * level, duration=None, warmup=4,
+                                          engine="perf_analyzer", preprocess="client", level_time_limit=1800.0)
                     (result,) = run_perf(connection, [model], options).levels
                     run = {"round": round_, "concurrency": level, "model": model, "infer_s": round(result.throughput, 2),
                            "p50_ms": round(result.latency["p50_ms"], 2), "p99_ms": round(result.latency["p99_ms"], 2),
