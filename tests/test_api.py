@@ -14,7 +14,8 @@ from tritonize import api
 from tritonize.cli import app
 
 # The command's preprocessing flags are the API's `preprocessing=` mapping (tritonize.options.contract_changes).
-CONTRACT_FLAGS = {"resize", "crop", "mean", "std", "interpolation", "antialias", "channel_order", "layout", "pixel_scale"}
+CONTRACT_FLAGS = {"resize", "crop", "mean", "std", "interpolation", "antialias", "channel_order", "layout", "pixel_scale",
+                  "crop_offset"}
 # API function -> (its command's path, the parameters only one of the two has)
 COMMANDS = {
     "export": (("export",), {"arch", "model", "preprocessing", *CONTRACT_FLAGS}),

@@ -66,7 +66,7 @@ def _presets() -> dict[str, tuple[str, str]]:
     takes (every arch of torchvision.models; weights without categories are refused), named by its first."""
     import torchvision
 
-    from tritonize.spec import classification_archs
+    from tritonize.sources.torchvision_models import classification_archs
 
     found = {}
     for arch in classification_archs():
@@ -96,7 +96,7 @@ def _textured(width: int, height: int):
 def test_every_weights_preset_matches_torchvision_on_wide_and_square_images(preset, size):
     import torchvision
 
-    from tritonize.spec import resolve_spec
+    from tritonize.sources import resolve_spec
 
     arch, weights = PRESETS[preset]
     pre = resolve_spec(arch, weights).preprocessing  # what the manifest and every config.pbtxt carry
@@ -111,7 +111,7 @@ def test_every_weights_preset_matches_torchvision_on_wide_and_square_images(pres
 
 def test_the_presets_cover_the_contracts_that_differ():
     """The table is torchvision's, not a hand-picked list: resizes, crops, both filters, other means and stds."""
-    from tritonize.spec import resolve_spec
+    from tritonize.sources import resolve_spec
 
     contracts = [resolve_spec(*PRESETS[p]).preprocessing for p in PRESETS]
     assert len(contracts) >= 20 and {c.interpolation for c in contracts} == {"bilinear", "bicubic"}

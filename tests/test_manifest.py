@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import plan_entry
 from tritonize.errors import TritonizeError
 from tritonize.manifest import SCHEMA_VERSION, ExportedArtifact, Manifest, Plan, Status, manifest_path
-from tritonize.spec import resolve_spec
+from tritonize.sources import resolve_spec
 from tritonize.verify import verify_runner
 
 

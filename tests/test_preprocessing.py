@@ -8,7 +8,7 @@ import pytest
 
 from tritonize.errors import TritonizeError
 from tritonize.preprocessing import Preprocessing
-from tritonize.spec import resolve_spec
+from tritonize.sources import resolve_spec
 
 
 @pytest.mark.parametrize("arch", ["resnet18", "wide_resnet101_2"])
@@ -27,7 +27,8 @@ def test_odd_values_round_trip_too():
     # The manifest's form: plain JSON types, every field, read back equal.
     data = contract.to_dict()
     assert data == {"resize": 300, "crop": 299, "mean": [0.1, 1 / 3, 0.7], "std": [0.2, 2 / 7, 0.5], "interpolation": "bicubic",
-                    "antialias": False, "channel_order": "BGR", "layout": "NHWC", "scale": 1 / 65535}
+                    "antialias": False, "channel_order": "BGR", "layout": "NHWC", "scale": 1 / 65535,
+                    "crop_offset": "round"}
     assert Preprocessing.from_dict(json.loads(json.dumps(data))) == contract
 
 
@@ -120,6 +121,7 @@ def test_an_exact_resize_ignores_the_aspect(width, height):
     ({"channel_order": "L"}, "preprocessing contract needs 1 mean and 1 positive std (L: one channel), got "
                              "mean=(0.5, 0.5, 0.5) std=(0.25, 0.25, 0.25)"),
     ({"scale": 0}, "preprocessing contract has scale 0.0; it must be positive (1/255 for [0, 1])"),
+    ({"crop_offset": "ceil"}, "unknown crop offset 'ceil' in the preprocessing contract; expected round or floor"),
 ])
 def test_each_broken_size_is_refused_with_its_reason(change, message):
     with pytest.raises(TritonizeError) as e:

@@ -94,3 +94,83 @@ def test_torchvisions_tensor_path_is_close_to_pillows_and_the_gap_is_bounded(nam
     assert max(g[0] for g in gaps) < TENSOR_PATH_MAX, gaps
     assert max(g[1] for g in gaps) < TENSOR_PATH_MEAN, gaps
     assert max(g[0] for g in gaps) > 1e-3  # a different implementation: were it equal, the test above would be the one
+
+
+# -- timm: its own eval transform, from its own data config ------------------------------------------------------
+# Models whose configs differ: input size, crop_pct, interpolation, mean/std.
+TIMM_MODELS = ("resnet10t", "vit_tiny_patch16_224", "inception_v3", "convnext_atto", "deit_tiny_patch16_224")
+
+
+@pytest.mark.parametrize("name", TIMM_MODELS)
+def test_tritonize_gives_what_timms_create_transform_gives(name):
+    timm = pytest.importorskip("timm", reason="timm is an optional extra (pip install 'tritonize[timm]')")
+    import timm.data
+    import torch
+
+    from tritonize.sources.timm_models import contract
+
+    with torch.device("meta"):  # the config only: no weights
+        model = timm.create_model(name, pretrained=False)
+    config = timm.data.resolve_data_config({}, model=model)
+    ours, theirs = contract(config), timm.data.create_transform(**config)
+    for photo in photos():
+        image = load_rgb(photo)
+        expected = theirs(image).numpy()
+        assert ours(image).shape == expected.shape == ours.input_shape, (name, photo.name)
+        assert np.abs(ours(image) - expected).max() < 1e-6, (name, photo.name, config)
+
+
+# -- Hugging Face: the image processor, in both of its backends --------------------------------------------------
+HF_PROCESSORS = {  # the settings of common checkpoints' preprocessor_config.json
+    "ViT (exact 224x224)": ("ViTImageProcessor", dict(size={"height": 224, "width": 224})),
+    "DeiT (256x256, crop 224, bicubic)": ("DeiTImageProcessor", dict(size={"height": 256, "width": 256},
+                                          crop_size={"height": 224, "width": 224}, do_center_crop=True, resample=3)),
+    "CLIP (shortest edge 224, crop 224)": ("CLIPImageProcessor", dict(size={"shortest_edge": 224},
+                                           crop_size={"height": 224, "width": 224})),
+    "BiT (shortest edge 256, crop 224)": ("BitImageProcessor", dict(size={"shortest_edge": 256},
+                                          crop_size={"height": 224, "width": 224})),
+    "ConvNext (crop_pct 0.875)": ("ConvNextImageProcessor", dict(size={"shortest_edge": 224}, crop_pct=0.875)),
+    "ConvNext (384, warped)": ("ConvNextImageProcessor", dict(size={"shortest_edge": 384})),
+}
+# transformers' default backend resizes in torch (antialiased), another implementation than Pillow: measured on these
+# photos (transformers 5.24) at most 0.055 (ConvNext's bicubic warp up to 384: about 3 uint8 levels on edges), 0.008
+# to 0.031 for the others, and 0.0006 at most on average over an image. Its Pil backend gives our tensors exactly.
+HF_TORCH_MAX, HF_TORCH_MEAN = 0.08, 0.002
+
+
+@pytest.mark.parametrize("backend", ["Pil", "torchvision"])
+@pytest.mark.parametrize("name", HF_PROCESSORS)
+def test_tritonize_gives_what_the_hugging_face_image_processor_gives(name, backend):
+    transformers = pytest.importorskip("transformers", reason="transformers is an optional extra (pip install "
+                                                              "'tritonize[hf]')")
+    from tritonize.sources.huggingface import contract
+
+    cls, settings = HF_PROCESSORS[name]
+    processor = getattr(transformers, cls + ("Pil" if backend == "Pil" else ""))(**settings)
+    ours = contract(processor.to_dict())
+    gaps = []
+    for photo in photos():
+        image = load_rgb(photo)
+        expected = processor(images=image, return_tensors="np")["pixel_values"][0]
+        assert ours(image).shape == expected.shape == ours.input_shape, (name, photo.name)
+        gaps.append(np.abs(ours(image) - expected))
+    if backend == "Pil":  # the same Pillow resize, its crop offsets: equal to float rounding
+        assert max(g.max() for g in gaps) < 1e-5, name
+    else:
+        assert max(g.max() for g in gaps) < HF_TORCH_MAX and max(g.mean() for g in gaps) < HF_TORCH_MEAN, name
+
+
+def test_an_odd_crop_margin_is_split_as_each_library_splits_it():
+    """rocket.jpg, 640x427, resized to 256 on its shorter side is 383 wide: a margin of 159 around a 224 crop.
+    torchvision (and timm) start the crop at round(79.5) = 80, Hugging Face at 159 // 2 = 79: each contract follows
+    its library, so a Hugging Face model gets the pixels it was trained on."""
+    from torchvision import transforms as T
+
+    rocket = load_rgb(PHOTOS[0].parent / "rocket.jpg")
+    torchvision_like = Preprocessing(256, 224, **IMAGENET)
+    hf_like = torchvision_like.replace(crop_offset="floor")
+    resized = rocket.resize(torchvision_like.resized_size(*rocket.size), Image.BILINEAR)
+    assert resized.size == (383, 256)
+    assert (torchvision_like.crop_pixels(rocket) == np.asarray(T.CenterCrop(224)(resized))).all()
+    assert (hf_like.crop_pixels(rocket) == np.asarray(resized.crop((79, 16, 303, 240)))).all()
+    assert not (hf_like.crop_pixels(rocket) == torchvision_like.crop_pixels(rocket)).all()

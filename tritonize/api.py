@@ -41,11 +41,11 @@ def _list(value, flag: str, kind=str) -> tuple:
 def model_spec(model=DEFAULT_ARCH, weights: str | None = None, labels=None, preprocessing=None):
     """(the ModelSpec, the module itself or None): a module handed over is described as it is; an `--arch` value is
     resolved by its source, which builds it when the export needs it."""
-    from tritonize.sources import resolve
+    from tritonize.sources import resolve_spec
     from tritonize.sources.user_code import module_spec
 
     if isinstance(model, (str, Path)):
-        return resolve(str(model), weights, labels, preprocessing), None
+        return resolve_spec(str(model), weights, labels, preprocessing), None
     if weights is not None:
         from tritonize.errors import TritonizeError
 
@@ -97,7 +97,7 @@ def convert_trt(*, min_batch: int = 1, opt_batch: int = 16, max_batch: int | Non
     (convert.sh, the prepared ONNX, the manifest entry), and the result's status says `waiting for GPU`."""
     from tritonize.convert import ConvertOptions, Profile, convert_trt as convert
     from tritonize.convert.options import latency_profile
-    from tritonize.convert.settings import BuildSettings
+    from tritonize.plan_settings import BuildSettings
 
     options = ConvertOptions(
         profile=Profile(min_batch, opt_batch, max_batch), latency=latency_profile(latency),

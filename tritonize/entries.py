@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, ClassVar, Mapping
 
-from tritonize.convert.settings import BuildSettings
+from tritonize.plan_settings import BuildSettings
 from tritonize.errors import TritonizeError
 from tritonize.verify import VerificationReport
 
@@ -60,7 +60,7 @@ class Target:
     tensorrt: str | None = None
 
 
-PlanOptions = BuildSettings  # a plan's builder settings, recorded as its `options` (convert/settings.py)
+PlanOptions = BuildSettings  # a plan's builder settings, recorded as its `options` (plan_settings.py)
 
 
 @dataclass(frozen=True)

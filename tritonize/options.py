@@ -117,6 +117,9 @@ ChannelOrder = Annotated[Optional[str], typer.Option(
     rich_help_panel=_CONTRACT, show_default=False)]
 Layout = Annotated[Optional[str], typer.Option(
     "--layout", help="The input's layout: NCHW or NHWC.", rich_help_panel=_CONTRACT, show_default=False)]
+CropOffset = Annotated[Optional[str], typer.Option(
+    "--crop-offset", help="Where an odd crop margin is split: round (torchvision's CenterCrop, timm) or floor (Hugging "
+                          "Face's image processors).", rich_help_panel=_CONTRACT, show_default=False)]
 PixelScale = Annotated[Optional[str], typer.Option(
     "--pixel-scale", help="Pixel values are multiplied by this before the mean and std (1/255: to [0, 1]).",
     rich_help_panel=_CONTRACT, show_default=False)]
@@ -125,10 +128,10 @@ PixelScale = Annotated[Optional[str], typer.Option(
 def contract_changes(resize: str | None = None, crop: str | None = None, mean: str | None = None,
                      std: str | None = None, interpolation: str | None = None, antialias: bool | None = None,
                      channel_order: str | None = None, layout: str | None = None,
-                     pixel_scale: str | None = None) -> dict:
+                     pixel_scale: str | None = None, crop_offset: str | None = None) -> dict:
     """The preprocessing flags as changes to the contract's fields (`ModelSpec.with_preprocessing`)."""
     return dict(resize=resize, crop=crop, mean=mean, std=std, interpolation=interpolation, antialias=antialias,
-                channel_order=channel_order, layout=layout, scale=pixel_scale)
+                channel_order=channel_order, layout=layout, scale=pixel_scale, crop_offset=crop_offset)
 
 
 MinBatch = Annotated[int, typer.Option("--min-batch", "--min", min=1, help="TensorRT profile: the smallest batch.")]

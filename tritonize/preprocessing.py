@@ -28,6 +28,10 @@ PIL_FILTERS = {"nearest": 0, "nearest-exact": 0, "lanczos": 1, "bilinear": 2, "b
 # torchvision's Grayscale uses on PIL images).
 CHANNEL_ORDERS = {"RGB": 3, "BGR": 3, "L": 1}
 LAYOUTS = ("NCHW", "NHWC")
+# Where the center crop starts when the margin is odd: "round" as torchvision's CenterCrop (and timm) place it,
+# int(round(margin / 2)), halves to even; "floor" as Hugging Face's image processors do, margin // 2. They differ by
+# one pixel when the margin is 3 modulo 4 (a 640x427 photo resized to 256 on its shorter side, cropped to 224).
+CROP_OFFSETS = ("round", "floor")
 REQUIRED = ("resize", "crop", "mean", "std")
 
 
@@ -83,6 +87,7 @@ class Preprocessing:
     channel_order: str = "RGB"  # RGB, BGR, or L (one grayscale channel)
     layout: str = "NCHW"
     scale: float = 1 / 255  # pixel values are scaled by this (to [0, 1]) before mean/std
+    crop_offset: str = "round"  # CROP_OFFSETS: how an odd crop margin is split
 
     def __post_init__(self):
         resize, crop = _size(self.resize, "resize"), _size(self.crop, "crop")
@@ -108,6 +113,9 @@ class Preprocessing:
         if len(self.mean) != channels or len(self.std) != channels or min(self.std) <= 0:
             what = "1 mean and 1 positive std (L: one channel)" if channels == 1 else f"{channels} means and {channels} positive stds"
             raise TritonizeError(f"preprocessing contract needs {what}, got mean={self.mean} std={self.std}")
+        if self.crop_offset not in CROP_OFFSETS:
+            raise TritonizeError(f"unknown crop offset {self.crop_offset!r} in the preprocessing contract; expected "
+                                 f"{' or '.join(CROP_OFFSETS)}")
         if not self.scale > 0:
             raise TritonizeError(f"preprocessing contract has scale {self.scale}; it must be positive (1/255 for [0, 1])")
 
@@ -144,6 +152,7 @@ class Preprocessing:
             "channel_order": self.channel_order,
             "layout": self.layout,
             "scale": repr(self.scale),
+            "crop_offset": self.crop_offset,
         }
         return {PREFIX + k: v for k, v in values.items()}
 
@@ -170,8 +179,9 @@ class Preprocessing:
             raise TritonizeError(f"{model} has an unreadable preprocessing contract ({e}); rebuild the repository with `tritonize repo build`") from None
         if "antialias" in raw:
             values["antialias"] = raw["antialias"].lower() in ("1", "true", "yes")
-        if "interpolation" in raw:
-            values["interpolation"] = raw["interpolation"]
+        for key in ("interpolation", "crop_offset"):
+            if key in raw:
+                values[key] = raw[key]
         for key in ("channel_order", "layout"):
             if key in raw:
                 values[key] = raw[key].upper()
@@ -234,8 +244,10 @@ class Preprocessing:
         image = image.resize(self.resized_size(*image.size), resample=PIL_FILTERS[self.interpolation])
         width, height = image.size
         crop_height, crop_width = self.crop_size
-        top = int(round((height - crop_height) / 2.0))
-        left = int(round((width - crop_width) / 2.0))
+        if self.crop_offset == "floor":
+            top, left = (height - crop_height) // 2, (width - crop_width) // 2
+        else:
+            top, left = int(round((height - crop_height) / 2.0)), int(round((width - crop_width) / 2.0))
         pixels = np.asarray(image.crop((left, top, left + crop_width, top + crop_height)))  # uint8
         return pixels[..., None] if pixels.ndim == 2 else pixels
 

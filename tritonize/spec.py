@@ -69,28 +69,3 @@ class ModelSpec:
             if key in data:
                 data[key] = tuple(data[key])
         return cls(preprocessing=pre, **data)
-
-
-def classification_archs() -> list[str]:
-    from tritonize.sources.torchvision_models import classification_archs
-
-    return classification_archs()
-
-
-def resolve_spec(arch: str = DEFAULT_ARCH, weights: str | None = None, labels=None, preprocessing=None) -> ModelSpec:
-    """Describe the model `--arch` names (any source: tritonize.sources), without keeping it.
-
-    weights: None -> the source's own (torchvision's DEFAULT pretrained weights, ...); "none" -> random init; a
-    file -> a checkpoint, whose head sets the number of classes. labels: a file or a list; preprocessing: a
-    Preprocessing or a mapping of its fields over the source's.
-    """
-    from tritonize.sources import resolve
-
-    return resolve(arch, weights, labels, preprocessing)
-
-
-def build_model(spec: ModelSpec):
-    """The torch module in eval mode, with the weights the spec names."""
-    from tritonize.sources import build
-
-    return build(spec)

@@ -73,11 +73,11 @@ def test_trtexec_is_looked_up_on_the_images_path_first(tmp_path):
 
 
 def test_every_builder_reads_the_one_table_of_what_each_setting_needs(monkeypatch):
-    """Build 7 of issue 41: the TensorRT each setting needs is stated once (convert/settings.py NEEDS), and every
+    """Build 7 of issue 41: the TensorRT each setting needs is stated once (plan_settings.py NEEDS), and every
     builder refuses by it; the gate was written once per builder (trtexec_argv's `wants_86`, plan_from_onnx's
     `modern`). A setting that needed a newer TensorRT than any (made so here) is refused by all four alike."""
     from tritonize.convert.builders import ContainerBuilder, TensorRTApiBuilder, TrtexecBuilder
-    from tritonize.convert.settings import NEEDS, Setting
+    from tritonize.plan_settings import NEEDS, Setting
     from tritonize.convert.torch_trt import TorchTensorRTBuilder
     from tritonize.convert.trtexec import trtexec_argv
     from tritonize.errors import TritonizeError

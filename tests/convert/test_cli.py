@@ -251,7 +251,7 @@ def test_to_argv_asks_the_cli_for_exactly_these_options(options, tmp_path, monke
 
     (tmp_path / "their.onnx").write_bytes(b"")
     monkeypatch.chdir(tmp_path)
-    from tritonize.convert.settings import BuildSettings
+    from tritonize.plan_settings import BuildSettings
 
     if "profile" in options:
         options = {**options, "profile": Profile(*options["profile"])}

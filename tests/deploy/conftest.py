@@ -63,12 +63,13 @@ def s3(s3_endpoint, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def push_repo(small_artifacts, tmp_path_factory) -> Path:
-    """onnx_model and torch_model (CPU, ~45 MB each; no ensembles): two multipart objects and small files."""
+def push_repo(resnet18_artifacts, tmp_path_factory) -> Path:
+    """onnx_model and torch_model (CPU, ~45 MB each; no ensembles): two multipart objects and small files. resnet18:
+    its size is the point (the suite's small classifier fits in one part)."""
     from tritonize.repository_builder import RepoOptions, build_repository
 
     repo = tmp_path_factory.mktemp("push") / "models"
-    build_repository(small_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model", "torch_model"),
+    build_repository(resnet18_artifacts, repo, RepoOptions(kind="cpu", models=("onnx_model", "torch_model"),
                                                         warmup=False, ensembles=False))
     return repo
 

@@ -25,6 +25,7 @@ from tritonize.files import sha256_file
 from tritonize.serve.embedded import (
     BundledTriton, EmbeddedServer, assemble_backend_dir, check_stub_environment, stub_environment,
 )
+from tritonize.serve.front import Upstream
 from tritonize.serve.process import RunningServer, choose_ports, endpoints
 
 PREFIX = "resnet"
@@ -164,8 +165,14 @@ class _triton_on_store:
         check_stub_environment(triton, backends / "python" / triton.stub.name, env)
         ports = choose_ports("127.0.0.1", None, None, None)
         embedded = EmbeddedServer(self.workdir, models=("onnx_model",))  # its command line, without its front
-        embedded.triton, embedded.backend_dir, embedded.ports, embedded.inner, embedded.config_name = triton, backends, ports, ports, None
-        command = [self.flag if arg.startswith("--model-repository=") else arg for arg in embedded.command()]
+        embedded.triton, embedded.backend_dir, embedded.ports, embedded.config_name = triton, backends, ports, None
+        embedded.upstream, embedded.region_prefix = Upstream(self.workdir), None
+        # tritonserver itself on the test's TCP ports (no front): the flags for its Unix sockets swapped for them
+        socket_flags = set(embedded.upstream.flags())
+        command = [self.flag if arg.startswith("--model-repository=") else arg
+                   for arg in embedded.command() if arg not in socket_flags]
+        command += ["--http-address=127.0.0.1", f"--http-port={ports.http}", "--grpc-address=127.0.0.1",
+                    f"--grpc-port={ports.grpc}", "--metrics-address=127.0.0.1", f"--metrics-port={ports.metrics}"]
         self.server = RunningServer(command, urls=endpoints("127.0.0.1", ports), log_path=self.workdir / "triton.log",
                                     ready_timeout=120, env=env, cwd=self.workdir)
         return self.server.start()

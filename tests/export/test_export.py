@@ -19,7 +19,7 @@ from tritonize.errors import TritonizeError
 from tritonize.export import ExportOptions, export_artifacts
 from tritonize.files import sha256_file
 from tritonize.manifest import Manifest
-from tritonize.spec import build_model, resolve_spec
+from tritonize.sources import build_model, resolve_spec
 from tritonize.verify import Tolerance, verification_inputs, verify_runner
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import error_line, run_cli
 from tritonize.preprocessing import Preprocessing
-from tritonize.spec import resolve_spec
+from tritonize.sources import resolve_spec
 
 
 def test_the_flags_change_the_contract_and_the_input_the_artifacts_take(tmp_path):

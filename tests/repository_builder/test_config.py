@@ -15,7 +15,7 @@ from tritonize.manifest import ExportedArtifact, FileRef, Gate, PrecisionVariant
 from tritonize.model_repository import BACKENDS, PREPROCESSORS, parse_config
 from tritonize.repository_builder.config import config_text, ensemble_config, model_config, preprocessor_config
 from tritonize.repository_builder.options import RepoOptions
-from tritonize.spec import resolve_spec
+from tritonize.sources import resolve_spec
 from tritonize.verify import verify_runner
 
 CONFIGS = Golden("configs")

@@ -70,24 +70,28 @@ def test_a_bad_image_fails_its_request_alone(small_server):
     photo = PHOTO.read_bytes()
     bodies = [photo] * 12
     bodies[5] = photo[:3000]
-    done: queue.Queue = queue.Queue()
     with grpcclient.InferenceServerClient(small_server.grpc_url) as client:
         expected = load_images([PHOTO], _contract(client, "preprocess")).arrays[0]
-        before = client.get_inference_statistics("preprocess", as_json=True)["model_stats"][0]
-        for i, body in enumerate(bodies):
-            tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
-            tensor.set_data_from_numpy(np.array([[body]], dtype=np.object_))
-            client.async_infer("preprocess", [tensor], callback=lambda result, error, i=i: done.put((i, result, error)))
-        results = dict((i, (result, error)) for i, result, error in (done.get(timeout=60) for _ in bodies))
-        after = client.get_inference_statistics("preprocess", as_json=True)["model_stats"][0]
-    for i, (result, error) in results.items():
-        if i == 5:
-            assert error is not None and "IMAGE[0]: cannot decode" in error.message() and "truncated or corrupt" in error.message()
-        else:
-            assert error is None, error
-            np.testing.assert_array_equal(result.as_numpy("PREPROCESSED")[0], expected)
-    executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
-    assert executions < len(bodies), "the requests did not share executions: the test proves nothing"
+        for _ in range(5):  # a busy machine may serve one round one request at a time: then another round
+            done: queue.Queue = queue.Queue()
+            before = client.get_inference_statistics("preprocess", as_json=True)["model_stats"][0]
+            for i, body in enumerate(bodies):
+                tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+                tensor.set_data_from_numpy(np.array([[body]], dtype=np.object_))
+                client.async_infer("preprocess", [tensor], callback=lambda result, error, i=i: done.put((i, result, error)))
+            results = dict((i, (result, error)) for i, result, error in (done.get(timeout=60) for _ in bodies))
+            after = client.get_inference_statistics("preprocess", as_json=True)["model_stats"][0]
+            for i, (result, error) in results.items():
+                if i == 5:
+                    assert error is not None and "IMAGE[0]: cannot decode" in error.message()
+                    assert "truncated or corrupt" in error.message()
+                else:
+                    assert error is None, error
+                    np.testing.assert_array_equal(result.as_numpy("PREPROCESSED")[0], expected)
+            executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
+            if executions < len(bodies):
+                break
+    assert executions < len(bodies), "the requests never shared executions in 5 rounds: the test proves nothing"
 
 
 def test_a_request_with_a_bad_image_names_it(small_server):

@@ -35,7 +35,7 @@ def eager_logits(artifacts: Path, photo: Path) -> np.ndarray:
     from PIL import Image
 
     from tritonize.manifest import Manifest
-    from tritonize.spec import build_model
+    from tritonize.sources import build_model
 
     spec = Manifest.load(artifacts).spec
     with Image.open(photo) as image:

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import error_line, run_cli
 from tritonize.errors import TritonizeError
 from tritonize.sources import huggingface, timm_models
-from tritonize.spec import resolve_spec
+from tritonize.sources import resolve_spec
 
 
 # --- timm ------------------------------------------------------------------------------------------------------
@@ -123,7 +123,8 @@ def test_hf_processor_configs_map_into_the_contract(processor, expected):
 @pytest.mark.parametrize("processor, message", [
     ({"size": {"shortest_edge": 224}}, "crops nothing"),
     ({"size": {"shortest_edge": 224, "longest_edge": 1333}}, "is not a size tritonize serves"),
-    ({"size": {"height": 32, "width": 32}, "crop_pct": 0.875}, "crop_pct is not in tritonize's preprocessing contract"),
+    ({"size": {"height": 32, "width": 32}, "crop_pct": 0.875}, "crop_pct goes with size {'shortest_edge': S}, not "
+                                                                 "{'height': 32, 'width': 32}"),
     ({"size": {"height": 32, "width": 32}, "do_resize": False}, "does not resize"),
 ])
 def test_hf_processor_settings_outside_the_contract_are_refused(processor, message):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.conftest import SMALL_ARCH, error_line, run_cli
-from tritonize.spec import build_model, resolve_spec
+from tritonize.sources import build_model, resolve_spec
 
 NET = """
 import torch

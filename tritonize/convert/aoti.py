@@ -28,7 +28,7 @@ from tritonize.manifest import FileRef, Manifest, Package, Status, Target
 from tritonize.model_repository import AOTI_MODEL, release_problem
 from tritonize.progress import Ticker, say, step
 from tritonize.releases import Release, latest_release, release_info
-from tritonize.spec import build_model
+from tritonize.sources import build_model
 from tritonize.stage import StageResult, StageStatus
 from tritonize.verify import FP32, verification_inputs, verify_runner
 

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonize.convert.settings import BuildSettings
+from tritonize.plan_settings import BuildSettings
 from tritonize.errors import TritonizeError
 
 SUPPORTED_MAJORS = (8, 10, 11)

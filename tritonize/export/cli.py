@@ -8,7 +8,7 @@ import typer
 
 from tritonize.options import (
     DEFAULT_ARTIFACTS, Antialias, Arch, Artifacts, ChannelOrder, Crop, Force, Interpolation, Labels, Layout, MaxBatch,
-    Mean, PixelScale, Resize, Std, Weights, contract_changes, items,
+    Mean, CropOffset, PixelScale, Resize, Std, Weights, contract_changes, items,
 )
 from tritonize.spec import DEFAULT_ARCH
 
@@ -46,6 +46,7 @@ def export_command(
     channel_order: ChannelOrder = None,
     layout: Layout = None,
     pixel_scale: PixelScale = None,
+    crop_offset: CropOffset = None,
 ) -> None:
     """Export a classifier (torchvision, timm, Hugging Face, your own code) to TorchScript and ONNX (and torch.export's
     .pt2 when asked), with a dynamic batch, verified against PyTorch."""
@@ -54,5 +55,5 @@ def export_command(
     api.export(arch, weights=weights, labels=labels, artifacts=artifacts, format=_formats(format), opset=opset,
                simplify=simplify, max_batch=max_batch, force=force,
                preprocessing=contract_changes(resize, crop, mean, std, interpolation, antialias, channel_order, layout,
-                                              pixel_scale))
+                                              pixel_scale, crop_offset))
     typer.echo(f"manifest: {artifacts / 'manifest.json'}")

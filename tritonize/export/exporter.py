@@ -15,7 +15,8 @@ from tritonize.facts import file_facts, now_iso, tool_versions
 from tritonize.machine import compute_threads
 from tritonize.manifest import MANIFEST_NAME, ExportedArtifact, Manifest, Status
 from tritonize.progress import say, step
-from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec, build_model
+from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec
+from tritonize.sources import build_model
 from tritonize.stage import StageResult, StageStatus
 from tritonize.verify import FP32, Tolerance, VerificationReport, verification_inputs, verify_runner
 

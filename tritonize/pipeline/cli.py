@@ -7,7 +7,7 @@ import typer
 
 from tritonize.options import (
     DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Antialias, Arch, Artifacts, CalibImages, ChannelOrder, Crop, Force, Instances,
-    Interpolation, Kind, Labels, Layout, MaxBatch, Mean, MinBatch, OptBatch, PixelScale, Precision, PrecisionOption,
+    Interpolation, Kind, Labels, Layout, MaxBatch, Mean, MinBatch, OptBatch, CropOffset, PixelScale, Precision, PrecisionOption,
     Resize, RepositoryArgument, Std, TritonRelease, Weights, contract_changes,
 )
 from tritonize.spec import DEFAULT_ARCH
@@ -37,6 +37,7 @@ def build_command(
     channel_order: ChannelOrder = None,
     layout: Layout = None,
     pixel_scale: PixelScale = None,
+    crop_offset: CropOffset = None,
 ) -> None:
     """Export -> convert -> repo build -> repo check in one go; finished stages are skipped. --max-batch is the
     TensorRT profile max, the export's verified max and the repository's max_batch_size."""
@@ -48,7 +49,7 @@ def build_command(
                        min_batch=min_batch, opt_batch=opt_batch, max_batch=max_batch, precision=precision.value,
                        calib_images=calib_images, triton_release=triton_release, kind=kind, instances=instances,
                        force=force, preprocessing=contract_changes(resize, crop, mean, std, interpolation, antialias,
-                                                                   channel_order, layout, pixel_scale))
+                                                                   channel_order, layout, pixel_scale, crop_offset))
     typer.echo("\nStages")
     typer.echo(table(("stage", "status", "seconds", "detail"),
                      [(t.result.stage, t.result.status.value, f"{t.seconds:.1f}", t.result.detail) for t in report.stages]))

@@ -26,7 +26,7 @@ from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest, Status
 from tritonize.model_repository import BACKENDS
 from tritonize.serve.embedded import embedded_server
-from tritonize.spec import resolve_spec
+from tritonize.sources import resolve_spec
 
 BANNER = "=" * 78
 

@@ -28,7 +28,7 @@ cpu.pbtxt) falls back to its config.pbtxt, so on a CPU-only box it stays unavail
 
 Each config is a `tritonclient.grpc.model_config_pb2.ModelConfig` written with protobuf's text format. Its
 `parameters` carry the preprocessing contract (preprocess.resize, .crop, .mean, .std, .interpolation,
-.antialias, .channel_order, .layout, .scale) and the provenance (source.arch, source.weights,
+.antialias, .channel_order, .layout, .scale, .crop_offset) and the provenance (source.arch, source.weights,
 source.manifest_sha256; for trt_model also source.tensorrt_version, .triton_release, .version_compatible)
 as strings, so a client and `serve` need only the repository.
 

@@ -6,8 +6,8 @@
     FILE.py:FUNC           the user's code: FUNC() returns the nn.Module (user_code)
     package.module:FUNC    the same, imported from the working directory or sys.path
 
-`resolve` describes the model without keeping it (what the manifest records, with where each fact came from);
-`build` makes the module in eval mode from that description, the same weights every time. A module handed to the
+`resolve_spec` describes the model without keeping it (what the manifest records, with where each fact came from);
+`build_model` makes the module in eval mode from that description, the same weights every time. A module handed to the
 Python API (`tritonize.export(model)`) has a spec of its own (`user_code.module_spec`) and is exported as given.
 """
 
@@ -36,7 +36,7 @@ def source_of(arch: str) -> str:
     return "torchvision"
 
 
-def resolve(arch: str = DEFAULT_ARCH, weights: str | None = None, labels=None, preprocessing=None) -> ModelSpec:
+def resolve_spec(arch: str = DEFAULT_ARCH, weights: str | None = None, labels=None, preprocessing=None) -> ModelSpec:
     """The spec of `arch` with `weights` (None: the source's own; `none`: random init; a path: a checkpoint),
     `labels` (a file or a list; None: the source's, else placeholders) and `preprocessing` (a Preprocessing or a
     mapping of fields over the source's; None: the source's)."""
@@ -64,7 +64,7 @@ def resolve(arch: str = DEFAULT_ARCH, weights: str | None = None, labels=None, p
     return torchvision_models.resolve(arch, weights, labels, preprocessing)
 
 
-def build(spec: ModelSpec):
+def build_model(spec: ModelSpec):
     """The torch module the spec describes, in eval mode, with its weights (random init is seeded)."""
     if spec.source == "timm":
         from tritonize.sources import timm_models as source

@@ -24,7 +24,8 @@ INSTALL = "pip install 'tritonize[hf]'"
 RESAMPLE = {number: name for name, number in reversed(PIL_FILTERS.items())}  # PIL's numbers -> the contract's names
 # The image processor settings `contract` reads; others that are on and change the image are refused.
 UNDERSTOOD = {"do_resize", "size", "resample", "do_center_crop", "crop_size", "do_rescale", "rescale_factor",
-              "do_normalize", "image_mean", "image_std", "do_convert_rgb"}
+              "do_normalize", "image_mean", "image_std", "do_convert_rgb", "crop_pct"}
+CONVNEXT_WARP = 384  # ConvNextImageProcessor: from this shortest_edge on, it resizes to S x S and crops nothing
 IGNORED = {"image_processor_type", "processor_class", "feature_extractor_type", "auto_map", "_processor_class",
            "input_data_format", "data_format", "default_to_square", "return_tensors", "device", "disable_grouping",
            "image_seq_length", "crop_to_patches", "do_reduce_labels", "reduce_labels"}
@@ -81,7 +82,9 @@ def resolve(where: str, weights: str | None = None, labels=None, preprocessing=N
 def contract(processor: dict, channels: int = 3) -> Preprocessing:
     """An image processor's settings (preprocessor_config.json) as the preprocessing contract, the way its
     resize, center crop, rescale and normalize apply them: `size` {"shortest_edge": S} resizes the shorter side,
-    {"height", "width"} to exactly that; `crop_size` is the center crop (without one, the resize is the input)."""
+    {"height", "width"} to exactly that; `crop_size` is the center crop (without one, the resize is the input);
+    ConvNext's `crop_pct` resizes the shorter side to S / crop_pct and crops S x S (below 384; from 384, S x S
+    exactly). Their center crop floors an odd margin (`crop_offset` "floor")."""
     active = {k for k, v in processor.items() if v not in (None, False) and k not in UNDERSTOOD | IGNORED}
     if active:
         raise TritonizeError(f"the image processor's {', '.join(sorted(active))} is not in tritonize's preprocessing "
@@ -90,7 +93,16 @@ def contract(processor: dict, channels: int = 3) -> Preprocessing:
         raise TritonizeError("the image processor does not resize (do_resize false): a served model takes one input "
                              "size, so give the preprocessing")
     resize = _hw(processor.get("size"), "size")
-    if processor.get("do_center_crop"):
+    if processor.get("crop_pct") is not None:  # ConvNext's own resize (ConvNextImageProcessor.resize)
+        if not isinstance(resize, int):
+            raise TritonizeError(f"the image processor's crop_pct goes with size {{'shortest_edge': S}}, not "
+                                 f"{processor.get('size')!r}: give the preprocessing")
+        shortest = resize
+        if shortest < CONVNEXT_WARP:  # the shorter side to S / crop_pct, then the center S x S
+            resize, crop = int(shortest / float(processor["crop_pct"])), (shortest, shortest)
+        else:  # warped to S x S
+            resize, crop = (shortest, shortest), (shortest, shortest)
+    elif processor.get("do_center_crop"):
         crop = _hw(processor.get("crop_size"), "crop_size")
         if not isinstance(crop, tuple):
             crop = (crop, crop)
@@ -109,7 +121,7 @@ def contract(processor: dict, channels: int = 3) -> Preprocessing:
         raise TritonizeError(f"the image processor's resample {resample!r} is not a Pillow filter tritonize knows")
     return Preprocessing(resize=resize, crop=crop, mean=tuple(mean), std=tuple(std),
                          interpolation=RESAMPLE[int(resample)], scale=scale,
-                         channel_order="RGB" if channels == 3 else "L")
+                         channel_order="RGB" if channels == 3 else "L", crop_offset="floor")
 
 
 def _hw(size, what: str):

@@ -4,7 +4,8 @@ by the build job to every builder, and gated by one table of the TensorRT versio
 builder reads through `needs()` (Polygraphy's TrtConfigArgs is the model: one group that declares, parses and writes
 itself out).
 
-A new setting is a field and its NEEDS entry here, its option in convert/cli.py, and its use in each builder:
+It lives beside the manifest, whose plans record it. A new setting is a field and its NEEDS entry here, its option
+in convert/cli.py, and its use in each builder:
 trtexec.py (the flag), builders.py (Polygraphy's CreateConfig), torch_trt.py (its argument, or a refusal).
 """
 
