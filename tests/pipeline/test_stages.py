@@ -124,3 +124,21 @@ def _status(output: str, stage: str) -> str:
     assert match, table
     return match.group(1)
 
+
+
+def test_build_for_gpu_instances_waits_for_the_gpu_box_s_package(aoti_copy, tmp_path):
+    """`build --kind gpu` asks for a GPU package, which only the GPU box compiles: `convert aoti` waits (its
+    manifest entry and the one command to run there, as TensorRT's plan does), `build` goes on (exit 0, as for the
+    plan) and the repository leaves aoti_model out with a note naming that command. `convert aoti --device gpu`
+    alone exits 3 (tests/convert/test_aoti.py)."""
+    repo = tmp_path / "models"
+    built = run_cli("build", *SMALL, "--precision", "fp32", "--kind", "gpu", "--artifacts", aoti_copy, repo)
+    assert built.exit_code == 0, built.output
+    assert _status(built.output, "convert aoti") == "waiting for GPU"
+    entry = json.loads((aoti_copy / "manifest.json").read_text())["artifacts"]["aoti"]
+    command = entry["gpu_command"]
+    assert entry["status"] == "waiting_for_gpu" and entry["device"] == "gpu" and "file" not in entry
+    assert command.startswith("tritonize convert aoti --device gpu --triton-release ") and str(aoti_copy) in command
+    assert f"torch cannot compile a GPU package here; on the GPU box run: {command}" in " ".join(built.output.split())
+    assert command in (repo / "aoti_model.not-built.txt").read_text()
+    assert not (repo / "aoti_model").exists() and (repo / "onnx_model").is_dir()
