@@ -69,6 +69,7 @@ class Backend:
     first_release: str | None = None  # the first Triton release whose backend serves it (None: every one)
     batching_release: str | None = None  # the first release whose backend batches it (None: every one)
     why_release: str = ""  # why releases before first_release cannot serve it, and from where batching comes
+    why_unbatched: str = ""  # the evidence that releases before batching_release do not batch it
 
     @property
     def needs_gpu(self) -> bool:
@@ -101,7 +102,10 @@ AOTI_MODEL = Backend("aoti_model", "aoti", "pytorch", "torch_aoti", "model.pt2",
                      why_release="its pytorch backend serves a PT2 package (platform torch_aoti) of a one-input classifier "
                                  "from 26.05 (26.03 and 26.04 bind the inputs to the package's two call-spec strings, "
                                  "so one input does not load), and batches it from 26.07 (release 2.71.0: \"Enabled "
-                                 "PyTorch 2 batching\")")
+                                 "PyTorch 2 batching\")",
+                     why_unbatched="pytorch_backend's README up to r26.06: \"Support for batch sizes greater than 1 ... has "
+                                   "not been completed\"; release 2.71.0 (26.07): \"PyTorch backend: Enabled PyTorch 2 batching\" "
+                                   "(pytorch_backend#196/#198)")
 BACKENDS = {b.name: b for b in (ONNX_MODEL, TORCH_MODEL, TRT_MODEL, ONNX_INT8_MODEL, AOTI_MODEL)}
 DEFAULT_MODEL = ONNX_MODEL.name  # what a client talks to unless told: it serves on any machine
 

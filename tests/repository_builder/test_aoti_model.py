@@ -60,6 +60,10 @@ def test_before_26_07_it_is_served_without_batching_and_repo_check_refuses_batch
     assert "aoti_model: Triton 26.05 does not batch it (from 26.07): max_batch_size 0" in result.output
     text = (repo / "aoti_model" / "config.pbtxt").read_text()
     assert "# Triton 26.05's pytorch backend does not batch torch_aoti models (from 26.07): max_batch_size 0" in text
+    # the evidence, in the note and in what build said
+    evidence = ("pytorch_backend's README up to r26.06: \"Support for batch sizes greater than 1 ... has not been "
+                "completed\"; release 2.71.0 (26.07): \"PyTorch backend: Enabled PyTorch 2 batching\"")
+    assert evidence in text and evidence in " ".join(result.output.split())
     cfg = parse_config(repo / "aoti_model" / "config.pbtxt")
     assert cfg.max_batch_size == 0 and not cfg.HasField("dynamic_batching")
     assert list(cfg.input[0].dims) == [1, 3, 224, 224] and list(cfg.output[0].dims) == [1, 1000]

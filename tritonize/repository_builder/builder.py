@@ -191,8 +191,10 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
     release = served_release(entry)
     if not batches(backend, release):
         header += (f"\nTriton {release}'s {backend.backend} backend does not batch {backend.platform} models (from "
-                   f"{backend.batching_release}): max_batch_size 0, one image per request with its own batch axis of 1.")
-        say(f"  ! {backend.name}: Triton {release} does not batch it (from {backend.batching_release}): max_batch_size 0")
+                   f"{backend.batching_release}): max_batch_size 0, one image per request with its own batch axis of 1 "
+                   f"({backend.why_unbatched}).")
+        say(f"  ! {backend.name}: Triton {release} does not batch it (from {backend.batching_release}): max_batch_size 0, "
+            f"one image per request ({backend.why_unbatched})")
     plans = _plans(backend, fleet)
     texts = {}
     for rel, kind in variants.items():
