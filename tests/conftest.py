@@ -249,16 +249,31 @@ def _shared_memory_as_found():
     assert not left, f"the tests left {len(left)} shared-memory region(s) in {shm.SHM}: {left}"
 
 
-TRITON_TMP = Path("/tmp")  # where Triton writes, whatever TMPDIR says
-# What Triton leaves there: a load's `file:` overrides (folderXXXXXX, never removed when the load fails: the
-# supervisor's give-up is such a load), the Python backend's environment folder (python_env_XXXXXX, left by a server
-# killed or crashed).
-TRITON_TMP_PATTERNS = ("folder??????", "python_env_??????")
+# What Triton leaves in /tmp (serve/leftovers.py): a load's `file:` overrides (folderXXXXXX, never removed when the load
+# fails: the supervisor's give-up is such a load), the Python backend's environment folder (python_env_XXXXXX, left by a
+# server killed or crashed). Other sessions' and users' servers leave theirs there too: the check counts only those a
+# server of this session marked as its own (the mark names the process group of the tritonize that ran it; every process
+# of the session is in the session's group).
 _TRITON_TMP = pytest.StashKey[set]()
 
 
 def _triton_tmp() -> set[str]:
-    return {p.name for pattern in TRITON_TMP_PATTERNS for p in TRITON_TMP.glob(pattern)}
+    from tritonize.serve.leftovers import OVERRIDE, PYTHON_ENV, TMP
+
+    return {p.name for pattern in (OVERRIDE, PYTHON_ENV) for p in TMP.glob(pattern)}
+
+
+def _ours(name: str) -> bool:
+    """A folder of Triton's that a server of this session made: its mark (a python_env) or its model.py (a give-up's
+    folder) names this session's process group."""
+    from tritonize.serve.leftovers import MARK, TMP, group_of
+
+    for written in (TMP / name / MARK, TMP / name / "1" / "model.py"):
+        try:
+            return group_of(written.read_text(errors="replace")) == os.getpgrp()
+        except OSError:
+            continue
+    return False
 
 
 TMP_CHECKED = "TRITONIZE_TESTS_TMP_CHECKED_BY"  # set for every process of a session that checks /tmp itself
@@ -279,15 +294,15 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Tests leave no folder of Triton's in /tmp (TRITON_TMP_PATTERNS). Checked once every worker is done."""
+    """Tests leave no folder of Triton's in /tmp that a server of theirs made. Checked once every worker is done."""
     before = session.config.stash.get(_TRITON_TMP, None)
     if before is None:
         return
-    left = sorted(_triton_tmp() - before)
+    left = sorted(name for name in _triton_tmp() - before if _ours(name))
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line(f"\nerror: the tests left {len(left)} folder(s) of Triton's in {TRITON_TMP}: {left} "
+            reporter.write_line(f"\nerror: the tests left {len(left)} folder(s) of Triton's in /tmp: {left} "
                                 "(a folderXXXXXX's config.pbtxt names its model)", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -450,3 +450,59 @@ def test_the_server_decodes_only_the_formats_it_knows_the_cost_of(tmp_path):
     assert decode_rgb(icon.getvalue(), "icon.ico").size == (64, 64)
     with pytest.raises(BadImage, match=r"^IMAGE\[0\]: not an image Pillow can read$"):
         decode_rgb(b"GIF89a but no picture", "IMAGE[0]", max_memory=SERVER_MEMORY)
+
+
+def test_the_decoding_cost_at_its_edges():
+    """A progressive MPO (a camera's JPEG) as a JPEG, a JPEG of unknown sampling as 4 full components, odd pixel
+    counts rounded up per component, a turned image resized as it will be shown."""
+    from tritonize.images import _jpeg_samples, decoding_cost
+
+    buffers = 8 * 2**20
+
+    def image(width=1000, height=1000, mode="RGB", fmt="PNG", **info):
+        return SimpleNamespace(width=width, height=height, mode=mode, format=fmt, info=info,
+                               layer=[("1", 2, 2, 0), ("2", 1, 1, 1), ("3", 1, 1, 1)])
+
+    assert decoding_cost(image(fmt="MPO", progressive=1)) - buffers == 7_000_000
+    unknown = SimpleNamespace(width=3, height=3, mode="RGB", format="JPEG", info={})
+    assert _jpeg_samples(unknown, 9) == 36 and decoding_cost(unknown) == 36 + buffers  # 4 samples a pixel, 2 bytes
+    assert _jpeg_samples(image(), 9) == 9 + 3 + 3  # 9 x 1/4 is 2.25: 3 for each chroma component
+    wide = image(width=300, height=100)
+    upright, turned = decoding_cost(wide, IMAGENET), decoding_cost(wide, IMAGENET, transposed=True)
+    assert upright - buffers == 4 * (30_000 + 768 * 100 + 768 * 256)  # 300x100 resized to 768x256
+    assert turned - buffers == 4 * (30_000 + 256 * 300 + 256 * 768)  # shown as 100x300: resized to 256x768
+
+
+def test_a_refusal_says_what_the_image_costs_and_that_it_was_turned():
+    from tritonize.images import check_memory
+
+    turned = SimpleNamespace(width=4000, height=3000, mode="RGB", format="JPEG", info={}, layer=None)
+    with pytest.raises(BadImage) as refused:
+        check_memory(turned, "IMAGE[2]", 50_000_000, "the server refuses it", transposed=True)
+    assert str(refused.value) == ("IMAGE[2]: 4000x3000 JPEG (RGB) takes 104 MB to decode, turned as its EXIF says, and "
+                                  "preprocess, above the 50 MB the server gives one image; the server refuses it")
+    check_memory(SimpleNamespace(width=10, height=10, mode="RGB", format="PNG", info={}), "x", 8 * 2**20 + 400)
+
+
+def test_a_resize_to_exactly_hxw_is_named_so_when_it_is_too_large(tmp_path):
+    path = _png(tmp_path / "small.png", 10, 10)
+    exact = Preprocessing((20000, 10000), (224, 224), IMAGENET.mean, IMAGENET.std)
+    with pytest.raises(BadImage, match=r"becomes 10000x20000 = 200,000,000 pixels when resized to 20000x10000 \(HxW\)"):
+        load_rgb(path, preprocess=exact)
+    assert load_images([path], exact).failed == [str(path)]  # the contract is what the bound counts, every path
+
+
+def test_an_unreadable_file_says_what_the_system_said(tmp_path, monkeypatch):
+    from pathlib import Path as P
+
+    from tritonize.images import read_image_file
+
+    def refuse(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(P, "read_bytes", refuse)
+    with pytest.raises(BadImage, match=r"^x\.jpg: cannot read it \(Permission denied\)$"):
+        read_image_file(P("x.jpg"))
+    monkeypatch.setattr(P, "read_bytes", lambda self: (_ for _ in ()).throw(OSError("no reason given")))
+    with pytest.raises(BadImage, match=r"^x\.jpg: cannot read it \(no reason given\)$"):
+        read_image_file(P("x.jpg"))

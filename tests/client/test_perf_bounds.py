@@ -42,9 +42,11 @@ def test_options_at_their_bounds_are_taken(fields):
     (dict(stability=UNJUDGED + 1), "--stability must be a percentage between 0 and 1000, got 1001.0"),
 ])
 def test_options_out_of_bounds_are_refused_with_what_to_give(fields, message):
+    from tritonize.options import EXIT_USAGE
+
     with pytest.raises(TritonizeError) as refused:
         PerfOptions(**fields)
-    assert str(refused.value) == message
+    assert str(refused.value) == message and refused.value.exit_code == EXIT_USAGE  # a usage error: exit 2
 
 
 def test_a_csv_row_keeps_three_decimals_of_throughput_and_each_percentile_in_whole_microseconds():
@@ -62,7 +64,8 @@ def test_perf_analyzer_figures_at_their_rounding_edges():
            "p99 latency": "1", "Client Send": "0", "Client Recv": "0", "response wait": "1", "Server Queue": "0",
            "Server Compute Input": "0", "Server Compute Infer": "0", "Server Compute Output": "0"}
     assert pa.level_figures(row, {"requests": 1}, batch=1)["seconds"] == 0.3333  # 1 request at 3/s, 4 digits
-    assert pa.passes_figures([(3.0, 10.0)], batch=1, window_s=None, per_window=1)["seconds"] == 0.3333
+    # a request count: the request's own 333,333 us (perf_analyzer's window says the same here)
+    assert pa.passes_figures([(3.0, 333_333.0)], batch=1, window_s=None, per_window=1)["seconds"] == 0.3333
     # neither a window length nor a request count: nothing to count the window by
     assert pa.passes_figures([(400.0, 10.0)], batch=4, window_s=None, per_window=None)["requests"] == 0
     text = "".join(f"Request count: {n}\n    Inference count: {4 * n}\n    Execution count: {n}\n" for n in (5, 9, 13))
@@ -134,3 +137,20 @@ def test_a_failed_level_is_zeros_or_what_it_measured_and_counts_at_least_one_fai
                     server_batches=2.0)
     assert failed_level(workload, 8, "perf_analyzer 2.59", 3, "cut", measured) == LevelResult(
         **shape, engine="perf_analyzer 2.59", failures=3, error="cut", **measured)
+
+
+def test_what_perf_analyzer_and_the_statistics_may_leave_out():
+    """A summary without a request count, steps without the classifier, a server part counted zero times, a level
+    with no latency figure."""
+    from tritonize.client.perf.load_generators import server_delta
+
+    assert pa.stdout_figures("Inference count: 48\nExecution count: 20\n") == {"inferences": 48, "executions": 20}
+    row = {"Inferences/Second": "3", "Avg latency": "1", "p50 latency": "1", "p90 latency": "1", "p95 latency": "1",
+           "p99 latency": "1", "Client Send": "0", "Client Recv": "0", "response wait": "1", "Server Queue": "0",
+           "Server Compute Input": "0", "Server Compute Infer": "0", "Server Compute Output": "0"}
+    steps = {"steps": {"preprocess": {"inferences": 2, "executions": 1, "server_us": dict.fromkeys(pa.SERVER_COLUMNS, 1.0)}}}
+    assert pa.level_figures(row, {"requests": 1, **steps}, batch=1, classifier=None)["server_batches"] is None
+    per_request, batches, answered = server_delta({}, {"queue": (0, 5), "success": (2, 10)})
+    assert per_request["queue"] == 0.0 and batches == 0.0 and answered == 2
+    unknown = _level(server_us=None).csv_row()  # the server's split unknown (a model reloaded in the level)
+    assert unknown["Server Queue"] == unknown["Server Compute Infer"] == unknown["Network+Server Send/Recv"] == ""

@@ -95,6 +95,28 @@ def test_perf_analyzer_windows_and_figures_convert_on_known_answers():
     assert pa.stdout_figures(text) == {"requests": 30, "inferences": 120, "executions": 40}
 
 
+def test_a_request_count_run_is_timed_by_its_requests_not_by_perf_analyzers_whole_seconds():
+    """perf_analyzer 2.51 looks for the count once a second and reports the throughput over its window to that look:
+    40 requests of 8 images at 130 ms each took 5.2 s and came out as 320/6 img/s."""
+    row = {"Concurrency": "1", "Inferences/Second": str(320 / 6), "Avg latency": "130000", "p50 latency": "1",
+           "p90 latency": "1", "p95 latency": "1", "p99 latency": "1", "Client Send": "1", "Client Recv": "1",
+           "response wait": "1", "Server Queue": "1", "Server Compute Input": "1", "Server Compute Infer": "1",
+           "Server Compute Output": "1"}
+    counted = pa.level_figures(row, {"requests": 40}, batch=8, counted=True)
+    assert counted["seconds"] == 5.2 and counted["throughput"] == pytest.approx(320 / 5.2)
+    assert pa.level_figures(row, {"requests": 40}, batch=8)["throughput"] == pytest.approx(320 / 6)  # time windows: its own
+    two = pa.level_figures({**row, "Concurrency": "2", "Avg latency": "260000"}, {"requests": 40}, batch=8, counted=True)
+    assert two["seconds"] == 5.2  # 20 each at 260 ms
+    assert pa.count_window_seconds(5, 2, 100_000, 1.0) == pytest.approx(0.3)  # the busiest worker sends 3
+    # Within the second before the window's end, whatever the mean says
+    assert pa.count_window_seconds(40, 1, 100_000, 6.0) == 5.0 and pa.count_window_seconds(40, 1, 200_000, 6.0) == 6.0
+    assert pa.count_window_seconds(3, 0, 100_000, 1.0) == pytest.approx(0.3)  # no concurrency read: one worker
+    failed = pa.passes_figures([(320 / 6, 130_000.0)], batch=8, window_s=None, per_window=40, concurrency=1)
+    assert failed["seconds"] == 5.2 and failed["throughput"] == pytest.approx(320 / 5.2)
+    idle = pa.level_figures({**row, "Inferences/Second": "0"}, {"requests": 40}, batch=8, counted=True)
+    assert idle["seconds"] == 0.0 and idle["throughput"] == 0.0
+
+
 def test_perf_analyzer_figures_are_whole_level_results_and_edge_cases_are_zero():
     row = {"Inferences/Second": "400", "Avg latency": "15000", "p50 latency": "10000", "p90 latency": "20000",
            "p95 latency": "21000", "p99 latency": "25000", "Client Send": "30", "Client Recv": "5",

@@ -62,6 +62,39 @@ def test_plot_draws_all_models_in_one_png(tmp_path):
         assert image.format == "PNG" and image.size[0] > 400
 
 
+def test_the_plot_holds_each_series_p50_solid_p99_dashed_by_concurrency_and_says_what_was_measured():
+    """What the PNG shows, read from the figure: one colour per model and preprocessing path, points in increasing
+    concurrency labelled c1, c2, c4, the batch and the series in the title."""
+    import matplotlib.pyplot as plt
+
+    from tritonize.client.perf.report import figure
+
+    levels = [level("onnx_model", c, 100.0 * c, 2.0 + c) for c in (4, 1, 2)] + [level("torch_model", 1, 80.0, 3.0)]
+    levels[-1] = LevelResult(**{**vars(levels[-1]), "batch": 8, "preprocess": "server"})
+    fig = figure(levels, "Served resnet18")
+    try:
+        (ax,) = fig.axes
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("throughput (inferences/s)", "latency per request (ms)")
+        assert ax.get_title() == "Served resnet18 (batch 1)\nonnx_model, client preprocessing; torch_model, server preprocessing"
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert list(lines) == ["onnx_model, client p50", "onnx_model, client p99", "torch_model, server p50",
+                               "torch_model, server p99"]
+        p50, p99 = lines["onnx_model, client p50"], lines["onnx_model, client p99"]
+        assert list(p50.get_xdata()) == [100.0, 200.0, 400.0] and list(p50.get_ydata()) == [3.0, 4.0, 6.0]
+        assert list(p99.get_ydata()) == [4.5, 6.0, 9.0] and (p50.get_linestyle(), p99.get_linestyle()) == ("-", "--")
+        assert (p50.get_marker(), p99.get_marker()) == ("o", "x") and p50.get_color() == p99.get_color() == "C0"
+        assert lines["torch_model, server p50"].get_color() == "C1"
+        notes = [(t.get_text(), t.xy) for t in ax.texts]
+        assert notes[:3] == [("c1", (100.0, 3.0)), ("c2", (200.0, 4.0)), ("c4", (400.0, 6.0))]
+        assert [t.get_text() for t in ax.get_legend().get_texts()] == list(lines)
+        assert tuple(fig.get_size_inches()) == (8.0, 5.0)
+    finally:
+        plt.close(fig)
+    empty = figure([], "Nothing")
+    assert empty.axes[0].get_title() == "Nothing (batch 1)\n"
+    plt.close(empty)
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"concurrency": ()}, "concurrency"), ({"concurrency": (0,)}, "concurrency"), ({"batch": 0}, "batch"),
     ({"requests": None, "duration": None}, "--requests or --duration"), ({"shared_memory": "cuda"}, "shared-memory"),

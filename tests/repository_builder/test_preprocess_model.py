@@ -78,7 +78,7 @@ def test_a_bad_image_fails_its_request_alone(small_server):
             for i, body in enumerate(bodies):
                 tensor = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
                 tensor.set_data_from_numpy(np.array([[body]], dtype=np.object_))
-                client.async_infer("preprocess", [tensor], callback=lambda result, error, i=i: done.put((i, result, error)))
+                client.async_infer("preprocess", [tensor], callback=lambda result, error, i=i, done=done: done.put((i, result, error)))
             results = dict((i, (result, error)) for i, result, error in (done.get(timeout=60) for _ in bodies))
             after = client.get_inference_statistics("preprocess", as_json=True)["model_stats"][0]
             for i, (result, error) in results.items():

@@ -14,7 +14,7 @@ import pytest
 from tritonize.errors import TritonizeError
 from tritonize.model_repository import not_built_notes
 from tritonize.serve.embedded import EmbeddedServer
-from tritonize.serve.process import loading_progress, wait_until_ready
+from tritonize.serve.readiness import loading_progress, wait_until_ready
 
 
 def _wait_on_a_server_that_never_answers(log: Path, timeout: float, every: float, **kwargs) -> None:

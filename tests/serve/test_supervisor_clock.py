@@ -256,6 +256,28 @@ def world(monkeypatch, request):
     triton = FakeTriton(models)
     triton.metrics_style = style
 
+    server, thread = http(triton)
+    for name in ("live_stubs", "zombie_status", "start_time", "process_state"):
+        monkeypatch.setattr(supervisor, name, getattr(triton, name))
+    lines: list[str] = []
+    mine = lambda line: lines.append(line) if line.split(":")[0] in triton.count else REAL["say"](line)  # noqa: E731
+    monkeypatch.setattr(supervisor, "say", mine)
+    clock = Clock()
+    url = triton.url
+    sup = Supervisor(SERVER_PID, url, f"{url}/metrics", clock=clock)
+    sup.check()
+    try:
+        yield triton, sup, clock, lines
+    finally:
+        triton.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def http(triton: FakeTriton) -> tuple[ThreadingHTTPServer, threading.Thread]:
+    """The fake's HTTP API on a free loopback port (`triton.url`), served from a thread; a request to one of
+    `hang_paths` gets no answer till `release` is set."""
     class Handler(BaseHTTPRequestHandler):
         def _answer(self, method):
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -284,23 +306,8 @@ def world(monkeypatch, request):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
-    for name in ("live_stubs", "zombie_status", "start_time", "process_state"):
-        monkeypatch.setattr(supervisor, name, getattr(triton, name))
-    lines: list[str] = []
-    mine = lambda line: lines.append(line) if line.split(":")[0] in triton.count else REAL["say"](line)  # noqa: E731
-    monkeypatch.setattr(supervisor, "say", mine)
-    clock = Clock()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    triton.url = url
-    sup = Supervisor(SERVER_PID, url, f"{url}/metrics", clock=clock)
-    sup.check()
-    try:
-        yield triton, sup, clock, lines
-    finally:
-        triton.release.set()
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    triton.url = f"http://127.0.0.1:{server.server_address[1]}"
+    return server, thread
 
 
 def sup_url(triton) -> str:

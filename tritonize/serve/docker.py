@@ -268,7 +268,8 @@ class DockerServer(ServerHandle):
                                         ready_timeout=self.ready_timeout,
                                         log_path=self.log_path or self.workdir / "tritonserver.log",
                                         model_config_name=self.model_config_name,
-                                        control_key=self.control_key, tls=self.tls is not None)
+                                        control_key=self.control_key, tls=self.tls is not None,
+                                        repositories=(self.repository,))
             info = self.server.start()
             self.serving(info)
             return info

@@ -295,6 +295,7 @@ class EmbeddedServer(ServerHandle):
                 log_path=self.log_path or self.workdir / "tritonserver.log", ready_timeout=self.ready_timeout, env=env,
                 cwd=self.workdir, model_config_name=self.config_name, control_key=self.control_key,
                 tls=self.tls is not None, not_built=notes,
+                repositories=(self.served, *([self.not_built] if self.not_built else [])),  # as tritonserver reads them
             )
             info = self.server.start()
             self.serving(info)

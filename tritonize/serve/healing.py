@@ -7,7 +7,13 @@ a config. A `Recorder` reads the repository index and the READY models' configs 
 new server starts with no model, and `restore` loads each READY model with the config it served, without its
 warmup (heal first, as the supervisor does after a stub crash: at batch 32 the warmup took most of a load), the
 ensembles once their steps are loaded, and again each model whose load had failed (its reason comes back); the
-supervisor then gives up again on those it had given up.
+supervisor then gives up again on those it had given up. `tritonize serve` says it serves again once a request to a
+restored model succeeded (`first_answer`).
+
+A server that dies again meanwhile is started again, after the back-off (serve/process.py `heal`): its process group
+is stopped first, because Triton's stubs inherit the server's sockets (a stub started by a load holds the listening
+sockets and that load's connection), so a load sent to a server that died waited out LOAD_TIMEOUT_S while its stubs
+lived on (299 s without service after two kill -9s 4.5 s apart).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 import urllib.error
 import urllib.request
@@ -23,11 +30,12 @@ from pathlib import Path
 
 from tritonize.access import ControlKey
 from tritonize.repository_index import clean_reason, model_states
-from tritonize.serve.supervisor import RELOADED
+from tritonize.serve.supervisor import RELOADED, probe_body
 
 RECORD_S = 0.5
 TIMEOUT_S = 10.0
 LOAD_TIMEOUT_S = 300.0  # a torch model on a busy machine
+FIRST_ANSWER_S = 60.0  # how long a restored model may fail requests before serve says so (a stub warming up)
 NOT_ASKED = ("unloaded", "not loaded")  # the index's reasons for a model no one asked to be loaded
 LOADED = re.compile(r"successfully loaded '([^']+)'")  # Triton's log line of each model it loaded
 
@@ -101,17 +109,20 @@ class Recorder:
             return 0
 
     def _loaded_since(self) -> set[str]:
-        """The models the log says loaded since the last call."""
-        with open(self.log_path, "rb") as log:
-            log.seek(self._read_to)
-            text = log.read()
+        """The models the log says loaded since the last call (none while it has no log)."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._read_to)
+                text = log.read()
+        except FileNotFoundError:
+            return set()
         self._read_to += len(text)
         return set(LOADED.findall(text.decode(errors="replace")))
 
 
-def restore(http_url: str, key: ControlKey | None, served: Served, skip: tuple[str, ...] = ()) -> list[str]:
+def restore(http_url: str, key: ControlKey | None, served: Served, skip: tuple[str, ...] = ()) -> dict[str, str]:
     """Load `served` into a new server that started with no model, but for `skip`; the errors of the models
-    that were READY, one line each."""
+    that were READY (model -> one line)."""
     configs = {n: c for n, c in served.configs.items() if n not in skip}
     plain = {n: c for n, c in configs.items() if c.get("platform") != "ensemble"}
     ensembles = {n: c for n, c in configs.items() if n not in plain}
@@ -130,12 +141,33 @@ def restore(http_url: str, key: ControlKey | None, served: Served, skip: tuple[s
             return f"{name}: {e}"
         return None
 
-    errors = []
+    errors = {}
     with ThreadPoolExecutor(max_workers=8) as pool:
         for group in ({**plain, **failed}, ensembles):  # an ensemble loads its steps from their files otherwise
             results = zip(group.items(), pool.map(load, group.items()))
-            errors += [error for (name, _), error in results if error and name in served.configs]
+            errors.update({name: error for (name, _), error in results if error and name in served.configs})
     return errors
+
+
+def first_answer(http_url: str, served: Served, restored: set[str], dead: threading.Event) -> str | None:
+    """Ask one model of `restored` (not an ensemble: its steps are models of their own) a request of valid input
+    (serve/supervisor.py's probe; inference needs no control key), again until one succeeds, FIRST_ANSWER_S passed
+    or the server is `dead`: None once one did, or when there is no model to ask; else "MODEL: the last error"."""
+    asked = [name for name in sorted(restored) if served.configs[name].get("platform") != "ensemble"]
+    if not asked:
+        return None
+    name, deadline = asked[0], time.monotonic() + FIRST_ANSWER_S
+    request = urllib.request.Request(f"{http_url}/v2/models/{name}/infer", data=probe_body(served.configs[name]))
+    while True:
+        try:
+            urllib.request.urlopen(request, timeout=TIMEOUT_S).close()
+            return None
+        except urllib.error.HTTPError as e:
+            problem = clean_reason(json.loads(e.read() or b"{}").get("error", str(e)))
+        except OSError as e:
+            problem = str(e)
+        if time.monotonic() > deadline or dead.wait(0.1):
+            return f"{name}: {problem}"
 
 
 def _fresh(config: dict) -> dict:

@@ -1,33 +1,35 @@
-"""What every engine shares once a tritonserver process runs: ports, readiness, the models' state,
-the log's relevant tail, and stopping the whole process group."""
+"""What every engine shares once a tritonserver process runs: ports, its work dir, its front, the models' state,
+starting it again after it died, and stopping the whole process group."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import re
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from tritonize.access import WORKDIR_PREFIX, ControlKey, ServerTLS, write_addresses
 from tritonize.errors import TritonizeError
-from tritonize.processes import die_with_parent, signal_name, start_time, stop_process_group
-from tritonize.progress import Ticker, say
+from tritonize.processes import die_with_parent, start_time, stop_process_group
+from tritonize.progress import say
 from tritonize.repository_index import model_states
-from tritonize.serve import shm
+from tritonize.serve import leftovers, shm
 from tritonize.serve.front import Front, Upstream
-from tritonize.serve.healing import LOADED, Recorder, Served, read, restore
+from tritonize.serve.healing import Recorder, Served, first_answer, read, restore
+from tritonize.serve.readiness import ServerDied, exit_words, log_tail, wait_until_ready
 # A server that keeps dying is started again after the back-off of a model that keeps crashing.
 from tritonize.serve.supervisor import CRASH_WINDOW_S, RELOAD_DELAYS_S, WINDOW, Supervisor
 
 DEFAULT_PORTS = {"http": 8000, "grpc": 8001, "metrics": 8002}
+WATCH_S = 0.1  # how often a restart looks whether the new server still runs
+STOP_WAIT_S = 10.0  # how long it then waits for the requests under way to end
+T = TypeVar("T")
 OWNER_FILE = "owner"  # in each workdir: "<pid> <start time>" of the process that made it
 
 
@@ -121,18 +123,19 @@ class RunningServer:
 
     def __init__(self, command: list[str], *, urls: tuple[str, str, str], log_path: Path, ready_timeout: float,
                  env: dict[str, str] | None = None, cwd: Path | None = None, model_config_name: str | None = None,
-                 control_key: ControlKey | None = None, tls: bool = False, not_built: dict[str, str] | None = None):
+                 control_key: ControlKey | None = None, tls: bool = False, not_built: dict[str, str] | None = None,
+                 repositories: tuple[Path, ...] = ()):
         self.command, self.urls, self.log_path = command, urls, Path(log_path)
         self.ready_timeout, self.env, self.cwd, self.model_config_name = ready_timeout, env, cwd, model_config_name
         self.control_key, self.tls = control_key, tls
         self.not_built = not_built or {}  # model -> the note `repo build` left: served UNAVAILABLE with it, by design
+        self.backend_of = leftovers.backends_in(repositories)  # its repositories on this machine: tells its /tmp folders
         self.process: subprocess.Popen | None = None
-        self.python_envs: set[Path] = set()  # those there before this server started (at started_at)
-        self.started_at = 0.0
+        self.log = leftovers.ServerLog(self.log_path)  # the server's part of its log
 
     def start(self, append: bool = False) -> ServerInfo:
         """`append`: to the log (a start after a crash keeps the log of the crash)."""
-        self.python_envs, self.started_at = python_envs(), time.time()
+        self.log = leftovers.ServerLog(self.log_path, self.log_path.stat().st_size if append and self.log_path.exists() else 0)
         with open(self.log_path, "ab" if append else "wb") as log:
             self.process = subprocess.Popen(
                 self.command, env=self.env, cwd=self.cwd,
@@ -144,6 +147,7 @@ class RunningServer:
         try:
             wait_until_ready(self.process, http_url, grpc_url, self.ready_timeout, self.log_path, not_built=self.not_built)
             models = model_states(http_url, self.control_key)
+            self.mark_own()
         except BaseException:
             self.stop()
             raise
@@ -155,106 +159,20 @@ class RunningServer:
         """None while the server runs."""
         return self.process.poll() if self.process is not None else None
 
+    def mark_own(self) -> None:
+        """Mark the /tmp folders the running server made so far as its own (serve/leftovers.py)."""
+        if self.process is not None and self.process.poll() is None:
+            leftovers.mark(self.log, leftovers.own(self.log, self.backend_of), self.process.pid)
+
     def stop(self) -> None:
+        """Stop the server's process group, then remove the /tmp folders it left: those marked while it ran, and
+        where a signal ended it (its backends never finalized: every folder it made is still there) those its log
+        tells."""
         if self.process is not None:
             stop_process_group(self.process)
+            killed = self.process.returncode < 0
             self.process = None
-            remove_python_envs(python_envs() - self.python_envs, self.started_at, time.time())
-
-
-# Triton's Python backend makes /tmp/python_env_XXXXXX when it starts (whatever TMPDIR says) and removes it when it is
-# finalized: a server killed or crashed leaves it behind. Those made while this server ran that are still empty
-# (tritonize's models use no EXECUTION_ENV_PATH, which is what would fill one) are taken as its own.
-PYTHON_ENVS = Path("/tmp")
-
-
-def python_envs() -> set[Path]:
-    return set(PYTHON_ENVS.glob("python_env_??????"))
-
-
-def remove_python_envs(folders: set[Path], started: float, stopped: float) -> None:
-    for folder in folders:
-        with contextlib.suppress(OSError):  # not empty (not ours), or already gone
-            made = folder.stat()
-            if made.st_uid == os.geteuid() and started <= made.st_ctime <= stopped:
-                folder.rmdir()
-
-
-def wait_until_ready(process: subprocess.Popen, http_url: str, grpc_url: str, timeout: float, log_path: Path,
-                     every: float = 2.0, not_built: dict[str, str] | None = None) -> None:
-    """Poll the server's readiness until `timeout`, saying every `every` seconds which models have loaded (from
-    its log: the repository index may need the control key; `not_built` as in loading_progress); a server that
-    exits or never gets ready is an error carrying the log's relevant tail."""
-    start = time.monotonic()
-    deadline, next_note = start + timeout, start + every
-    ticker = Ticker()
-    try:
-        while True:
-            if time.monotonic() >= next_note:
-                next_note += every
-                ticker.say(f"  loading: {loading_progress(log_path, not_built)}", time.monotonic() - start)
-            code = process.poll()
-            if code is not None:
-                raise TritonizeError(f"tritonserver exited with code {code} before it was ready\n{log_tail(log_path)}")
-            if _http_ok(f"{http_url}/v2/health/ready") and _tcp_open(grpc_url):
-                return
-            if time.monotonic() > deadline:
-                raise TritonizeError(
-                    f"tritonserver was not ready within {timeout:.0f} s (raise --ready-timeout if loading is slow)\n"
-                    f"{log_tail(log_path)}"
-                )
-            time.sleep(0.1)
-    finally:
-        ticker.done()
-
-
-_FAILED = re.compile(r"failed to load '([^']+)'")
-
-
-def loading_progress(log_path: Path, not_built: dict[str, str] | None = None) -> str:
-    """What the server's log says so far: the models loaded (the last few named) and those that failed. A model of
-    `not_built` (name -> the note `repo build` left) fails to load by design: its note's first sentence says why."""
-    try:
-        text = Path(log_path).read_text(errors="replace")
-    except OSError:
-        return "starting"
-    not_built = not_built or {}
-    loaded, failed = list(dict.fromkeys(LOADED.findall(text))), list(dict.fromkeys(_FAILED.findall(text)))
-    if not loaded and not failed:
-        return "starting, no model loaded yet"
-    line = f"{len(loaded)} model(s) loaded" + (f", latest {', '.join(loaded[-3:])}" if loaded else "")
-    line += "".join(f"; {not_built[name].split('. ')[0]}" for name in failed if name in not_built)
-    failed = [name for name in failed if name not in not_built]
-    return line + (f"; failed: {', '.join(failed)}" if failed else "")
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _tcp_open(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
-        return True
-    except OSError:
-        return False
-
-
-def log_tail(log_path: Path, lines: int = 15, errors: int = 10) -> str:
-    """The server log's error lines (glog `E...`) and its last lines, in log order, without repeats."""
-    try:
-        text = Path(log_path).read_text(errors="replace").splitlines()
-    except OSError:
-        return f"(no server log at {log_path})"
-    keep = set(range(max(0, len(text) - lines), len(text)))
-    keep |= set([i for i, line in enumerate(text) if line.startswith("E")][-errors:])
-    body = "\n".join(f"  | {text[i]}" for i in sorted(keep))
-    return f"server log {log_path} (errors and last lines):\n{body}"
+            leftovers.remove(leftovers.marked(self.log) | (leftovers.own(self.log, self.backend_of) if killed else set()))
 
 
 def make_workdir() -> Path:
@@ -297,6 +215,8 @@ class ServerHandle:
     host: str = "127.0.0.1"
     ports: Ports | None = None  # where clients reach it
     restarts: int = 0  # by heal()
+    clock = staticmethod(time.monotonic)  # seconds: the crash window is read on it
+    sleep = staticmethod(time.sleep)  # the back-off
 
     def prepare(self) -> None:
         """Before a start: remove what servers that are gone left behind, then make this one's workdir and
@@ -347,29 +267,94 @@ class ServerHandle:
         self.recorder.start()
 
     def heal(self, code: int) -> None:
-        """Start tritonserver again after it ended by itself with exit status `code`; raise once it died more
-        often within CRASH_WINDOW_S than RELOAD_DELAYS_S allows."""
-        seen, how = time.monotonic(), exit_words(code)
-        self.crashes = [t for t in self.crashes if seen - t < CRASH_WINDOW_S] + [seen]
-        tail = log_tail(self.server.log_path)
-        if len(self.crashes) > len(RELOAD_DELAYS_S):
-            raise TritonizeError(f"tritonserver {how} while serving, {len(self.crashes)} times within {WINDOW}, so "
-                                 "tritonize serve stopped starting it again: find the cause (memory? see `dmesg`)\n" + tail)
-        say(f"tritonserver {how} while serving; starting it again (crash {len(self.crashes)} within {WINDOW}; crash "
-            f"{len(RELOAD_DELAYS_S) + 1} ends tritonize serve)\n{tail}")
+        """Start tritonserver again after it ended by itself with exit status `code`, with the models as the clients
+        left them, and say it serves again once a request to a restored model succeeded. A server that dies again
+        meanwhile (while it starts, loads the models back or answers that request) is started again after the
+        back-off; raise once it died more often within CRASH_WINDOW_S than RELOAD_DELAYS_S allows."""
+        seen, during = self.clock(), "while serving"
         served = self.recorder.served if self.recorder else None  # None: not supervised, so as asked at start
         given_up = dict(self.supervisor.given_up) if self.supervisor else {}
+        self.server.stop()  # first: its stubs hold its sockets, where the watchers' requests would wait out their timeout
         self._unwatch()
-        self.server.stop()  # what is left of its group: the stubs
+        while True:
+            delay = self._crashed(code, during)
+            self._clear()
+            self.sleep(delay)
+            try:
+                info, errors, unanswered = self._restart(served, given_up)
+                break
+            except ServerDied as died:
+                code, during = died.code, died.during
+        self.serving(info, served, given_up)
+        after = f"{self.clock() - seen:.1f} s after it was seen dead"
+        say((f"tritonserver serves again, {after}" if unanswered is None else
+             f"tritonserver runs again, {after}, but a request to {unanswered}")
+            + "".join(f"\n  could not load as before: {error}" for error in errors.values()))
+
+    def _crashed(self, code: int, during: str) -> float:
+        """Count a death of the server (exit status `code`) in the window: the back-off before its next start;
+        TritonizeError when it died too often."""
+        now = self.clock()
+        self.crashes = [t for t in self.crashes if now - t < CRASH_WINDOW_S] + [now]
+        how, tail = exit_words(code), log_tail(self.server.log_path)
+        if len(self.crashes) > len(RELOAD_DELAYS_S):
+            raise TritonizeError(f"tritonserver {how} {during}, {len(self.crashes)} times within {WINDOW}, so "
+                                 "tritonize serve stopped starting it again: find the cause (memory? see `dmesg`)\n" + tail)
+        say(f"tritonserver {how} {during}; starting it again (crash {len(self.crashes)} within {WINDOW}; crash "
+            f"{len(RELOAD_DELAYS_S) + 1} ends tritonize serve)\n{tail}")
+        return RELOAD_DELAYS_S[len(self.crashes) - 1]
+
+    def _clear(self) -> None:
+        """What the dead server left: its process group (the stubs, which hold its sockets: Triton's stubs inherit
+        them, so a request to the dead server waited out its timeout) and its shared-memory regions. Its sockets are
+        Unix sockets behind the front, whose files the next start removes (Upstream.clear); the TCP ports are the
+        front's, which stays up."""
+        self.server.stop()
         shm.remove_owned(self.region_prefix)
-        time.sleep(RELOAD_DELAYS_S[len(self.crashes) - 1])
+
+    def _restart(self, served: Served | None, given_up: dict[str, str]) -> tuple[ServerInfo, dict[str, str], str | None]:
+        """Start the server again and load `served` back: its ServerInfo, the models that could not load as before
+        (model -> why), and the error of the request to a restored model if none succeeded. ServerDied when it dies
+        meanwhile (its group is stopped then)."""
         self.server.command = self.command(load=None if served is None else ())
         info = self.server.start(append=True)
-        errors = restore(info.http_url, self.control_key, served, skip=tuple(given_up)) if served else []
         self.restarts += 1
-        self.serving(info, served, given_up)
-        say(f"tritonserver serves again, {time.monotonic() - seen:.1f} s after it was seen dead"
-            + "".join(f"\n  could not load as before: {error}" for error in errors))
+        if served is None:
+            return info, {}, None
+        errors = self._while_alive(lambda _: restore(info.http_url, self.control_key, served, skip=tuple(given_up)),
+                                   "while it loaded the models back")
+        self.server.mark_own()  # the backends the restore loaded
+        restored = set(served.configs) - set(errors) - set(given_up)
+        unanswered = self._while_alive(lambda dead: first_answer(info.http_url, served, restored, dead),
+                                       "before its first answer")
+        return info, errors, unanswered
+
+    def _while_alive(self, work: Callable[[threading.Event], T], during: str) -> T:
+        """`work(dead)` (requests to the server) in a thread while the server lives; ServerDied as soon as it dies,
+        once its group is stopped (which ends the requests under way: no process holds the server's sockets any
+        more) and `dead` set."""
+        done: dict = {}
+        dead = threading.Event()
+
+        def run() -> None:
+            try:
+                done["result"] = work(dead)
+            except BaseException as e:  # noqa: BLE001 - raised in the caller's thread
+                done["error"] = e
+
+        thread = threading.Thread(target=run, name="tritonize-heal", daemon=True)
+        thread.start()
+        while thread.is_alive():
+            thread.join(WATCH_S)
+            code = self.server.exit_code()
+            if code is not None and thread.is_alive():
+                dead.set()
+                self.server.stop()
+                thread.join(STOP_WAIT_S)
+                raise ServerDied(code, during)
+        if "error" in done:
+            raise done["error"]
+        return done["result"]
 
     def samples(self) -> str:
         """tritonize's own metrics, in Prometheus' text format (served after Triton's by the front)."""
@@ -403,10 +388,3 @@ class ServerHandle:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def exit_words(code: int) -> str:
-    """A Popen return code in words: `was killed by SIGSEGV`, `exited with code 1`."""
-    if code < 0:
-        return f"was killed by {signal_name(-code)}"
-    return f"exited with code {code}"

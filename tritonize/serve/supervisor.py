@@ -216,10 +216,8 @@ class Supervisor:
         return crashed, kept
 
     def _probe(self, name: str, model: _Model, requests: int) -> str | None:
-        """The first error of up to `requests` batch-1 requests of valid input that says a stub is not
-        healthy, else None (the requests spread over the instances); None at once for an ensemble. (JSON
-        carries the dtypes `repo build` serves, FP32, UINT8 and BYTES; Triton refuses FP16 in JSON. Triton's
-        config JSON holds every field, defaults included: `"max_batch_size": 0`, `"platform": ""`.)"""
+        """The first error of up to `requests` batch-1 requests of valid input (`probe_body`) that says a stub is
+        not healthy, else None (the requests spread over the instances); None at once for an ensemble."""
         model.probed = self.clock()
         try:
             with urllib.request.urlopen(f"{self.http_url}/v2/models/{name}/config", timeout=REQUEST_TIMEOUT_S) as response:
@@ -228,14 +226,7 @@ class Supervisor:
             return None
         if config["platform"] == "ensemble":
             return None
-        batch = [1] if int(config["max_batch_size"]) > 0 else []
-        inputs = []
-        for spec in config["input"]:
-            dtype = spec["data_type"].removeprefix("TYPE_").replace("STRING", "BYTES")
-            shape = batch + [max(1, int(d)) for d in spec["dims"]]
-            valid = {"BYTES": _image(), "BOOL": False}.get(dtype, 0)  # BYTES: the encoded images of `repo build`
-            inputs.append({"name": spec["name"], "shape": shape, "datatype": dtype, "data": [valid] * math.prod(shape)})
-        body = json.dumps({"inputs": inputs}).encode()
+        body = probe_body(config)
         for _ in range(requests):
             problem = self._post(f"/v2/models/{name}/infer", body)
             if problem and UNHEALTHY in problem:
@@ -316,6 +307,20 @@ class Supervisor:
                 return None
         except urllib.error.HTTPError as e:
             return clean_reason(json.loads(e.read() or b"{}").get("error", str(e)))
+
+
+def probe_body(config: dict) -> bytes:
+    """A batch-1 request of valid input for a model of `config` (Triton's config JSON), in JSON: zeros, false, or a
+    small image where it takes encoded ones. (JSON carries the dtypes `repo build` serves, FP32, UINT8 and BYTES;
+    Triton refuses FP16 in JSON. Triton's config JSON holds every field, defaults included: `"max_batch_size": 0`.)"""
+    batch = [1] if int(config["max_batch_size"]) > 0 else []
+    inputs = []
+    for spec in config["input"]:
+        dtype = spec["data_type"].removeprefix("TYPE_").replace("STRING", "BYTES")
+        shape = batch + [max(1, int(d)) for d in spec["dims"]]
+        valid = {"BYTES": _image(), "BOOL": False}.get(dtype, 0)  # BYTES: the encoded images of `repo build`
+        inputs.append({"name": spec["name"], "shape": shape, "datatype": dtype, "data": [valid] * math.prod(shape)})
+    return json.dumps({"inputs": inputs}).encode()
 
 
 def live_stubs(server_pid: int) -> dict[str, Stub]:

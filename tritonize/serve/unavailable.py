@@ -20,6 +20,8 @@ from pathlib import Path
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
+from tritonize.serve.leftovers import OVERRIDE, TMP, owner
+
 MODEL_PY = "class TritonPythonModel:\n    def initialize(self, args):\n        raise RuntimeError({reason!r})\n"
 
 
@@ -29,14 +31,14 @@ def _config(name: str) -> dict:
             "output": [{"name": "nothing", **tensor}], "instance_group": [{"kind": "KIND_CPU", "count": 1}]}
 
 
-OVERRIDES = Path("/tmp")  # where Triton writes a load's files (core: kDefaultMountDirectory), as folderXXXXXX
 MODEL_FILE = "1/model.py"
 
 
 def load_request(name: str, reason: str) -> tuple[bytes, bytes]:
     """The body of a model repository `load` of `name` that leaves it UNAVAILABLE with `reason` (the config and
     files of the request replace the model's own), and the model.py it carries."""
-    code = (MODEL_PY.format(reason=reason) + f"# tritonize {secrets.token_hex(8)}\n").encode()
+    # Its own token, and who sent it (serve/leftovers.py): the folder it leaves is told by them.
+    code = (MODEL_PY.format(reason=reason) + f"# tritonize {secrets.token_hex(8)} {owner()}\n").encode()
     return json.dumps({"parameters": {
         "config": json.dumps(_config(name)), f"file:{MODEL_FILE}": base64.b64encode(code).decode(),
     }}).encode(), code
@@ -45,7 +47,7 @@ def load_request(name: str, reason: str) -> tuple[bytes, bytes]:
 def remove_overrides(code: bytes) -> None:
     """Remove the folder Triton wrote for a failed load that carried `code` as its model.py (a server on this
     machine, as this user)."""
-    for folder in OVERRIDES.glob("folder??????"):
+    for folder in TMP.glob(OVERRIDE):
         try:
             if folder.stat().st_uid == os.geteuid() and (folder / MODEL_FILE).read_bytes() == code:
                 shutil.rmtree(folder, ignore_errors=True)

@@ -181,13 +181,13 @@ class PerfAnalyzerGenerator:
             window_s = None if options.requests else pa.time_window_ms(options.duration) / 1e3
             per_window = options.requests  # --request-count: one window of that many
             return failed_level(self.workload, concurrency, self.name, e.failures, e.first_error,
-                                pa.passes_figures(e.passes, batch, window_s, per_window))
+                                pa.passes_figures(e.passes, batch, window_s, per_window, concurrency))
         except pa.PerfAnalyzerFailed as e:
             if e.gone:
                 raise TritonizeError(f"lost the Triton server at {self.connection.url} {during} ({e}); "
                                      "is it still running? (`tritonize serve`)") from None
             raise
-        measured = pa.level_figures(row, figures, batch, info.classifier)
+        measured = pa.level_figures(row, figures, batch, info.classifier, counted=options.requests is not None)
         measured["steps"] = {step: measured["steps"][step] for step in info.steps if step in measured["steps"]}
         if info.steps and len(measured["steps"]) < len(info.steps):  # its CSV row is the ensemble's own: not that
             measured.update(server_us=None, server_batches=None, steps={}, server_note=(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import csv
 import json
+import math
 import re
 import subprocess
 import tempfile
@@ -151,14 +152,26 @@ def stdout_figures(text: str) -> dict:
     return found
 
 
-def level_figures(row: dict, figures: dict, batch: int, classifier: str | None = None) -> dict:
+def count_window_seconds(requests: int, concurrency: int, latency_us: float, window_s: float) -> float:
+    """How long a --request-count window's requests took. perf_analyzer 2.51 looks whether the count is reached once
+    a second, and its window, and the throughput it reports, end at that look: 320 images gave 320/6, 320/7 and 320/8
+    img/s. Each of its `concurrency` workers keeps one request in flight, back to back, so the requests took the
+    busiest worker's share at their mean latency: that, within the second before the window's end."""
+    took = math.ceil(requests / max(1, concurrency)) * latency_us / 1e6
+    return min(window_s, max(window_s - 1.0, took))
+
+
+def level_figures(row: dict, figures: dict, batch: int, classifier: str | None = None, counted: bool = False) -> dict:
     """LevelResult fields from perf_analyzer's CSV row (microseconds) and stdout figures. Through an ensemble (its
     composing models in `figures`), the server's side is its steps': their times summed, as perf_analyzer's summary
     sums them (its CSV row has the ensemble's own statistics: no queue, one execution of batch 1 per request), and
-    the batch of `classifier`."""
+    the batch of `classifier`. `counted`: a --request-count run, whose time is `count_window_seconds`."""
     us = lambda column: float(row[column])  # noqa: E731
     throughput = float(row["Inferences/Second"])
     requests = figures.get("requests", 0)
+    if counted and throughput and requests:
+        seconds = count_window_seconds(requests, int(row["Concurrency"]), us("Avg latency"), requests * batch / throughput)
+        throughput = requests * batch / seconds
     batches = lambda f: f["inferences"] / f["executions"] if f.get("executions") else 0.0  # noqa: E731
     steps = {name: {"server_us": f["server_us"], "server_batches": batches(f)} for name, f in figures.get("steps", {}).items()}
     if steps:
@@ -169,7 +182,7 @@ def level_figures(row: dict, figures: dict, batch: int, classifier: str | None =
     return {
         "requests": requests,
         "seconds": round(requests * batch / throughput, 4) if throughput else 0.0,
-        "throughput": throughput,
+        "throughput": throughput,  # perf_analyzer's, but for a --request-count run
         "latency": {"count": requests, "avg_ms": us("Avg latency") / 1e3,
                     **{f"p{p}_ms": us(f"p{p} latency") / 1e3 for p in (50, 90, 95, 99)}},
         "client_send_us": us("Client Send"),
@@ -181,13 +194,17 @@ def level_figures(row: dict, figures: dict, batch: int, classifier: str | None =
     }
 
 
-def passes_figures(passes: list[tuple[float, float]], batch: int, window_s: float | None, per_window: int | None) -> dict:
+def passes_figures(passes: list[tuple[float, float]], batch: int, window_s: float | None, per_window: int | None,
+                   concurrency: int = 1) -> dict:
     """LevelResult fields from the windows perf_analyzer completed before requests failed: requests counted per
-    window (time windows: inferences/s x the window / batch; a request count: that count), throughput
-    and average latency over them. Its percentiles come only with a finished run: not known here."""
+    window (time windows: inferences/s x the window / batch; a request count: that count, whose time is
+    `count_window_seconds`), throughput and average latency over them. Its percentiles come only with a finished
+    run: not known here."""
     counts = [per_window if per_window else round(throughput * (window_s or 0) / batch) for throughput, _ in passes]
     requests = sum(counts)
-    seconds = sum(n * batch / throughput for n, (throughput, _) in zip(counts, passes) if throughput)
+    took = lambda n, throughput, us: (count_window_seconds(n, concurrency, us, n * batch / throughput)  # noqa: E731
+                                      if per_window else n * batch / throughput)
+    seconds = sum(took(n, throughput, us) for n, (throughput, us) in zip(counts, passes) if throughput)
     avg_us = sum(n * us for n, (_, us) in zip(counts, passes)) / requests if requests else 0.0
     return {"requests": requests, "seconds": round(seconds, 4), "throughput": requests * batch / seconds if seconds else 0.0,
             "latency": {"count": requests, "avg_ms": avg_us / 1e3}, "client_send_us": 0.0, "client_recv_us": 0.0,

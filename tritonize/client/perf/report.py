@@ -10,6 +10,7 @@ from typing import Sequence
 from tritonize.client.perf.results import CSV_COLUMNS, LevelResult, PerfReport
 from tritonize.files import atomic_path, ensure_writable_dir
 
+
 def write_csv(levels: Sequence[LevelResult], path: Path) -> Path:
     """perf_analyzer's CSV for one model: its columns, rows in increasing throughput, microseconds."""
     with atomic_path(Path(path)) as tmp:
@@ -22,6 +23,17 @@ def write_csv(levels: Sequence[LevelResult], path: Path) -> Path:
 
 
 def plot(levels: Sequence[LevelResult], path: Path, title: str = "Triton latency vs throughput") -> Path:
+    """The `figure` of the levels as a PNG."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(levels, title)
+    with atomic_path(Path(path)) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def figure(levels: Sequence[LevelResult], title: str = "Triton latency vs throughput"):
     """p50 (solid) and p99 (dashed) latency against throughput, one colour per model and preprocessing path, points
     labelled by concurrency; the title names what was measured."""
     import matplotlib
@@ -46,10 +58,7 @@ def plot(levels: Sequence[LevelResult], path: Path, title: str = "Triton latency
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(Path(path)) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
-    return Path(path)
+    return fig
 
 
 def csv_name(level: LevelResult) -> str:

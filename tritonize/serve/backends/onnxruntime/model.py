@@ -18,6 +18,10 @@ class TritonPythonModel(BatchingModel):
         options = ort.SessionOptions()
         options.intra_op_num_threads = placement.threads
         options.inter_op_num_threads = 1
+        # Idle threads sleep: by default they spin-wait for the next run, on the cores tritonserver (and a client on
+        # this machine) needs between runs. Served resnet18 on 2 busy cores: 25 % less CPU per batch (docs/measuring.md).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         providers = ["CPUExecutionProvider"]
         if placement.kind == "GPU" and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, ("CUDAExecutionProvider", {"device_id": placement.device_id}))
