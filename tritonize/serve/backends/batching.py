@@ -158,6 +158,14 @@ class BatchingModel:
         )
 
 
+def sleeping_openmp_threads() -> None:
+    """Before torch loads OpenMP (which reads it once): idle OpenMP threads sleep, unless the user chose. By default
+    they spin-wait for the next parallel region, on the cores tritonserver (and a client on this machine) needs between
+    them. Served resnet18 on 2 busy cores: TorchScript 40 % less CPU per batch; an AOTInductor package, whose kernels
+    are many more parallel regions, 3-6x the throughput (docs/measuring.md, benchmarks/RESULTS.md)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def threads_per_instance(config: dict) -> int:
     """Intra-op threads per instance: the config's `intra_op_thread_count` parameter when set (as
     Triton's onnxruntime backend reads it), otherwise the usable cores shared by this model's

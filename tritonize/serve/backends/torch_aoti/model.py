@@ -13,13 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from tritonize import aoti
-from tritonize.serve.backends.batching import BatchingModel, Placement
+from tritonize.serve.backends.batching import BatchingModel, Placement, sleeping_openmp_threads
 
 
 class TritonPythonModel(BatchingModel):
     default_model_filename = "model.pt2"
 
     def load(self, path: Path, placement: Placement) -> None:
+        sleeping_openmp_threads()  # as the pytorch backend's: the package's kernels are OpenMP parallel regions
         import torch
 
         torch.set_num_threads(placement.threads)
