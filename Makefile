@@ -29,11 +29,12 @@ demo: $(STAMP)
 # computes on one thread per process: the other core is the other worker's (two threads each only wait on each other,
 # 15 % more CPU time for the export tests).
 #
-# First, alone and quickly, the lowest Python that requires-python admits: vermin reads every file against it
-# (tests/test_python_floor.py). NVIDIA's recorded engine graphs are read where the project's shared copy lies beside
+# First, alone and quickly, the linter ([tool.ruff] in pyproject.toml), then the lowest Python that requires-python
+# admits: vermin reads every file against it (tests/test_python_floor.py). NVIDIA's recorded engine graphs are read where the project's shared copy lies beside
 # the checkout (never committed: tests/nvidia_engines.py).
 NVIDIA_TREX := $(wildcard $(abspath ../shared/data/nvidia-trex))
 test: $(STAMP) prometheus shellcheck evhtp perf-analyzer $(MOTO_STAMP)
+	$(VENV)/bin/ruff check --quiet .
 	$(PY) -m pytest -q -n 0 tests/test_python_floor.py
 	OMP_NUM_THREADS=1 $(if $(NVIDIA_TREX),TRITONIZE_NVIDIA_TREX=$(NVIDIA_TREX)) $(PY) -m pytest -ra -n 2 --dist loadfile \
 	  --ignore=tests/test_python_floor.py

@@ -22,13 +22,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, artifacts, markdown_table, save  # noqa: E402
+from common import RESULTS, artifacts, markdown_table, save
 
-from tritonize.client.connection import Connection  # noqa: E402
-from tritonize.client.perf import PerfOptions, run_perf  # noqa: E402
-from tritonize.repository_builder import RepoOptions, build_repository  # noqa: E402
-from tritonize.serve.embedded import embedded_server  # noqa: E402
-from tritonize.tools.perf_analyzer import require  # noqa: E402
+from tritonize.client.connection import Connection
+from tritonize.client.perf import PerfOptions, run_perf
+from tritonize.repository_builder import RepoOptions, build_repository
+from tritonize.serve.embedded import embedded_server
+from tritonize.tools.perf_analyzer import require
 
 MODELS = ("aoti_model", "torch_model", "onnx_model")
 

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import markdown_table, save  # noqa: E402
+from common import markdown_table, save
 
-from tritonize.manifest import Manifest  # noqa: E402
+from tritonize.manifest import Manifest
 
 
 def main() -> None:

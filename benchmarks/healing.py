@@ -98,7 +98,7 @@ def run(repo: Path, fault: str, concurrency: int, duration: float, out: Path) ->
             line = serve.expect("tritonserver serves again, ", timeout=400)
         perf.communicate(timeout=600)
         level = json.loads((out / "perf.json").read_text())["levels"][0]
-        log = [l for l in serve.stderr if not l.startswith("  |")]
+        log = [line for line in serve.stderr if not line.startswith("  |")]
     own = float(line.split("reloaded in " if fault == "stub" else "serves again, ")[1].split(" s")[0])
     return {"fault": fault, "answered_s": answered, "answered_from_first_s": None if answered is None else answered + killed - first,
             "serve_s": own, "serve_line": line, "succeeded": level["requests"], "failed": level["failures"],

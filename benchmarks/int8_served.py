@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, artifacts, markdown_table, save  # noqa: E402
+from common import RESULTS, artifacts, markdown_table, save
 
-from tritonize.convert import ConvertOptions, Profile, convert_trt  # noqa: E402
-from tritonize.convert.cpu import CpuOptions, convert_cpu, speed_figures_of  # noqa: E402
-from tritonize.manifest import Manifest  # noqa: E402
-from tritonize.tools import perf_analyzer  # noqa: E402
+from tritonize.convert import ConvertOptions, Profile, convert_trt
+from tritonize.convert.cpu import CpuOptions, convert_cpu, speed_figures_of
+from tritonize.manifest import Manifest
+from tritonize.tools import perf_analyzer
 
 
 def photos(directory: Path) -> Path:

@@ -21,13 +21,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, CpuShares, artifacts, markdown_table, save, wait_until_quiet  # noqa: E402
+from common import RESULTS, CpuShares, artifacts, markdown_table, save, wait_until_quiet
 
-from tritonize.client.connection import Connection  # noqa: E402
-from tritonize.client.perf import PerfOptions, run_perf  # noqa: E402
-from tritonize.repository_builder import RepoOptions, build_repository  # noqa: E402
-from tritonize.serve.embedded import embedded_server  # noqa: E402
-from tritonize.tools.perf_analyzer import require  # noqa: E402
+from tritonize.client.connection import Connection
+from tritonize.client.perf import PerfOptions, run_perf
+from tritonize.repository_builder import RepoOptions, build_repository
+from tritonize.serve.embedded import embedded_server
+from tritonize.tools.perf_analyzer import require
 
 LOAD_GENERATORS = ("perf_analyzer", "builtin")
 
@@ -87,7 +87,9 @@ def main() -> None:
         clean = [b["infer_s"] / p["infer_s"] for p, b in pairs if max(p["foreign_cores"], b["foreign_cores"]) <= args.quiet]
         all_ratios += ratios
         clean_ratios += clean
-        med = lambda key, engine: statistics.median(r[key] for pair in pairs for r in pair if r["engine"] == engine)  # noqa: E731
+        def med(key, engine, pairs=pairs):
+            return statistics.median(r[key] for pair in pairs for r in pair if r["engine"] == engine)
+
         summary[level] = {"ratio_median": round(statistics.median(ratios), 3), "ratios": [round(r, 3) for r in ratios],
                           "clean_ratios": [round(r, 3) for r in clean]}
         table.append([level, f"{med('infer_s', 'perf_analyzer'):.1f}", f"{med('infer_s', 'builtin'):.1f}",

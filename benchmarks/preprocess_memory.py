@@ -38,14 +38,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, artifacts, markdown_table, save  # noqa: E402
+from common import RESULTS, artifacts, markdown_table, save
 
-from tritonize.client.connection import Connection, RejectedImage  # noqa: E402
-from tritonize.errors import TritonizeError  # noqa: E402
-from tritonize.images import read_image_file  # noqa: E402
-from tritonize.repository_builder import RepoOptions, build_repository  # noqa: E402
-from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION  # noqa: E402
-from tritonize.serve.embedded import embedded_server  # noqa: E402
+from tritonize.client.connection import Connection, RejectedImage
+from tritonize.errors import TritonizeError
+from tritonize.images import read_image_file
+from tritonize.repository_builder import RepoOptions, build_repository
+from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
+from tritonize.serve.embedded import embedded_server
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -31,13 +31,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, artifacts, markdown_table, save  # noqa: E402
+from common import RESULTS, artifacts, markdown_table, save
 
-from tritonize.client.connection import PATHS, Connection  # noqa: E402
-from tritonize.client.stats import latency_summary  # noqa: E402
-from tritonize.images import load_images  # noqa: E402
-from tritonize.repository_builder import RepoOptions, build_repository  # noqa: E402
-from tritonize.serve.embedded import embedded_server  # noqa: E402
+from tritonize.client.connection import PATHS, Connection
+from tritonize.client.stats import latency_summary
+from tritonize.images import load_images
+from tritonize.repository_builder import RepoOptions, build_repository
+from tritonize.serve.embedded import embedded_server
 
 CONCURRENCY = (1, 8)
 LOGITS_BYTES = 1000 * 4

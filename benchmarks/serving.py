@@ -32,17 +32,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, artifacts as _artifacts, markdown_table, save  # noqa: E402
+from common import RESULTS, artifacts as _artifacts, markdown_table, save
 
-from tritonize.client.connection import Connection  # noqa: E402
-from tritonize.client.perf import PerfOptions, Workload, request_batch, run_perf  # noqa: E402
-from tritonize.client.perf.load_generators import choose_tool, open_generator  # noqa: E402
-from tritonize.manifest import Manifest, Status  # noqa: E402
-from tritonize.model_repository import parse_config  # noqa: E402
-from tritonize.repository_builder import RepoOptions, build_repository  # noqa: E402
-from tritonize.serve.embedded import embedded_server  # noqa: E402
-from tritonize.serve.supervisor import stub_processes  # noqa: E402
-from tritonize.verify import verification_inputs  # noqa: E402
+from tritonize.client.connection import Connection
+from tritonize.client.perf import PerfOptions, Workload, request_batch, run_perf
+from tritonize.client.perf.load_generators import choose_tool, open_generator
+from tritonize.manifest import Manifest, Status
+from tritonize.model_repository import parse_config
+from tritonize.repository_builder import RepoOptions, build_repository
+from tritonize.serve.embedded import embedded_server
+from tritonize.serve.supervisor import stub_processes
+from tritonize.verify import verification_inputs
 
 warnings.filterwarnings("ignore", category=FutureWarning)  # torch.jit.* deprecation notices
 BATCHING_QUEUE_DELAY_US = 2000  # at 100 us batches never form on a CPU (platform facts)

@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, artifacts, markdown_table, save  # noqa: E402
+from common import RESULTS, artifacts, markdown_table, save
 
-from tritonize.repository_builder import RepoOptions, build_repository  # noqa: E402
-from tritonize.tune.report import to_dict, to_text, write_report  # noqa: E402
-from tritonize.tune.run import tune  # noqa: E402
-from tritonize.tune.search import TuneOptions  # noqa: E402
+from tritonize.repository_builder import RepoOptions, build_repository
+from tritonize.tune.report import to_dict, to_text, write_report
+from tritonize.tune.run import tune
+from tritonize.tune.search import TuneOptions
 
 
 def main() -> None:

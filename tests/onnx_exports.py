@@ -36,7 +36,6 @@ def _tiny():
 @functools.cache
 def exported(name: str) -> bytes:
     """The ONNX bytes of export `name` (one of EXPORTS): input `input` [batch, 3, 8, 8] -> output `output` [batch, 5]."""
-    import onnx
     import torch
 
     exporter, opset, *extra = name.split("-", 2)

@@ -10,8 +10,6 @@ import shlex
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -139,13 +139,12 @@ def test_an_interrupted_directory_swap_puts_the_previous_one_back(tmp_path):
     final.mkdir()
     (final / "old_model").mkdir()
     with pytest.raises(FileNotFoundError):
-        with atomic_path(final) as tmp:
+        with atomic_path(final):
             pass  # no directory at the temporary path: the second rename fails
     assert _names(final) == ["old_model"] and _names(tmp_path) == ["models"]
 
 
 def test_replace_tree_swaps_a_whole_bundle_and_refuses_someone_elses_directory(tmp_path):
-    import os
     import stat
 
     from tritonize.files import replace_tree

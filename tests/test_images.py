@@ -12,9 +12,9 @@ import pytest
 from matplotlib import cbook
 from PIL import Image
 
+from tritonize.errors import TritonizeError
 from tritonize.images import BadImage, batches, decode_rgb, load_images, load_rgb
 from tritonize.preprocessing import Preprocessing
-from tritonize.errors import TritonizeError
 
 PHOTO = cbook.get_sample_data("grace_hopper.jpg", asfileobj=False)
 

@@ -9,8 +9,7 @@ import io
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
-from hypothesis import strategies as st
+from hypothesis import assume, given, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from tritonize.images import DEFAULT_MAX_PIXELS, MAX_ASPECT, BadImage, check_size, decode_rgb

@@ -103,7 +103,7 @@ TIMM_MODELS = ("resnet10t", "vit_tiny_patch16_224", "inception_v3", "convnext_at
 
 @pytest.mark.parametrize("name", TIMM_MODELS)
 def test_tritonize_gives_what_timms_create_transform_gives(name):
-    timm = pytest.importorskip("timm", reason="timm is an optional extra (pip install 'tritonize[timm]')")
+    pytest.importorskip("timm", reason="timm is an optional extra (pip install 'tritonize[timm]')")
     import timm.data
     import torch
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tritonize.errors import TritonizeError
-from tritonize.spec import ModelSpec
 from tritonize.sources import resolve_spec
+from tritonize.spec import ModelSpec
 
 
 def test_random_init_keeps_the_default_weights_contract():

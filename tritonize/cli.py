@@ -95,13 +95,13 @@ def _top(
 
 
 def _mount() -> None:
-    from tritonize.pipeline.cli import build_command
     from tritonize.client.cli import app as client_app
     from tritonize.control.cli import app as models_app
-    from tritonize.deploy.cli import app as deploy_app
     from tritonize.convert.cli import app as convert_app
+    from tritonize.deploy.cli import app as deploy_app
     from tritonize.export.cli import export_command
     from tritonize.monitor.cli import monitor_command
+    from tritonize.pipeline.cli import build_command
     from tritonize.repository_builder.cli import app as repo_app
     from tritonize.serve.cli import serve_command
     from tritonize.tools.cli import app as tools_app

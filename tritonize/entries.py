@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, fields, replace
 from enum import Enum
 from typing import Any, ClassVar, Mapping
 
-from tritonize.plan_settings import BuildSettings
 from tritonize.errors import TritonizeError
+from tritonize.plan_settings import BuildSettings
 from tritonize.verify import VerificationReport
 
 MOSTLY_FP32 = 0.5  # an fp16/int8 plan that runs more than this share of its layers in FP32 is flagged

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+
 def compute_threads() -> int:
     """Intra-op threads for onnxruntime's CPU sessions that verify and calibrate in this process: OMP_NUM_THREADS
     where it is set, as torch computes (onnxruntime does not read it, and its idle threads spin on a core another
@@ -204,7 +205,7 @@ def nvidia_smi_gpu() -> dict:
                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"error": f"nvidia-smi: {e}"}
-    lines = [l for l in done.stdout.splitlines() if l.strip()]
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
     if done.returncode != 0 or not lines:
         return {"error": f"nvidia-smi exited {done.returncode}"}
     name, _, capability = lines[0].partition(",")

@@ -32,8 +32,21 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tritonize.entries import (  # noqa: F401 - the schema's names, imported from here by every reader
-    ENTRY_TYPES, MOSTLY_FP32, Entry, ExportedArtifact, FileRef, Gate, LayerPrecisions, Package, Plan, PlanOptions,
-    PrecisionVariant, Profile, ServingGates, Status, Target,
+    ENTRY_TYPES,
+    MOSTLY_FP32,
+    Entry,
+    ExportedArtifact,
+    FileRef,
+    Gate,
+    LayerPrecisions,
+    Package,
+    Plan,
+    PlanOptions,
+    PrecisionVariant,
+    Profile,
+    ServingGates,
+    Status,
+    Target,
 )
 from tritonize.errors import TritonizeError
 from tritonize.facts import now_iso, tritonize_version

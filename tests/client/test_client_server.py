@@ -292,8 +292,8 @@ def test_server_dying_mid_run_keeps_the_partial_results(small_repo, tmp_path, en
         pytest.skip("perf_analyzer not found: `tritonize tools get-perf-analyzer` (make test runs it) gets it")
     import shutil
 
-    from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
     from tritonize.client.connection import Connection
+    from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
     from tritonize.serve.embedded import embedded_server
 
     repo = tmp_path / "models"
@@ -398,8 +398,8 @@ def test_a_stub_killed_mid_level_is_reported_with_its_successes_and_the_sweep_go
 def test_server_dying_between_batches_keeps_the_logits_received(small_repo, tmp_path):
     import shutil
 
+    from tritonize.client.connection import Connection, PartialResult
     from tritonize.images import load_images
-    from tritonize.client.connection import PartialResult, Connection
     from tritonize.serve.embedded import embedded_server
 
     repo = tmp_path / "models"

@@ -106,8 +106,8 @@ def test_perf_analyzers_server_figures_are_tritonizes_for_the_same_statistics(sm
     from the statistics (the built-in engine's conversion) must be perf_analyzer's: within 25 % where a part
     takes 100 us or more (windows vary that much on a busy machine), within 100 us below. A unit slip (x1000),
     a per-inference average (/4) or a per-execution one would be far outside."""
-    from tritonize.client.perf import perf_analyzer_runs as pa
     from tritonize.client.connection import Connection
+    from tritonize.client.perf import perf_analyzer_runs as pa
     from tritonize.client.perf.load_generators import server_delta
 
     tool = perf_analyzer.find()

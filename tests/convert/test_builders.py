@@ -77,10 +77,10 @@ def test_every_builder_reads_the_one_table_of_what_each_setting_needs(monkeypatc
     builder refuses by it; the gate was written once per builder (trtexec_argv's `wants_86`, plan_from_onnx's
     `modern`). A setting that needed a newer TensorRT than any (made so here) is refused by all four alike."""
     from tritonize.convert.builders import ContainerBuilder, TensorRTApiBuilder, TrtexecBuilder
-    from tritonize.plan_settings import NEEDS, Setting
     from tritonize.convert.torch_trt import TorchTensorRTBuilder
     from tritonize.convert.trtexec import trtexec_argv
     from tritonize.errors import TritonizeError
+    from tritonize.plan_settings import NEEDS, Setting
     from tritonize.releases import release_info
 
     monkeypatch.setitem(NEEDS, "workspace_mib", Setting("--workspace", (99, 0)))

@@ -44,9 +44,9 @@ def test_missing_manifest(tmp_path):
 
 def _onnx_from_elsewhere(path, batch="N"):
     """A small classifier exported by someone else: its own tensor names, a 3x32x32 input."""
+    import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    import numpy as np
 
     rng = np.random.default_rng(0)
     weights = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "conv_w"),
@@ -85,7 +85,7 @@ def test_onnx_from_elsewhere(tmp_path, precision):
 def test_onnx_from_elsewhere_with_static_batch_is_refused(tmp_path):
     onnx_file = _onnx_from_elsewhere(tmp_path / "static.onnx", batch=1)
     result = run_cli("convert", "trt", "--onnx", onnx_file, "--artifacts", tmp_path / "out", "--dry-run")
-    errors = [l for l in result.output.splitlines() if l.startswith("error:")]
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code != 0 and len(errors) == 1 and "static batch axis" in errors[0]
     assert "Traceback" not in result.output and not (tmp_path / "out" / "manifest.json").exists()
 
@@ -175,7 +175,7 @@ def test_reproducer_runs_with_stand_in_trtexec(fp16_dry_run, standin_trtexec, tm
 def test_without_dry_run_exits_nonzero_naming_the_gpu_command(artifacts_copy):
     result = run_cli("convert", "trt", "--artifacts", artifacts_copy, "--precision", "fp32")
     assert result.exit_code == 3
-    line = [l for l in result.output.splitlines() if l.startswith("error:")]
+    line = [each for each in result.output.splitlines() if each.startswith("error:")]
     assert len(line) == 1 and "on the GPU box run: tritonize convert trt" in line[0] and "--precision fp32" in line[0]
     assert result.output.count("on the GPU box run") == 1  # said once, in the error line
     assert manifest(artifacts_copy)["artifacts"]["tensorrt"]["status"] == "waiting_for_gpu"

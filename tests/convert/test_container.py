@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.convert import build_job
 from tests.conftest import run_cli
+from tests.convert import build_job
 from tritonize.convert.builders import LOG_NAME, ContainerBuilder
 from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.convert import build_job
 from tests.conftest import error_line, run_cli
+from tests.convert import build_job
 from tests.convert.test_emulated_builds import manifest, plan_header, target
 
 SHAPES = lambda *batches: [[b, 3, 224, 224] for b in batches]  # noqa: E731
@@ -64,7 +64,7 @@ def test_refusals_of_a_latency_profile(emulated_tensorrt, artifacts_copy):
 
 def test_trtexec_argv_of_two_profiles():
     from tritonize.convert.reproducer import argv_by_major
-    from tritonize.convert.trtexec import BuildJob, trtexec_argv
+    from tritonize.convert.trtexec import trtexec_argv
     from tritonize.errors import TritonizeError
 
     job = build_job(onnx_file="model.onnx", plan_file="model.plan", input_name="input", output_name="output",

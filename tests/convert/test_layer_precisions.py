@@ -43,8 +43,8 @@ def model_layers(artifacts) -> int:
 def layout(engine: dict) -> dict:
     from tritonize.convert.layers import layer_precision
 
-    return dict(Counter((l["LayerType"].replace("Tiled", "Cask").replace("Cuda", "Cask"), l["Name"].count(" + ") + 1)
-                        for l in engine["Layers"] if layer_precision(l)))
+    return dict(Counter((layer["LayerType"].replace("Tiled", "Cask").replace("Cuda", "Cask"), layer["Name"].count(" + ") + 1)
+                        for layer in engine["Layers"] if layer_precision(layer)))
 
 
 def read(text: str):
@@ -57,7 +57,7 @@ def with_profile_copies(text: str) -> str:
     """The inspector JSON as 8.x lists an engine of two profiles: each layer and binding again, "... [profile 1]"."""
     engine = json.loads(text)
     copies = json.loads(json.dumps(engine["Layers"]).replace('", "LayerType"', ' [profile 1]", "LayerType"'))
-    assert copies and all(l["Name"].endswith(" [profile 1]") for l in copies)
+    assert copies and all(layer["Name"].endswith(" [profile 1]") for layer in copies)
     return json.dumps({"Layers": engine["Layers"] + copies,
                        "Bindings": engine["Bindings"] + [f"{b} [profile 1]" for b in engine["Bindings"]]})
 
@@ -145,13 +145,13 @@ def test_below_detailed_verbosity_the_inspector_gives_names_only(emulated_tensor
 
     onnx = tiny_classifier(tmp_path / "tiny.onnx")
     names_only = read_engine(_build(trt, onnx, profiling_verbosity=trt.ProfilingVerbosity.LAYER_NAMES_ONLY), trt)
-    assert json.loads(names_only)["Layers"] and all(isinstance(l, str) for l in json.loads(names_only)["Layers"])
+    assert json.loads(names_only)["Layers"] and all(isinstance(layer, str) for layer in json.loads(names_only)["Layers"])
     assert from_engine_information(names_only, "IEngineInspector") is None
     detailed = read_engine(_build(trt, onnx, profiling_verbosity=trt.ProfilingVerbosity.DETAILED), trt)
     engine = json.loads(detailed)
     assert all(set(layer) >= {"Name", "LayerType", "Inputs", "Outputs"} for layer in engine["Layers"])
     # conv + relu fused, the pool, the flatten (a NoOp), the matmul; the I/O as 8.x/10.x or 11.x list it
-    assert [l["LayerType"] for l in engine["Layers"]] == ["CaskConvolution", "CaskPooling", "NoOp", "CaskConvolution"]
+    assert [layer["LayerType"] for layer in engine["Layers"]] == ["CaskConvolution", "CaskPooling", "NoOp", "CaskConvolution"]
     assert engine["Layers"][0]["Name"] == "conv + relu"
     if emulated_tensorrt.version.startswith("11."):
         assert "Bindings" not in engine and [t["Name"] for t in engine["I/O Tensors"]] == ["images", "logits"]
@@ -176,7 +176,7 @@ def test_n25_a_qat_engines_convolutions_read_int8():
     """N25: a Q/DQ engine's convolutions (fused with their weights' QuantizeLinear, ReLU and residual add) read INT8
     and may write FP32, FP16 or INT8; the QuantizeLinear before each is a Reformat. They count as INT8."""
     text = fixture("qat")
-    convolutions = [l for l in json.loads(text)["Layers"] if l["LayerType"] == "CaskConvolution"]
+    convolutions = [layer for layer in json.loads(text)["Layers"] if layer["LayerType"] == "CaskConvolution"]
     assert {c["Outputs"][0]["Format/Datatype"] for c in convolutions} == {
         "Row major linear FP32", "Thirty-two wide channel vectorized row major Int8 format",
         "Thirty-two wide channel vectorized row major FP16 format"}
@@ -208,7 +208,7 @@ def test_n25_nvidias_recorded_engines():
     fp16, fp32, qat = (nvidia_engine(name) for name in ("fp16", "fp32", "qat"))
     assert read(fp16).counts == {"FP16": RESNET18_LAYERS} and read(fp16).fp32_layers == ()
     assert read(fp32).counts == {"FP32": RESNET18_LAYERS}
-    convolutions = [l for l in json.loads(qat)["Layers"] if l["LayerType"] == "CaskConvolution"]
+    convolutions = [layer for layer in json.loads(qat)["Layers"] if layer["LayerType"] == "CaskConvolution"]
     assert len(convolutions) == 21 and all("Int8" in c["Inputs"][0]["Format/Datatype"] for c in convolutions)
     assert read(qat).counts == NVIDIA_QAT_COUNTS and read(qat).fp32_layers == ("MaxPool_12",)
     assert read(with_profile_copies(fp16)).counts == {"FP16": RESNET18_LAYERS}
@@ -251,7 +251,7 @@ def test_n25_a_two_profile_engine_counts_each_layer_once(emulated_tensorrt, tmp_
     plan = bytes(EngineBytesFromNetwork(network, CreateConfig(profiles=profiles,
                                                               profiling_verbosity=trt.ProfilingVerbosity.DETAILED))())
     engine = json.loads(read_engine(plan, trt))
-    copies = [l["Name"] for l in engine["Layers"] if l["Name"].endswith(" [profile 1]")]
+    copies = [layer["Name"] for layer in engine["Layers"] if layer["Name"].endswith(" [profile 1]")]
     assert len(copies) == (4 if emulated_tensorrt.version.startswith("8.") else 0) and len(engine["Layers"]) == 4 + len(copies)
     assert from_engine_information(json.dumps(engine), "IEngineInspector").counts == {"FP32": 3}
 

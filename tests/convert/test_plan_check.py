@@ -29,7 +29,6 @@ def _emulated_plan(tmp_path, version_compatible=False):
 
     from tests.emulation import tiny_classifier
     from tritonize.convert.builders import plan_from_onnx
-    from tritonize.convert.trtexec import BuildJob
 
     tiny_classifier(tmp_path / "tiny.onnx")
     job = build_job(onnx_file="tiny.onnx", plan_file="tiny.plan", input_name="images", output_name="logits",

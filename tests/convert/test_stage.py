@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tritonize.convert.engine import check_target, plan_batches, plan_tolerance, timing_cache_file
 from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions
-from tritonize.convert.engine import check_target, plan_batches, plan_tolerance, timing_cache_file
 from tritonize.convert.prepare import FP16_TOLERANCE, INT8_TOLERANCE, check_inputs
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile

@@ -23,7 +23,11 @@ from tests.repository_builder.helpers import rewrite
 from tritonize.deploy.push import repository_files, snapshot
 from tritonize.files import sha256_file
 from tritonize.serve.embedded import (
-    BundledTriton, EmbeddedServer, assemble_backend_dir, check_stub_environment, stub_environment,
+    BundledTriton,
+    EmbeddedServer,
+    assemble_backend_dir,
+    check_stub_environment,
+    stub_environment,
 )
 from tritonize.serve.front import Upstream
 from tritonize.serve.process import RunningServer, choose_ports, endpoints

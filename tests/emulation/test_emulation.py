@@ -73,8 +73,9 @@ def test_real_polygraphy_builds_and_runs_a_plan(emulated_tensorrt, tmp_path):
     """Plans built and run by the real Polygraphy give onnxruntime's outputs; each session of its TrtRunner
     leaves one device buffer per output behind (Polygraphy 0.53.6 frees them nowhere)."""
     import onnxruntime as ort
-    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
     import tensorrt as trt
+    from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+
     from tests.emulation import live_cuda
 
     onnx = tiny_classifier(tmp_path / "tiny.onnx")
@@ -122,8 +123,8 @@ def test_deserialize_follows_the_version_rules(emulated_tensorrt, tmp_path, monk
 
 
 def test_set_input_shape_outside_the_profile_fails(emulated_tensorrt, tmp_path):
-    from polygraphy.backend.trt import EngineFromBytes
     import tensorrt as trt
+    from polygraphy.backend.trt import EngineFromBytes
 
     engine = EngineFromBytes(_build(trt, tiny_classifier(tmp_path / "tiny.onnx")))()
     context = engine.create_execution_context()
@@ -137,9 +138,16 @@ def test_each_context_runs_in_the_profile_selected_for_it(emulated_tensorrt, tmp
     """Rule 'optimization_profile': a two-profile plan, each profile selected as Polygraphy's TrtRunner does
     (optimization_profile=, set_optimization_profile_async on its stream), shapes checked against the selected
     profile only; an index the engine lacks is refused."""
-    from polygraphy.backend.trt import CreateConfig, EngineBytesFromNetwork, EngineFromBytes, NetworkFromOnnxPath, Profile, TrtRunner
     import onnxruntime as ort
     import tensorrt as trt
+    from polygraphy.backend.trt import (
+        CreateConfig,
+        EngineBytesFromNetwork,
+        EngineFromBytes,
+        NetworkFromOnnxPath,
+        Profile,
+        TrtRunner,
+    )
 
     onnx = tiny_classifier(tmp_path / "tiny.onnx")
     network = NetworkFromOnnxPath(str(onnx), strongly_typed=int(trt.__version__.split(".")[0]) >= 10)
@@ -167,9 +175,9 @@ def test_each_context_runs_in_the_profile_selected_for_it(emulated_tensorrt, tmp
 def test_output_allocator_callbacks_come_in_each_versions_order(emulated_tensorrt, tmp_path):
     """8.x calls reallocate_output; 10 and 11 reallocate_output_async, whose default calls reallocate_output;
     then notify_shape (NvInferRuntime.h of each version)."""
+    import tensorrt as trt
     from polygraphy import cuda
     from polygraphy.backend.trt import EngineFromBytes
-    import tensorrt as trt
 
     engine = EngineFromBytes(_build(trt, tiny_classifier(tmp_path / "tiny.onnx")))()
     calls, buffers = [], []
@@ -229,10 +237,10 @@ def test_strong_typing_refuses_precision_flags(emulated_tensorrt, tmp_path):
 
 
 def test_cuda_stand_in_checks_copy_directions_and_handles(emulated_tensorrt):
+    import tensorrt  # noqa: F401 - loads the stand-in's registry for live_cuda
     from polygraphy import cuda
     from polygraphy.exception import PolygraphyException
 
-    import tensorrt  # noqa: F401 - loads the stand-in's registry for live_cuda
     from tests.emulation import live_cuda
 
     wrapper = cuda.wrapper()

@@ -12,8 +12,8 @@ from tests.conftest import record, run_cli
 from tests.repository_builder.helpers import edit_config
 from tritonize.manifest import Manifest, Target
 from tritonize.model_repository import AOTI_MODEL, parse_config
-from tritonize.repository_builder import RepoOptions, build_repository, check_repository
 from tritonize.releases import release_info
+from tritonize.repository_builder import RepoOptions, build_repository, check_repository
 
 
 def _target(artifacts, release: str) -> None:

@@ -15,8 +15,7 @@ from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest
 from tritonize.model_repository import BACKENDS, parse_config
 from tritonize.preprocessing import Preprocessing
-from tritonize.repository_builder import RepoOptions, build_repository
-from tritonize.repository_builder import builder as builder_module
+from tritonize.repository_builder import RepoOptions, build_repository, builder as builder_module
 from tritonize.repository_builder.config import kind_name, model_config
 
 EXPECTED_NAMES = {"onnx_model": ("onnxruntime_onnx", "input", "output", "model.onnx"),
@@ -323,8 +322,8 @@ def test_no_ensembles_leaves_them_out(small_artifacts, tmp_path):
 
 def test_trt_model_gets_its_ensembles_capped_at_the_plan_profile(small_artifacts):
     """trt_model is built only where a plan is (a GPU box); its ensembles take its batch limit."""
-    from tritonize.repository_builder.config import ensemble_config, preprocessor_config
     from tritonize.model_repository import PREPROCESSORS
+    from tritonize.repository_builder.config import ensemble_config, preprocessor_config
 
     spec = Manifest.load(small_artifacts).spec
     trt = model_config(BACKENDS["trt_model"], spec, plan_entry(profile={"min": 1, "opt": 8, "max": 16}),

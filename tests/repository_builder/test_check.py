@@ -562,8 +562,8 @@ def test_a_cpu_precision_variant_is_served_only_after_convert_cpus_gates_passed(
 
     from tests.conftest import record
     from tritonize.manifest import FileRef, Gate, Manifest, PrecisionVariant, ServingGates, Status
-    from tritonize.repository_builder.config import config_text, model_config
     from tritonize.model_repository import BACKENDS
+    from tritonize.repository_builder.config import config_text, model_config
     from tritonize.repository_builder.options import RepoOptions
 
     fp32 = Manifest.load(artifacts_copy).onnx
@@ -761,9 +761,10 @@ def test_trt_model_tensors_are_checked_against_the_onnx_the_plan_was_built_from(
     of the ONNX it was built from (a variable dim on either side takes any)."""
     from dataclasses import replace
 
+    from tritonclient.grpc import model_config_pb2 as pb
+
     from tests.conftest import record
     from tests.repository_builder.helpers import restamp
-    from tritonclient.grpc import model_config_pb2 as pb
 
     entry = add_trt_model(repo, artifacts_copy)
     record(artifacts_copy, "tensorrt", replace(entry, onnx=replace(entry.onnx, file="model.onnx")))  # [N, 3, 224, 224]

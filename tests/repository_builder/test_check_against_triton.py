@@ -21,8 +21,7 @@ import matplotlib.cbook as cbook
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from hypothesis import Phase, given, settings
-from hypothesis import strategies as st
+from hypothesis import Phase, given, settings, strategies as st
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tests.conftest import run_cli

@@ -16,8 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from google.protobuf import text_format
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.repository_builder.checker import check_repository

@@ -101,7 +101,7 @@ def test_plans_of_two_gpu_kinds_are_gathered_checked_and_picked_by_the_gpu(emula
             os.link(repo / "trt_model" / version / name, tmp_path / f"kept-{version}-{name}")
             (repo / "trt_model" / version / name).unlink()
         checked = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "9.0")
-        assert [l.split(" -> fix:")[0] for l in checked.output.splitlines() if l.startswith("error:")] == [
+        assert [line.split(" -> fix:")[0] for line in checked.output.splitlines() if line.startswith("error:")] == [
             f"error: trt_model: version {v}/ has no {name}, the plan cc_model_filenames names for compute capability {cc}"
             for v, cc, name in gone]
         for version, _, name in gone:

@@ -41,8 +41,8 @@ def test_a_plan_the_image_cannot_load_fails_the_check(emulated_tensorrt, standin
     failed = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--in-image", "--triton-release", "24.08")
     assert failed.exit_code == 1 and "Traceback" not in failed.output
     lines = failed.output.splitlines()
-    assert any(l.startswith("error: trt_model: plan built with TensorRT 10.5.0.18; Triton 24.08 runs TensorRT 10.3.0.26")
-               for l in lines)  # what the version strings say ...
+    assert any(line.startswith("error: trt_model: plan built with TensorRT 10.5.0.18; Triton 24.08 runs TensorRT 10.3.0.26")
+               for line in lines)  # what the version strings say ...
     assert ("error: trtexec could not run the plan (exit code 1): [E] [TRT] IRuntime::deserializeCudaEngine: Error Code "
             "1: Serialization (the plan was built with TensorRT 10.5.0.18; this runtime is 10.3.0.26") in failed.output
     assert error_line(run_cli("repo", "check", repo, "--in-image")).startswith(

@@ -120,7 +120,7 @@ def test_instance_group_profiles_are_linted_against_the_plan(emulated_tensorrt, 
             group.profile.extend(names)
         (repo / "trt_model" / "config.pbtxt").write_text(text_format.MessageToString(config))
         result = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "8.6")
-        return [l for l in result.output.splitlines() if l.startswith(("error:", "warning:"))]
+        return [line for line in result.output.splitlines() if line.startswith(("error:", "warning:"))]
 
     assert lint(["0"], ["1"]) == [
         "error: trt_model: instance_group trt_model_latency runs in profile 1 (batch 1..2): Triton's dynamic batcher "
@@ -143,8 +143,8 @@ def test_instance_group_profiles_are_linted_against_the_plan(emulated_tensorrt, 
     onnx_config = parse_config(repo / "onnx_model" / "config.pbtxt")
     onnx_config.instance_group[0].profile.append("0")
     (repo / "onnx_model" / "config.pbtxt").write_text(text_format.MessageToString(onnx_config))
-    assert any(l.startswith("error: onnx_model: config.pbtxt: instance_group #1 lists profile in a model of the "
-                            "onnxruntime backend: Triton refuses it") for l in lint(["0"], ["1", "0"]))
+    assert any(line.startswith("error: onnx_model: config.pbtxt: instance_group #1 lists profile in a model of the "
+                            "onnxruntime backend: Triton refuses it") for line in lint(["0"], ["1", "0"]))
 
 
 
@@ -172,7 +172,7 @@ def test_n32_cuda_graphs_with_latency_instances_are_captured_only_where_every_co
     graph.input[config.input[0].name].dim.extend([3, 224, 224])
     (repo / "trt_model" / "config.pbtxt").write_text(text_format.MessageToString(config))
     checked = run_cli("repo", "check", repo, "--artifacts", artifacts_copy, "--gpu-cc", "8.6")
-    assert [l for l in checked.output.splitlines() if l.startswith(("error:", "warning:"))] == [
+    assert [line for line in checked.output.splitlines() if line.startswith(("error:", "warning:"))] == [
         "warning: trt_model: instance_group trt_model_latency runs in profile 1 (batch 1..2), where Triton's tensorrt "
         "backend also captures the CUDA graphs of batch 4 and fails, logging an ERROR for each at every load -> fix: "
         "capture graphs only for batch sizes every group's profiles run, or rebuild with `tritonize repo build --force` "

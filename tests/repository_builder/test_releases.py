@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from tritonize.releases import (
-    DATA_FILE, latest_release, load_releases, release_info, releases_for_tensorrt, source, tensorrt_loads, tensorrt_matches,
-)
 from tritonize.errors import TritonizeError
+from tritonize.releases import (
+    DATA_FILE,
+    latest_release,
+    load_releases,
+    release_info,
+    releases_for_tensorrt,
+    source,
+    tensorrt_loads,
+    tensorrt_matches,
+)
 
 
 def test_table_covers_two_years_and_names_its_source():

@@ -51,10 +51,10 @@ def test_cuda_graphs_are_written_linted_and_loaded(emulated_tensorrt, artifacts_
             "<= 4 and refuses to load the model -> fix: capture graphs for batch sizes 1..4 or rebuild with `tritonize "
             "repo build --force` --cuda-graphs") in lines
     # an input the engine lacks: tensorrt_backend logs that it cannot set the graph's shape and serves without the graph
-    assert any(l.startswith("warning: trt_model: graph_spec batch_size 2 names input 'images'") and
-               l.endswith("no graph is captured for it -> fix: rebuild with `tritonize repo build --force` --cuda-graphs")
-               for l in lines)
-    assert any(l.startswith("warning: onnx_model: optimization.cuda.graph_spec in a model of the onnxruntime backend") for l in lines)
+    assert any(line.startswith("warning: trt_model: graph_spec batch_size 2 names input 'images'") and
+               line.endswith("no graph is captured for it -> fix: rebuild with `tritonize repo build --force` --cuda-graphs")
+               for line in lines)
+    assert any(line.startswith("warning: onnx_model: optimization.cuda.graph_spec in a model of the onnxruntime backend") for line in lines)
     # Without batching a graph is captured at batch 0 (ValidateGraphSpec); without graphs: true none is read.
     config.max_batch_size = 0
     del config.optimization.cuda.graph_spec[:]
@@ -76,7 +76,7 @@ def graph_findings(repo, config, artifacts) -> list[str]:
 
     (repo / "trt_model" / "config.pbtxt").write_text(text_format.MessageToString(config))
     lines = run_cli("repo", "check", repo, "--artifacts", artifacts, "--gpu-cc", "8.6").output.splitlines()
-    return [l for l in lines if l.startswith(("error: trt_model: graph_spec", "warning: trt_model: optimization.cuda"))]
+    return [line for line in lines if line.startswith(("error: trt_model: graph_spec", "warning: trt_model: optimization.cuda"))]
 
 
 @pytest.mark.parametrize("emulated_tensorrt", ["10.5.0.18"], indirect=True)

@@ -258,8 +258,8 @@ def test_gpu_repository_served_unchanged_without_gpu(small_artifacts, tmp_path):
     """A repository built for the GPU (KIND_GPU configs, a trt_model) on this GPU-less machine: the
     cpu variants are chosen automatically, trt_model (no cpu variant) is UNAVAILABLE with Triton's
     reason, the others serve."""
-    from tritonize.repository_builder import RepoOptions, build_repository
     from tritonize.machine import gpu_visible
+    from tritonize.repository_builder import RepoOptions, build_repository
 
     if gpu_visible():
         pytest.skip("a GPU is visible: the automatic cpu variant is not chosen here")
@@ -280,8 +280,8 @@ def test_tensorrt_backend_says_what_is_missing(small_artifacts, tmp_path, local_
     """The tensorrt backend itself refuses at initialize, naming what is missing; the others serve."""
     import importlib.util
 
-    from tritonize.repository_builder import RepoOptions, build_repository
     from tritonize.machine import gpu_visible
+    from tritonize.repository_builder import RepoOptions, build_repository
 
     if importlib.util.find_spec("tensorrt") is not None and gpu_visible():
         pytest.skip("TensorRT and a GPU are present: the tensorrt backend can run here")
@@ -351,8 +351,8 @@ def test_a_killed_server_leaves_no_python_backend_folder_in_tmp(onnx_repo):
     another server, stays."""
     import signal
 
-    from tritonize.serve.leftovers import MARK, python_envs
     from tritonize.serve.embedded import EmbeddedServer
+    from tritonize.serve.leftovers import MARK, python_envs
 
     before = python_envs()
     with EmbeddedServer(onnx_repo, supervise=False) as info:

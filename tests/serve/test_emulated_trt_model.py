@@ -58,7 +58,7 @@ def test_trt_model_serves_the_plan_and_agrees_with_the_other_backends(emulated_t
 
     repo = built_repository(emulated_tensorrt, artifacts_copy, tmp_path / "models")
     config = (repo / "trt_model" / "config.pbtxt").read_text()
-    assert f'"source.tensorrt_version"' in config and "KIND_GPU" in config
+    assert '"source.tensorrt_version"' in config and "KIND_GPU" in config
     write_emulated_config(repo)
     with embedded_server(repo, model_config_name=EMULATED_CONFIG) as info:
         assert info.models["trt_model"] == ("READY", ""), info.models

@@ -12,8 +12,7 @@ from pathlib import Path
 
 import h11
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.serve import evhtp
 

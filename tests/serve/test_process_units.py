@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -21,7 +20,13 @@ import pytest
 from tritonize.errors import TritonizeError
 from tritonize.serve import leftovers, process
 from tritonize.serve.process import (
-    OWNER_FILE, Ports, RunningServer, choose_ports, connect_host, endpoints, make_workdir,
+    OWNER_FILE,
+    Ports,
+    RunningServer,
+    choose_ports,
+    connect_host,
+    endpoints,
+    make_workdir,
 )
 from tritonize.serve.readiness import ServerDied, exit_words, log_tail
 

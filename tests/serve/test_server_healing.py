@@ -25,7 +25,6 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.serve.helpers import Serve, children
-from tritonize.access import KEY_HEADER
 
 MODELS = ("onnx_model", "onnx_tuned", "onnx_idle")
 

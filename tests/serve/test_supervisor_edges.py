@@ -11,9 +11,12 @@ import time
 
 import pytest
 
-from tests.serve.test_supervisor_clock import SERVER_PID, _reloads, world  # noqa: F401 (world: the fixture)
+from tests.serve import test_supervisor_clock
+from tests.serve.test_supervisor_clock import SERVER_PID, _reloads
 from tritonize.serve import supervisor
 from tritonize.serve.supervisor import PROBE_INTERVAL_S, RELOAD_DELAYS_S, Supervisor
+
+world = test_supervisor_clock.world  # the fixture, shared
 
 GIVE_UP = "so tritonize serve stopped reloading it: find the cause (memory? see `dmesg`), then restart the server"
 

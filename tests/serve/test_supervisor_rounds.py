@@ -13,11 +13,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.serve.test_supervisor_clock import SERVER_PID, _reloads, world  # noqa: F401 (world: the fixture)
+from tests.serve import test_supervisor_clock
+from tests.serve.test_supervisor_clock import SERVER_PID, _reloads
 from tritonize.access import ControlKey
 from tritonize.processes import start_time
 from tritonize.serve import supervisor
 from tritonize.serve.supervisor import PROBE_INTERVAL_S, RELOAD_DELAYS_S, Stub, Supervisor, _Model
+
+world = test_supervisor_clock.world  # the fixture, shared
 
 MODELS = {"solo": 1, "pair": 2, "image": 1}
 STYLES = [(MODELS, "by_reason"), (MODELS, "sparse")]

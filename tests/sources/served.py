@@ -62,7 +62,7 @@ def classify_everywhere(server, artifacts: Path, labels: list[str], photo: Path 
             assert all(label == labels[index] for index, label in got), (backend, path, got)
             table = run_cli(*args)
             assert table.exit_code == 0, table.output
-            for index, label in got:
+            for _, label in got:
                 assert label in table.stdout, (label, table.stdout)
 
 

@@ -14,8 +14,7 @@ import torchvision
 from tests.conftest import SMALL_ARCH, error_line, run_cli
 from tests.suite_model import SuiteClassifier
 from tritonize.errors import TritonizeError
-from tritonize.sources import checkpoints
-from tritonize.sources import build_model, resolve_spec
+from tritonize.sources import build_model, checkpoints, resolve_spec
 
 
 def _fine_tuned(classes: int = 10, seed: int = 7) -> dict:

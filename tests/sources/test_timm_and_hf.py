@@ -12,9 +12,7 @@ import pytest
 
 from tests.conftest import error_line, run_cli
 from tritonize.errors import TritonizeError
-from tritonize.sources import huggingface, timm_models
-from tritonize.sources import resolve_spec
-
+from tritonize.sources import huggingface, resolve_spec, timm_models
 
 # --- timm ------------------------------------------------------------------------------------------------------
 

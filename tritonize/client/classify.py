@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from tritonize.images import DEFAULT_MAX_PIXELS, load_images
-from tritonize.client.connection import PartialResult, Connection
+from tritonize.client.connection import Connection, PartialResult
 from tritonize.console import table
+from tritonize.images import DEFAULT_MAX_PIXELS, load_images
 from tritonize.sources.labels import are_placeholders
 from tritonize.verify import softmax, topk
 

@@ -13,8 +13,25 @@ from tritonize.errors import TritonizeError
 from tritonize.images import DEFAULT_MAX_PIXELS
 from tritonize.model_repository import DEFAULT_MODEL
 from tritonize.options import (
-    EXIT_GATE, EXIT_USAGE, AsJson, Batch, Concurrency, ControlKeyFile, Duration, LoadGenerator, LoadGeneratorOption,
-    MaxPixels, Model, Models, OutputDir, Preprocess, Timeout, TlsCa, Url, int_items, items,
+    EXIT_GATE,
+    EXIT_USAGE,
+    AsJson,
+    Batch,
+    Concurrency,
+    ControlKeyFile,
+    Duration,
+    LoadGenerator,
+    LoadGeneratorOption,
+    MaxPixels,
+    Model,
+    Models,
+    OutputDir,
+    Preprocess,
+    Timeout,
+    TlsCa,
+    Url,
+    int_items,
+    items,
 )
 
 app = typer.Typer(no_args_is_help=True, help="gRPC client: classify, compare backends, perf sweeps.")
@@ -119,8 +136,8 @@ def perf_command(
 ) -> None:
     """Throughput and latency percentiles per concurrency level, with the server-side time split. Several --models
     go in one plot. --output-dir gets <model>.csv (perf_analyzer columns), latency_vs_throughput.png and perf.json."""
-    from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
     from tritonize.client.connection import Connection
+    from tritonize.client.perf import PerfInterrupted, PerfOptions, run_perf, write_outputs
 
     levels = int_items(concurrency, "--concurrency")
     names = items(models, "--models")

@@ -15,11 +15,11 @@ from typing import Sequence
 
 import numpy as np
 
-from tritonize.images import DEFAULT_MAX_PIXELS, load_images
 from tritonize.client.connection import Connection
 from tritonize.client.stats import latency_summary
 from tritonize.console import ms, table
 from tritonize.errors import TritonizeError
+from tritonize.images import DEFAULT_MAX_PIXELS, load_images
 from tritonize.verify import Tolerance, compare
 
 
@@ -127,7 +127,7 @@ def compare_models(
         try:
             labels[name] = connection.labels(info)
             for round_ in range(repeat):
-                out = connection.infer_all(info, inputs[name].arrays, on_batch=lambda _l, s: latencies.append(s),
+                out = connection.infer_all(info, inputs[name].arrays, on_batch=lambda _l, s, into=latencies: into.append(s),
                                            rejected=rejected)
                 if round_ == 0:
                     kept = [image for i, image in enumerate(inputs[name].names) if i not in rejected]

@@ -180,7 +180,7 @@ class Connection:
         try:
             self.client = grpcclient.InferenceServerClient(url, **self.channel)
             live = self.client.is_server_live(client_timeout=min(timeout, 10.0))
-        except Exception as e:  # connection refused, bad address, deadline exceeded, TLS handshake
+        except Exception as e:  # noqa: BLE001 - connection refused, bad address, deadline exceeded, TLS handshake
             reason = short_reason(e)
             hint = "start one with `tritonize serve models/` or pass --url HOST:PORT"
             if tls_ca:

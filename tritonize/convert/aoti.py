@@ -136,7 +136,7 @@ def _compile(manifest: Manifest, program, spec, wanted: Package, max_batch: int,
                     return package(torch.from_numpy(x).to(device)).cpu().numpy()
 
             report = verify_runner(run, inputs, reference, FP32)
-            del package
+            package = None  # the loaded package freed (run's cell too) before the file is published
         if not report.passed:
             raise TritonizeError(f"the AOTInductor package failed verification against PyTorch eager ({report.summary()}; "
                                  f"tolerance {report.tolerance.max_rel_to_scale:.0e} of scale); it was not published")

@@ -27,12 +27,18 @@ from typing import Iterator
 from tritonize.convert.layers import read_engine
 from tritonize.convert.plan_check import PlanCheck, verify_plan, verify_with_trtexec
 from tritonize.convert.trtexec import (
-    BuildJob, log_tail, parse_banner_version, probe_trtexec, profiles_problem, run_trtexec, trtexec_argv, version_tuple,
+    BuildJob,
+    log_tail,
+    parse_banner_version,
+    probe_trtexec,
+    profiles_problem,
+    run_trtexec,
+    trtexec_argv,
+    version_tuple,
 )
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path
 from tritonize.machine import cuda_gpu, docker_gpu_problem, gpu_visible
-from tritonize.manifest import Manifest
 from tritonize.releases import Release
 from tritonize.verify import VerificationReport
 
@@ -168,7 +174,7 @@ class ContainerBuilder(Builder):
                     f"{self.release.tensorrt or 'version'}); build there with `IMAGE=<that image> bash convert.sh container`")
         self._version = parse_banner_version(done.stdout + done.stderr)
         if not self._version:
-            lines = [l.strip() for l in (done.stderr or done.stdout).splitlines() if l.strip()]
+            lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
             return (f"trtexec in {image} reported no TensorRT version (`docker run` exit code {done.returncode}: "
                     f"{lines[-1] if lines else 'no output'})")
         return None
@@ -302,7 +308,13 @@ def plan_from_onnx(job: BuildJob, out: Path, trt):
     The names taken from `trt` here are checked against the real bindings of 8.6, 10 and 11 by
     tests/convert/test_tensorrt_api.py, and the build runs on the emulated TensorRT in the tests.
     """
-    from polygraphy.backend.trt import CreateConfig, EngineBytesFromNetwork, NetworkFromOnnxPath, Profile, SetLayerPrecisions
+    from polygraphy.backend.trt import (
+        CreateConfig,
+        EngineBytesFromNetwork,
+        NetworkFromOnnxPath,
+        Profile,
+        SetLayerPrecisions,
+    )
 
     major, minor = version_tuple(trt.__version__)
     weakly_typed = major < 10

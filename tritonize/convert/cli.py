@@ -10,11 +10,26 @@ import typer
 from tritonize.convert.options import BuilderName, ConvertOptions
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
-from tritonize.stage import StageStatus
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, EXIT_WAITING_FOR_GPU, Artifacts, Batch, CalibCount, CalibImages, Duration, Force, LoadGenerator,
-    LatencyProfile, LoadGeneratorOption, MaxBatch, MinBatch, OptBatch, PrecisionOption, Threads, TritonRelease,
+    DEFAULT_ARTIFACTS,
+    EXIT_WAITING_FOR_GPU,
+    Artifacts,
+    Batch,
+    CalibCount,
+    CalibImages,
+    Duration,
+    Force,
+    LatencyProfile,
+    LoadGenerator,
+    LoadGeneratorOption,
+    MaxBatch,
+    MinBatch,
+    OptBatch,
+    PrecisionOption,
+    Threads,
+    TritonRelease,
 )
+from tritonize.stage import StageStatus
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -108,7 +123,14 @@ def releases_command(
     (TensorRT's Python package of exactly that TensorRT, the torch-tensorrt built against it, its torch and
     torchvision) and the Pythons and machines it resolves on. With --triton-release, that release's line alone, and
     an error when this Python or machine is not among them."""
-    from tritonize.releases import host_tensorrt, install_problem, load_releases, pins_line, release_info, releases_for_tensorrt
+    from tritonize.releases import (
+        host_tensorrt,
+        install_problem,
+        load_releases,
+        pins_line,
+        release_info,
+        releases_for_tensorrt,
+    )
 
     version = host_tensorrt()
     matching = releases_for_tensorrt(version) if version and len(version.split(".")) >= 3 else []

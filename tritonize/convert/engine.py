@@ -20,12 +20,18 @@ from tritonize.convert.network import Network
 from tritonize.convert.options import ConvertOptions, Precision
 from tritonize.convert.plan_check import PlanCheck, last_line
 from tritonize.convert.prepare import (
-    FP16_TOLERANCE, INT8_TOLERANCE, TENSORRT_8_OPSET, check_inputs, cpu_data, onnx_opset, random_init_tolerance,
+    FP16_TOLERANCE,
+    INT8_TOLERANCE,
+    TENSORRT_8_OPSET,
+    check_inputs,
+    cpu_data,
+    onnx_opset,
+    random_init_tolerance,
 )
 from tritonize.convert.trtexec import BuildJob
 from tritonize.errors import TritonizeError
-from tritonize.machine import gpu_facts
 from tritonize.facts import file_facts, now_iso
+from tritonize.machine import gpu_facts
 from tritonize.manifest import Manifest, Plan, Profile, Status
 from tritonize.progress import say, step
 from tritonize.releases import CROSS_MAJOR, Release, pins_line, releases_for_tensorrt, tensorrt_loads, version_parts

@@ -47,7 +47,7 @@ def network_from_onnx(path: Path) -> Network:
 
     try:
         graph = onnx.load(str(path), load_external_data=False).graph
-    except Exception as e:  # DecodeError, OSError: not an ONNX file
+    except Exception as e:  # noqa: BLE001 - DecodeError, OSError: not an ONNX file
         raise TritonizeError(f"cannot read {path} as ONNX: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
     weights = {init.name for init in graph.initializer}
     inputs = [i for i in graph.input if i.name not in weights]
@@ -66,7 +66,7 @@ def network_from_onnx(path: Path) -> Network:
         raise TritonizeError(f"{path}: input {inputs[0].name!r} is {dims}; only the batch axis (the first) may be dynamic")
     try:
         ort_session(path)  # the CPU checks compare everything with it
-    except Exception as e:  # onnxruntime's Fail / InvalidGraph / NotImplemented
+    except Exception as e:  # noqa: BLE001 - onnxruntime's Fail / InvalidGraph / NotImplemented
         raise TritonizeError(f"onnxruntime cannot run {path}: {str(e).strip().splitlines()[0]}") from None
     return Network(inputs[0].name, graph.output[0].name, tuple(dims[1:]), None, True,
                    f"ONNX {Path(path).name} from outside tritonize (names and shape read from its graph)")

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
-from tritonize.plan_settings import BuildSettings
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Profile
 from tritonize.options import Precision, int_items  # fp16: mixed; int8: explicit Q/DQ calibrated on images
+from tritonize.plan_settings import BuildSettings
 
 
 class BuilderName(str, Enum):

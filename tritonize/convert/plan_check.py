@@ -109,7 +109,7 @@ def _deactivate(runner) -> None:
 
 def last_line(error: Exception) -> str:
     """The last non-empty line of an error's message (where Polygraphy and TensorRT put the cause)."""
-    lines = [l.strip() for l in str(error).splitlines() if l.strip()]
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return lines[-1] if lines else "(no message)"
 
 
@@ -144,8 +144,8 @@ def verify_with_trtexec(command: list[str], workdir: Path, plan_file: str, engin
                     subprocess.run(kill, capture_output=True, timeout=60)
                 raise TritonizeError(f"trtexec did not run the plan within {timeout_s:.0f} s") from None
             if done.returncode != 0:
-                lines = [l.strip() for l in (done.stderr + done.stdout).splitlines() if l.strip()]
-                errors = [l for l in lines if "error" in l.lower()] or lines
+                lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+                errors = [line for line in lines if "error" in line.lower()] or lines
                 raise TritonizeError(f"trtexec could not run the plan (exit code {done.returncode}): "
                                      f"{' | '.join(errors[-2:]) or 'no output'}")
             return exported_output(outputs.read_text(), name_out)

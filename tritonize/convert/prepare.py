@@ -22,9 +22,9 @@ from tritonize.convert import precision as prec
 from tritonize.convert.network import Network
 from tritonize.convert.options import SYNTHETIC, ConvertOptions, Precision
 from tritonize.errors import TritonizeError
+from tritonize.facts import file_facts, now_iso
 from tritonize.files import atomic_path, sha256_file
 from tritonize.images import image_files, load_batch
-from tritonize.facts import file_facts, now_iso
 from tritonize.manifest import FileRef, Manifest, PrecisionVariant, Status, variant_key
 from tritonize.progress import say, step
 from tritonize.releases import Release, tensorrt_major_floor, version_parts

@@ -15,22 +15,42 @@ import shlex
 from dataclasses import replace
 from pathlib import Path
 
-from tritonize.convert.builders import (Builder, ContainerBuilder, TensorRTApiBuilder, TrtexecBuilder, container_argv,
-                                        find_trtexec, pick_builders)
+from tritonize.convert.builders import (
+    Builder,
+    ContainerBuilder,
+    TensorRTApiBuilder,
+    TrtexecBuilder,
+    container_argv,
+    find_trtexec,
+    pick_builders,
+)
 from tritonize.convert.engine import PLAN_NAME, build_engine, plan_check
 from tritonize.convert.network import Network, network_from_onnx
 from tritonize.convert.options import AUTO_RELEASE, ConvertOptions
-from tritonize.convert.prepare import onnx_opset, opset_for_release, opset_for_tensorrt, prepare_opset, prepare_precision
+from tritonize.convert.prepare import (
+    onnx_opset,
+    opset_for_release,
+    opset_for_tensorrt,
+    prepare_opset,
+    prepare_precision,
+)
 from tritonize.convert.reproducer import argv_by_major, write_reproducer
 from tritonize.convert.torch_trt import TorchTensorRTBuilder
 from tritonize.convert.trtexec import BuildJob, probe_trtexec, profiles_problem, trtexec_argv, version_tuple
 from tritonize.errors import TritonizeError
-from tritonize.files import ensure_writable_dir, sha256_file
 from tritonize.facts import now_iso
+from tritonize.files import ensure_writable_dir, sha256_file
 from tritonize.manifest import FileRef, Manifest, Plan, Status, Target, manifest_path
 from tritonize.progress import say
 from tritonize.releases import (
-    Release, host_tensorrt, install_problem, latest_release, load_releases, pins_line, release_info, tensorrt_matches,
+    Release,
+    host_tensorrt,
+    install_problem,
+    latest_release,
+    load_releases,
+    pins_line,
+    release_info,
+    tensorrt_matches,
 )
 from tritonize.stage import StageResult, StageStatus
 

@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonize.plan_settings import BuildSettings
 from tritonize.errors import TritonizeError
+from tritonize.plan_settings import BuildSettings
 
 SUPPORTED_MAJORS = (8, 10, 11)
 _BANNER = re.compile(r"\[TensorRT v(\d+)\](?: \[b(\d+)\])?")
@@ -257,8 +257,8 @@ def _stop(proc: subprocess.Popen, kill: list[str] | None = None) -> None:
 def log_tail(log: Path, lines: int = 3) -> str:
     """The last meaningful lines of a trtexec log, for a one-line error."""
     try:
-        text = [l.strip() for l in log.read_text(errors="replace").splitlines() if l.strip()]
+        text = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return ""
-    errors = [l for l in text if "error" in l.lower()]
+    errors = [line for line in text if "error" in line.lower()]
     return " | ".join((errors or text)[-lines:])

@@ -9,7 +9,14 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.options import (
-    DEFAULT_REPOSITORY, AsJson, ConfigName, Endpoint, OutputDir, Region, RepositoryArgument, TritonRelease,
+    DEFAULT_REPOSITORY,
+    AsJson,
+    ConfigName,
+    Endpoint,
+    OutputDir,
+    Region,
+    RepositoryArgument,
+    TritonRelease,
 )
 
 app = typer.Typer(no_args_is_help=True, help="Push a repository to object storage; deployment bundles for it.")

@@ -41,7 +41,10 @@ from tritonize.releases import release_info
 from tritonize.serve.docker import choose_release, container_command, tritonserver_flags
 from tritonize.serve.embedded import EmbeddedServer
 from tritonize.serve.repository import (
-    has_config_variant, models_without_python_requirements, python_requirements, validate_repository,
+    has_config_variant,
+    models_without_python_requirements,
+    python_requirements,
+    validate_repository,
 )
 
 # The classifiers whose queue/compute ratio drives scaling by default, the first one the repository has: a GPU

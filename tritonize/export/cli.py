@@ -7,8 +7,25 @@ from typing import Annotated
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, Antialias, Arch, Artifacts, ChannelOrder, Crop, Force, Interpolation, Labels, Layout, MaxBatch,
-    Mean, CropOffset, PixelScale, Resize, Std, Weights, contract_changes, items,
+    DEFAULT_ARTIFACTS,
+    Antialias,
+    Arch,
+    Artifacts,
+    ChannelOrder,
+    Crop,
+    CropOffset,
+    Force,
+    Interpolation,
+    Labels,
+    Layout,
+    MaxBatch,
+    Mean,
+    PixelScale,
+    Resize,
+    Std,
+    Weights,
+    contract_changes,
+    items,
 )
 from tritonize.spec import DEFAULT_ARCH
 

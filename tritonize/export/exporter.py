@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -10,13 +11,13 @@ from typing import Callable
 import numpy as np
 
 from tritonize.errors import TritonizeError
-from tritonize.files import ensure_writable_dir, staged_path, sweep_stale
 from tritonize.facts import file_facts, now_iso, tool_versions
+from tritonize.files import ensure_writable_dir, staged_path, sweep_stale
 from tritonize.machine import compute_threads
 from tritonize.manifest import MANIFEST_NAME, ExportedArtifact, Manifest, Status
 from tritonize.progress import say, step
-from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec
 from tritonize.sources import build_model
+from tritonize.spec import TORCHSCRIPT_INPUT_NAME, TORCHSCRIPT_OUTPUT_NAME, ModelSpec
 from tritonize.stage import StageResult, StageStatus
 from tritonize.verify import FP32, Tolerance, VerificationReport, verification_inputs, verify_runner
 
@@ -162,6 +163,10 @@ def _run_torch(model, batch: np.ndarray) -> np.ndarray:
         return model(torch.from_numpy(batch)).numpy()
 
 
+def _run_ort(session, spec: ModelSpec, batch: np.ndarray) -> np.ndarray:
+    return session.run([spec.output_name], {spec.input_name: batch})[0]
+
+
 def _check(report: VerificationReport, what: str, path: Path) -> None:
     if not report.passed:
         raise TritonizeError(
@@ -180,7 +185,7 @@ def _export_torchscript(model, spec, path, tmp, inputs, reference, options) -> t
         try:
             module = torch.jit.script(model)
             method = "script"
-        except Exception as e:  # some archs are not scriptable: tracing is exact for fixed-graph CNNs
+        except Exception as e:  # noqa: BLE001 - some archs are not scriptable: tracing is exact for fixed-graph CNNs
             say(f"  ! torch.jit.script failed ({type(e).__name__}); tracing instead")
             module = torch.jit.trace(model, torch.from_numpy(inputs[:2]))
             method = "trace"
@@ -224,7 +229,7 @@ def _export_program(model, spec, path, tmp, inputs, reference, options) -> tuple
     with step("verify the ExportedProgram after torch.export.load (batches 1, odd, max)") as s:
         with open(tmp, "rb") as f:
             loaded = torch.export.load(f).module()
-        report = verify_runner(lambda x: _run_torch(loaded, x), inputs, reference, options.tolerance)
+        report = verify_runner(functools.partial(_run_torch, loaded), inputs, reference, options.tolerance)
         del loaded
     timings["verify"] = asdict(s)
     _check(report, "torch.export program", path)
@@ -291,9 +296,7 @@ def _export_onnx(model, spec, path, tmp, inputs, reference, options) -> tuple[di
     timings["save"] = asdict(s)
     with step("verify ONNX in onnxruntime (batches 1, odd, max)") as s:
         session = _ort_session(tmp)
-        report = verify_runner(
-            lambda x: session.run([spec.output_name], {spec.input_name: x})[0], inputs, reference, options.tolerance
-        )
+        report = verify_runner(functools.partial(_run_ort, session, spec), inputs, reference, options.tolerance)
         del session
     timings["verify"] = asdict(s)
     _check(report, "ONNX export", path)
@@ -318,7 +321,7 @@ def _simplify(proto):
         import onnxsim
 
         simplified, ok = onnxsim.simplify(proto)
-    except Exception as e:  # onnxsim raises plain RuntimeErrors from its C++ core
+    except Exception as e:  # noqa: BLE001 - onnxsim raises plain RuntimeErrors from its C++ core
         say(f"  ! onnxsim failed ({str(e).splitlines()[0][:120]}); keeping the unsimplified graph")
         return proto, "failed, unsimplified graph kept"
     if not ok:

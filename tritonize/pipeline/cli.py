@@ -2,13 +2,37 @@
 
 from __future__ import annotations
 
-
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Antialias, Arch, Artifacts, CalibImages, ChannelOrder, Crop, Force, Instances,
-    Interpolation, Kind, Labels, Layout, MaxBatch, Mean, MinBatch, OptBatch, CropOffset, PixelScale, Precision, PrecisionOption,
-    Resize, RepositoryArgument, Std, TritonRelease, Weights, contract_changes,
+    DEFAULT_ARTIFACTS,
+    DEFAULT_REPOSITORY,
+    Antialias,
+    Arch,
+    Artifacts,
+    CalibImages,
+    ChannelOrder,
+    Crop,
+    CropOffset,
+    Force,
+    Instances,
+    Interpolation,
+    Kind,
+    Labels,
+    Layout,
+    MaxBatch,
+    Mean,
+    MinBatch,
+    OptBatch,
+    PixelScale,
+    Precision,
+    PrecisionOption,
+    RepositoryArgument,
+    Resize,
+    Std,
+    TritonRelease,
+    Weights,
+    contract_changes,
 )
 from tritonize.spec import DEFAULT_ARCH
 

@@ -12,12 +12,33 @@ from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
 from tritonize.manifest import Entry, Manifest, Package, Plan, PrecisionVariant, Status
 from tritonize.model_repository import (
-    BACKENDS, COMPILED, CONFIG_NAME, CPU, CPU_GATES, GPU, LABELS_NAME, NOT_BUILT_SUFFIX, PLAN_BUILT, PREPROCESSORS, RELEASE,
-    REQUIREMENTS_NAME, TRT_MODEL, Backend, batches, not_built_notes, release_problem,
+    BACKENDS,
+    COMPILED,
+    CONFIG_NAME,
+    CPU,
+    CPU_GATES,
+    GPU,
+    LABELS_NAME,
+    NOT_BUILT_SUFFIX,
+    PLAN_BUILT,
+    PREPROCESSORS,
+    RELEASE,
+    REQUIREMENTS_NAME,
+    TRT_MODEL,
+    Backend,
+    batches,
+    not_built_notes,
+    release_problem,
 )
 from tritonize.progress import say
 from tritonize.repository_builder.config import (
-    batch_bound, config_text, ensemble_config, kind_name, model_config, preprocessor_config, served_release,
+    batch_bound,
+    config_text,
+    ensemble_config,
+    kind_name,
+    model_config,
+    preprocessor_config,
+    served_release,
 )
 from tritonize.repository_builder.gpus import FleetPlan, cc_filename, gather
 from tritonize.repository_builder.options import RepoOptions

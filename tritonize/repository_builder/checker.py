@@ -65,16 +65,25 @@ from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
 from tritonize.manifest import MOSTLY_FP32, Manifest, Package, Plan, PrecisionVariant, Status
 from tritonize.model_repository import (
-    AOTI_MODEL, CONFIG_NAME, TORCH_MODEL, artifact_key, autocompleted, backend_of, default_file, parse_config, serving_cc,
+    AOTI_MODEL,
+    CONFIG_NAME,
+    TORCH_MODEL,
+    artifact_key,
+    autocompleted,
+    backend_of,
+    default_file,
+    parse_config,
+    serving_cc,
 )
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
-from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
-from tritonize.repository_builder.model_files import ModelFileChecks
 from tritonize.repository_builder.config import CONTRACT_KEYS, PACKAGE_KEYS, PLAN_KEYS, batch_bound
 from tritonize.repository_builder.config_rules import ConfigRuleChecks
+from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
+from tritonize.repository_builder.model_files import ModelFileChecks
 from tritonize.repository_builder.package_rules import PackageChecks
 from tritonize.repository_builder.plan_options import PlanOptionChecks
+
 
 def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None,
                      gpu_cc: str | None = None) -> list[Finding]:

@@ -8,8 +8,19 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.options import (
-    DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, Artifacts, AsJson, Force, GpuCC, Instances, Kind, LatencyInstances, MaxBatch, Models,
-    RepositoryArgument, TritonRelease,
+    DEFAULT_ARTIFACTS,
+    DEFAULT_REPOSITORY,
+    Artifacts,
+    AsJson,
+    Force,
+    GpuCC,
+    Instances,
+    Kind,
+    LatencyInstances,
+    MaxBatch,
+    Models,
+    RepositoryArgument,
+    TritonRelease,
 )
 
 app = typer.Typer(no_args_is_help=True, help="Build and check the Triton model repository.")

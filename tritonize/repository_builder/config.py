@@ -10,7 +10,15 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Entry, Package, Plan, PrecisionVariant, Profile
 from tritonize.model_repository import (
-    CC_PARAMETER, HARDWARE_PARAMETER, LABELS_NAME, LOGITS, PREPROCESSED, Backend, Preprocessor, artifact_key, batches,
+    CC_PARAMETER,
+    HARDWARE_PARAMETER,
+    LABELS_NAME,
+    LOGITS,
+    PREPROCESSED,
+    Backend,
+    Preprocessor,
+    artifact_key,
+    batches,
 )
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder.gpus import plan_cc

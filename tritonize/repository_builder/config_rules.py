@@ -7,10 +7,19 @@ from __future__ import annotations
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.model_repository import (
-    ANY, BACKENDS, ENSEMBLE, PLATFORMS, TRITON_BACKENDS, TRT_MODEL, TYPED_BACKENDS, backend_of, profile_index,
+    ANY,
+    BACKENDS,
+    ENSEMBLE,
+    PLATFORMS,
+    TRITON_BACKENDS,
+    TRT_MODEL,
+    TYPED_BACKENDS,
+    backend_of,
+    profile_index,
 )
 from tritonize.repository_builder.config import kind_name
 from tritonize.repository_builder.findings import REBUILD, Severity
+
 
 class ConfigRuleChecks:
     """Mixed into the checker of one model: `add` a finding, `ctx` the CheckContext."""

@@ -158,7 +158,7 @@ def _onnx_graph(path: Path):
 
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any reason onnx cannot read it becomes a finding
         return e
     inferred = _inferred_outputs(model)
     for output in model.graph.output:
@@ -185,7 +185,7 @@ def _inferred_outputs(model) -> dict:
     try:
         return {o.name: o.type.tensor_type for o in onnx.shape_inference.infer_shapes(light).graph.output
                 if o.type.tensor_type.HasField("shape")}
-    except Exception:  # an operator onnx cannot infer: the declared shapes stand, as in onnxruntime
+    except Exception:  # noqa: BLE001 - an operator onnx cannot infer: the declared shapes stand, as in onnxruntime
         return {}
 
 
@@ -225,7 +225,7 @@ def _torchscript_module(path: Path):
         with warnings.catch_warnings():  # torch.jit.* is deprecated, and still what Triton's libtorch loads
             warnings.simplefilter("ignore")
             return torch.jit.load(str(path), map_location="cpu")
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - any reason torch cannot load it becomes a finding
         return e
 
 
@@ -236,5 +236,5 @@ def _forward(module, shapes: list[list[int]]):
     try:
         with torch.inference_mode():
             return module(*[torch.zeros(s) for s in shapes])
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the model's own forward(): any error becomes a finding
         return e

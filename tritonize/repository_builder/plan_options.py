@@ -9,7 +9,10 @@ from pathlib import Path
 from tritonize.manifest import Manifest, Status
 from tritonize.model_repository import missing_plan, profile_index
 from tritonize.repository_builder.config import (
-    ALLOCATION_FROM_RELEASE, ALLOCATION_PARAMETER, ALLOCATION_STRATEGIES, release_has_allocation_strategy,
+    ALLOCATION_FROM_RELEASE,
+    ALLOCATION_PARAMETER,
+    ALLOCATION_STRATEGIES,
+    release_has_allocation_strategy,
 )
 from tritonize.repository_builder.findings import REBUILD, Severity
 from tritonize.repository_builder.gpus import plan_cc
@@ -174,7 +177,7 @@ class PlanOptionChecks:
                 self.add(Severity.error, f"instance_group {name} runs in profile {', '.join(group.profile)} (batch "
                                          f"{shown}): Triton's dynamic batcher may send it any batch up to max_batch_size "
                                          f"{cfg.max_batch_size}, and batch {_ranges(refused)} would fail there",
-                         f"add profile \"0\" to that group (as `tritonize repo build` does) or lower max_batch_size")
+                         "add profile \"0\" to that group (as `tritonize repo build` does) or lower max_batch_size")
 
 
 def _ranges(values: list[int]) -> str:

@@ -9,7 +9,14 @@ from typing import Annotated, Optional
 import typer
 
 from tritonize.options import (
-    DEFAULT_REPOSITORY, ConfigName, GpuCC, ControlKeyFile, Models, RepositoryArgument, TritonRelease, items,
+    DEFAULT_REPOSITORY,
+    ConfigName,
+    ControlKeyFile,
+    GpuCC,
+    Models,
+    RepositoryArgument,
+    TritonRelease,
+    items,
 )
 
 

@@ -18,9 +18,12 @@ from tritonize.releases import latest_release, release_info, releases_for_tensor
 from tritonize.serve import shm
 from tritonize.serve.process import WORKDIR_PREFIX, RunningServer, ServerHandle, choose_ports, endpoints
 from tritonize.serve.repository import (
-    model_control_flags, package_models, python_requirements, tensorrt_models, validate_repository,
+    model_control_flags,
+    package_models,
+    python_requirements,
+    tensorrt_models,
+    validate_repository,
 )
-
 
 # tritonserver options newer than the oldest release in the table (triton-inference-server/server
 # src/command_line_parser.cc on the release branches): --model-config-name from r24.05 (#7185),

@@ -38,6 +38,7 @@ from tritonize.machine import gpu_visible
 from tritonize.model_repository import BACKENDS, CONFIG_NAME, Backend, not_built_notes, parse_config, release_problem
 from tritonize.progress import say
 from tritonize.serve import shm, unavailable
+from tritonize.serve.process import RunningServer, ServerHandle, ServerInfo, choose_ports, endpoints
 from tritonize.serve.repository import (
     CPU_CONFIG_NAME,
     DEFAULT_CONFIG_NAME,
@@ -45,8 +46,6 @@ from tritonize.serve.repository import (
     model_control_flags,
     validate_repository,
 )
-from tritonize.serve.process import RunningServer, ServerHandle, ServerInfo, choose_ports, endpoints
-
 
 PACKAGE_ROOT = Path(tritonize.__file__).resolve().parent.parent
 # At SIGTERM (a stop, or the death of the process that started it) tritonserver waits up to this long

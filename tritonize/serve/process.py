@@ -23,6 +23,7 @@ from tritonize.serve import leftovers, shm
 from tritonize.serve.front import Front, Upstream
 from tritonize.serve.healing import Recorder, Served, first_answer, read, restore
 from tritonize.serve.readiness import ServerDied, exit_words, log_tail, wait_until_ready
+
 # A server that keeps dying is started again after the back-off of a model that keeps crashing.
 from tritonize.serve.supervisor import CRASH_WINDOW_S, RELOAD_DELAYS_S, WINDOW, Supervisor
 

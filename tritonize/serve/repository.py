@@ -8,7 +8,13 @@ from typing import Sequence
 
 from tritonize.errors import TritonizeError
 from tritonize.model_repository import (
-    AOTI_MODEL, CONFIG_NAME, REQUIREMENTS_NAME, TRT_MODEL, missing_plan, parse_config, serving_cc,
+    AOTI_MODEL,
+    CONFIG_NAME,
+    REQUIREMENTS_NAME,
+    TRT_MODEL,
+    missing_plan,
+    parse_config,
+    serving_cc,
 )
 
 CPU_CONFIG_NAME = "cpu"

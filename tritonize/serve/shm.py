@@ -21,8 +21,8 @@ import os
 import secrets
 from pathlib import Path
 
-from tritonize.progress import say
 from tritonize.processes import start_time
+from tritonize.progress import say
 
 SHM = Path("/dev/shm")
 OWNED = "tritonize_"  # our prefix: tritonize_<pid>_<start time>_<server>_

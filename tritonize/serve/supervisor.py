@@ -56,10 +56,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tritonize.access import ControlKey
-from tritonize.progress import say
-from tritonize.serve import shm, unavailable
 from tritonize.processes import signal_name, start_time
+from tritonize.progress import say
 from tritonize.repository_index import clean_reason, model_states
+from tritonize.serve import shm, unavailable
 
 POLL_S = 0.5
 PROBE_INTERVAL_S = 5.0  # at most one probe of a model in this time

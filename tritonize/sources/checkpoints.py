@@ -37,12 +37,12 @@ def read_state_dict(path: Path) -> dict:
                                  "pip install safetensors") from None
         try:
             return dict(load_file(str(path), device="cpu"))
-        except Exception as e:  # safetensors' own errors (a header it cannot parse, a truncated file)
+        except Exception as e:  # noqa: BLE001 - safetensors' own errors (a header it cannot parse, a truncated file)
             raise TritonizeError(f"cannot read checkpoint {path}: {_first_line(e)}; it must be a safetensors file "
                                  "of tensors") from None
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle errors, truncated zip, objects weights_only refuses
+    except Exception as e:  # noqa: BLE001 - pickle errors, truncated zip, objects weights_only refuses
         objects = _pickled_objects(path)
         if objects:
             raise TritonizeError(
@@ -60,7 +60,7 @@ def _pickled_objects(path: Path) -> list[str]:
 
     try:
         return list(torch.serialization.get_unsafe_globals_in_checkpoint(str(path)))
-    except Exception:  # not a zip checkpoint at all
+    except Exception:  # noqa: BLE001 - not a zip checkpoint at all
         return []
 
 

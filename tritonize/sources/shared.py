@@ -85,7 +85,7 @@ def probe(model, input_shape: tuple[int, ...], what: str) -> int:
     try:
         with torch.inference_mode():
             output = model(torch.zeros((2, *input_shape)))
-    except Exception as e:  # the user's forward(): anything can go wrong
+    except Exception as e:  # noqa: BLE001 - the user's forward(): anything can go wrong
         message = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise TritonizeError(f"{what} failed on a batch of input shape {[2, *input_shape]} ({type(e).__name__}: "
                              f"{message}); is that its input? Give its preprocessing (input size, channels)") from None

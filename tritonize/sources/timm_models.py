@@ -122,7 +122,7 @@ def build(spec: ModelSpec):
     if spec.weights_kind == "timm":
         try:
             return timm.create_model(name, pretrained=True)
-        except Exception as e:  # huggingface_hub's and urllib's errors when offline, a missing file in the cache
+        except Exception as e:  # noqa: BLE001 - huggingface_hub's and urllib's errors when offline, a missing file in the cache
             raise TritonizeError(f"cannot download timm's pretrained weights for {name} ({type(e).__name__}: "
                                  f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); when offline use "
                                  "`--weights none` (random init) or `--weights PATH` (a local checkpoint)") from None

@@ -22,7 +22,12 @@ from tritonize.errors import TritonizeError
 from tritonize.sources import checkpoints
 from tritonize.sources.labels import labels_for
 from tritonize.sources.shared import (
-    DEFAULT_PREPROCESSING, DEFAULT_PREPROCESSING_SOURCE, evaluating, probe, seeded, with_given,
+    DEFAULT_PREPROCESSING,
+    DEFAULT_PREPROCESSING_SOURCE,
+    evaluating,
+    probe,
+    seeded,
+    with_given,
 )
 from tritonize.spec import ModelSpec
 
@@ -157,7 +162,7 @@ def _load_module(target: str, arch: str):
                                  f"{e.name!r} can be imported for package.module:FUNC (from the working directory or "
                                  "sys.path); give FILE.py:FUNC for a file") from None
         raise TritonizeError(f"module {target} raised ModuleNotFoundError while being imported: {_first_line(e)}") from None
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the user's module: anything can go wrong while it is imported
         raise TritonizeError(f"module {target} raised {type(e).__name__} while being imported: {_first_line(e)}") from None
 
 
@@ -190,7 +195,7 @@ def _call(spec: ModelSpec, num_classes: int | None = None):
     try:
         with seeded():
             model = func(**kwargs)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the user's FUNC: anything can go wrong
         raise TritonizeError(f"{spec.arch} raised {type(e).__name__}: {_first_line(e)}") from None
     if not isinstance(model, torch.nn.Module):
         raise TritonizeError(f"{spec.arch} returned a {type(model).__name__}, not a torch.nn.Module; FUNC must return "

@@ -11,8 +11,22 @@ import typer
 
 from tritonize.model_repository import DEFAULT_MODEL
 from tritonize.options import (
-    DEFAULT_REPOSITORY, AsJson, Batch, ConfigName, ControlKeyFile, Duration, Force, LoadGenerator, LoadGeneratorOption,
-    Model, OutputDir, RepositoryArgument, TlsCa, Url, int_items, items,
+    DEFAULT_REPOSITORY,
+    AsJson,
+    Batch,
+    ConfigName,
+    ControlKeyFile,
+    Duration,
+    Force,
+    LoadGenerator,
+    LoadGeneratorOption,
+    Model,
+    OutputDir,
+    RepositoryArgument,
+    TlsCa,
+    Url,
+    int_items,
+    items,
 )
 
 

@@ -22,8 +22,17 @@ from tritonize.serve.embedded import EmbeddedServer, for_bundled_core, resolve_c
 from tritonize.serve.repository import validate_repository
 from tritonize.tools import perf_analyzer
 from tritonize.tune.search import (
-    CONFIRM_ROUNDS, OVERHEAD_S, Candidate, Measurer, Search, TrialsFile, TuneOptions, baseline, default_space,
-    fingerprint, median_trial,
+    CONFIRM_ROUNDS,
+    OVERHEAD_S,
+    Candidate,
+    Measurer,
+    Search,
+    TrialsFile,
+    TuneOptions,
+    baseline,
+    default_space,
+    fingerprint,
+    median_trial,
 )
 
 TUNED_MARK = "tune.p99_budget_ms"  # the parameter that says tune wrote a config (and may replace it)

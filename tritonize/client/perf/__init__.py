@@ -24,11 +24,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from tritonize.client.connection import ModelInfo, Connection, server_gone
+from tritonize.client.connection import Connection, ModelInfo, server_gone
 from tritonize.client.perf.load_generators import BuiltinGenerator, choose_tool, open_generator
 from tritonize.client.perf.report import csv_name, plot, write_csv, write_outputs
 from tritonize.client.perf.results import (
-    CSV_COLUMNS, LOAD_GENERATORS, SERVER_PARTS, UNJUDGED, LevelResult, PerfInterrupted, PerfOptions, PerfReport,
+    CSV_COLUMNS,
+    LOAD_GENERATORS,
+    SERVER_PARTS,
+    UNJUDGED,
+    LevelResult,
+    PerfInterrupted,
+    PerfOptions,
+    PerfReport,
 )
 from tritonize.client.perf.workload import Workload, request_batch
 from tritonize.errors import TritonizeError

@@ -104,7 +104,9 @@ class LevelResult:
     def csv_row(self) -> dict:
         if self.csv is not None:
             return dict(self.csv)
-        us = lambda v: "" if v is None else int(v)  # perf_analyzer writes whole microseconds, truncated
+        def us(v):  # perf_analyzer writes whole microseconds, truncated
+            return "" if v is None else int(v)
+
         lat, server = self.latency, self.server_us or {}
         return {
             "Concurrency": self.concurrency,

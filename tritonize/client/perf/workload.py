@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tritonize.client.connection import ModelInfo, Connection, refused, short_reason
+from tritonize.client.connection import Connection, ModelInfo, refused, short_reason
 from tritonize.client.perf.results import PerfOptions
 from tritonize.errors import TritonizeError
 from tritonize.images import load_images
@@ -74,7 +74,7 @@ class SharedMemoryRegions:
                 self.handles.append((name, shm.create_shared_memory_region(name, f"/{name}", size)))
                 connection.client.register_system_shared_memory(name, f"/{name}", size, headers=connection.control_headers)
             shm.set_shared_memory_region(self.handles[0][1], [np.frombuffer(workload.raw, np.uint8)])
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - tritonclient's and the OS's errors: one line for the user
             self.close()
             problem = refused(connection.url, e, "shared-memory registration", connection.key is not None)
             raise problem or TritonizeError(
@@ -104,7 +104,7 @@ class SharedMemoryRegions:
                 self.connection.client.unregister_system_shared_memory(name, client_timeout=self.connection.timeout,
                                                                        headers=self.connection.control_headers)
                 return
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - retried until the deadline; a server that is gone ends it
                 gone = "UNAVAILABLE" in str(getattr(e, "status", lambda: "")())
                 if gone or time.monotonic() > deadline:
                     if not gone:

@@ -491,7 +491,7 @@ class IOptimizationProfile(_Object):
     def __init__(self, logger):
         self._logger, self._shapes = logger, {}
 
-    def set_shape(self, input, min, opt, max) -> bool:  # noqa: A002 - the bindings' argument names
+    def set_shape(self, input, min, opt, max) -> bool:
         shapes = [tuple(int(d) for d in s) for s in (min, opt, max)]
         if len({len(s) for s in shapes}) != 1 or not all(a <= b <= c for a, b, c in zip(*shapes)):
             _error(self._logger, f"IOptimizationProfile::setDimensions: {input}: need min <= opt <= max of one rank, got {shapes}")
@@ -499,7 +499,7 @@ class IOptimizationProfile(_Object):
         self._shapes[input] = shapes
         return True
 
-    def get_shape(self, input):  # noqa: A002
+    def get_shape(self, input):
         return [Dims(s) for s in self._shapes.get(input, [(), (), ()])]
 
 
@@ -632,7 +632,7 @@ class IBuilderConfig(_Object):
         self._hw_level = value
 
     @property
-    def DLA_core(self):  # noqa: N802 - the bindings' name
+    def DLA_core(self):
         return self._dla_core
 
     @property
@@ -855,7 +855,7 @@ class Builder(_Object):
             inputs=[_plan.Tensor(t.name, t.dtype.name, list(t.shape)) for t in network._inputs],
             outputs=[_plan.Tensor(t.name, t.dtype.name, list(t.shape)) for t in network._outputs],
             precision={"flags": sorted(flags), "strongly_typed": network._strongly_typed,
-                       "layer_precisions": {l._name: l._precision.name for l in network._layers if l._precision},
+                       "layer_precisions": {layer._name: layer._precision.name for layer in network._layers if layer._precision},
                        "layers": _engine_layers(_built_layers(network, flags),
                                                 {t.name: t.dtype.name for t in [*network._inputs, *network._outputs]},
                                                 len(profiles))},
@@ -1074,10 +1074,10 @@ class EngineInspector(_Object):
         return info if isinstance(info, str) else json.dumps(info) if info else ""
 
     def get_engine_information(self, format):
-        layers = [l for l in (self._layer(r) for r in self._engine._header.precision.get("layers", [])) if l is not None]
+        layers = [layer for layer in (self._layer(r) for r in self._engine._header.precision.get("layers", [])) if layer is not None]
         if format == LayerInformationFormat.JSON:
             return json.dumps({"Layers": layers, **self._io_tensors()})
-        return "\n".join(l if isinstance(l, str) else json.dumps(l) for l in layers) + "\n"
+        return "\n".join(layer if isinstance(layer, str) else json.dumps(layer) for layer in layers) + "\n"
 
 
 class IExecutionContext(_Object):

@@ -30,7 +30,7 @@ if not os.environ.get("TRITONIZE_EMULATED_TENSORRT"):
     raise ImportError("this `torch_tensorrt` is tritonize's test stand-in (tests/standins/emulated), not torch-tensorrt: "
                       "it loads only in tritonize's tests, with the emulated TensorRT")
 
-import tensorrt as _trt  # noqa: E402 - the emulated TensorRT it is built against
+import tensorrt as _trt
 
 DATA = Path(__file__).resolve().parents[3] / "data"
 SIGNATURE = json.loads((DATA / "torch_tensorrt_ts_signature.json").read_text())

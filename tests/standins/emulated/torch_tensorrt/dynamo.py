@@ -114,7 +114,7 @@ def _convert(recorded: dict, args: dict) -> bytes:
         os.makedirs(os.path.dirname(cache), exist_ok=True)
         with open(cache, "wb") as f:
             f.write(memoryview(configured[0].get_timing_cache().serialize()))
-    except Exception as e:  # noqa: BLE001 - logged, then as each version's _compiler.py ends
+    except Exception as e:
         _LOG.error(f"While interpreting the module got an error: {e}")
         if VERSION >= (2, 12):  # re-raised (v2.12.0 _compiler.py:1626, v2.13.0:1558)
             raise RuntimeError(f"While interpreting the module got an error: {e}") from e
