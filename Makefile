@@ -24,19 +24,20 @@ $(MOTO_STAMP): | $(STAMP)
 demo: $(STAMP)
 	$(PY) -m tritonize.pipeline.demo
 
-# Two workers (pytest-xdist), one per core; each test file runs whole on one worker, so a file's module-scoped
-# server starts once. The session's exported models are made once for both (tests/conftest.py `made_once`). torch
-# computes on one thread per process: the other core is the other worker's (two threads each only wait on each other,
-# 15 % more CPU time for the export tests).
+# Four workers (pytest-xdist) on the two cores: a worker spends much of its time waiting (on a server's start, a
+# healing test's kill, the package index, a subprocess), and two workers kept the cores 57 % busy; four took the same
+# suite from 22.4 to 15.0 minutes beside other work (benchmarks/RESULTS.md). Each test file runs whole on one worker,
+# so a file's module-scoped server starts once. The session's exported models are made once for all
+# (tests/conftest.py `made_once`). torch computes on one thread per process: the cores are the workers'.
 #
 # First, alone and quickly, the linter ([tool.ruff] in pyproject.toml), then the lowest Python that requires-python
-# admits: vermin reads every file against it (tests/test_python_floor.py). NVIDIA's recorded engine graphs are read where the project's shared copy lies beside
-# the checkout (never committed: tests/nvidia_engines.py).
+# admits: vermin reads every file against it (tests/test_python_floor.py). NVIDIA's recorded engine graphs are read
+# where the project's shared copy lies beside the checkout (never committed: tests/nvidia_engines.py).
 NVIDIA_TREX := $(wildcard $(abspath ../shared/data/nvidia-trex))
 test: $(STAMP) prometheus shellcheck evhtp perf-analyzer $(MOTO_STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(PY) -m pytest -q -n 0 tests/test_python_floor.py
-	OMP_NUM_THREADS=1 $(if $(NVIDIA_TREX),TRITONIZE_NVIDIA_TREX=$(NVIDIA_TREX)) $(PY) -m pytest -ra -n 2 --dist loadfile \
+	OMP_NUM_THREADS=1 $(if $(NVIDIA_TREX),TRITONIZE_NVIDIA_TREX=$(NVIDIA_TREX)) $(PY) -m pytest -ra -n 4 --dist loadfile \
 	  --ignore=tests/test_python_floor.py
 
 # $(call apt,PACKAGE,TESTS): install a Debian/Ubuntu package where it can be (as root); elsewhere, or

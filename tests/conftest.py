@@ -129,6 +129,29 @@ def resnet18_artifacts(tmp_path_factory) -> Path:
     return made_once(tmp_path_factory, "resnet18_artifacts", export)
 
 
+@pytest.fixture(scope="session")
+def aoti_artifacts(small_artifacts, tmp_path_factory) -> Path:
+    """`small_artifacts` with the suite's classifier compiled by `convert aoti` (minutes, whatever the model: its C++
+    alone) once per run, for the CPU and the newest release, verified; the compile's output in `convert.txt`. Shared
+    by the session and the xdist workers: tests that change files work on a copy (`aoti_copy`)."""
+
+    def make(out: Path) -> None:
+        shutil.copytree(small_artifacts, out, dirs_exist_ok=True)
+        compiled = run_cli("convert", "aoti", "--artifacts", out)
+        assert compiled.exit_code == 0, compiled.output
+        (out / "convert.txt").write_text(compiled.output)
+
+    return made_once(tmp_path_factory, "aoti_artifacts", make)
+
+
+@pytest.fixture
+def aoti_copy(aoti_artifacts, tmp_path) -> Path:
+    """A private copy of `aoti_artifacts` that a test may modify."""
+    dest = tmp_path / "aoti_artifacts"
+    shutil.copytree(aoti_artifacts, dest)
+    return dest
+
+
 @pytest.fixture
 def artifacts_copy(small_artifacts, tmp_path) -> Path:
     """A private copy of the small artifacts that a test may modify."""

@@ -28,6 +28,7 @@ NOT_RUN_FOR_REAL = {
              "and serves it)",
     "convert trt": "needs TensorRT; tests/test_card.py runs the card's line on the emulation",
     "convert cpu": "needs a photos/ folder and minutes of calibration (tests/convert/test_cpu.py)",
+    "convert aoti": "needs an exported program and minutes of compiling (tests/convert/test_aoti.py)",
     "repo build": "needs exported artifacts in build/ (tests/repository_builder runs it)",
     "serve": "runs a server until stopped (tests/serve runs it)",
     "client classify": "needs a running server (tests/client, tests/test_card.py)",

@@ -119,3 +119,57 @@ def test_no_modules_import_each_other_in_a_circle():
         if module not in index:
             visit(module)
     assert not circles, "modules that import each other:\n" + "\n".join(" <-> ".join(c) for c in circles)
+
+
+def _texts(path: Path):
+    """(line, text, is_code_literal) of every string constant and comment of a module: docstrings and the parts of
+    f-strings are text; a plain string constant outside a docstring is also a code literal."""
+    import io
+    import tokenize
+
+    source = path.read_text()
+    tree = ast.parse(source)
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    in_fstring = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.lineno, node.value, id(node) not in docstrings and id(node) not in in_fstring
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            yield token.start[0], token.string, False
+
+
+def test_each_backend_is_named_in_one_place():
+    """The Backend records of model_repository.py are the one place that names a classifier, its ensembles and its
+    platform: elsewhere in the product no code spells one (they use the record), no text lists several (a list that
+    goes stale when a backend is added: derive it), and no table holds Triton backends or platforms side by side."""
+    from tritonize.model_repository import BACKENDS, PREPROCESSORS
+
+    names = {}  # word -> the record it names
+    for b in BACKENDS.values():
+        for word in (b.name, b.platform, *(p.ensemble(b) for p in PREPROCESSORS)):
+            names[word] = b.name
+    triton = {b.backend for b in BACKENDS.values()} | {b.platform for b in BACKENDS.values()}
+    word = re.compile(r"\b(" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")\b")
+    spelled, listed, tables = [], [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "model_repository.py" and path.parent == PACKAGE:
+            continue
+        rel = str(path.relative_to(PACKAGE))
+        for line, text, literal in _texts(path):
+            if literal and text in names:
+                spelled.append(f"{rel}:{line}: {text!r}")
+            named = {names[w] for w in word.findall(text)}
+            if len(named) > 1:
+                listed.append(f"{rel}:{line}: {sorted(named)}")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+                elements = node.keys + node.values if isinstance(node, ast.Dict) else node.elts
+                held = {e.value for e in elements if isinstance(e, ast.Constant) and e.value in triton}
+                if len(held) > 1:
+                    tables.append(f"{rel}:{node.lineno}: {sorted(held)}")
+    assert spelled == [], "use the Backend record (model_repository.py) instead of its name:\n" + "\n".join(spelled)
+    assert listed == [], "derive these lists from BACKENDS:\n" + "\n".join(listed)
+    assert tables == [], "derive these tables from BACKENDS:\n" + "\n".join(tables)

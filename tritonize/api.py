@@ -23,6 +23,7 @@ import contextlib
 from pathlib import Path
 from typing import Iterator, Sequence
 
+from tritonize.model_repository import DEFAULT_MODEL
 from tritonize.options import DEFAULT_ARTIFACTS, DEFAULT_REPOSITORY, int_items, items
 from tritonize.sources.shared import evaluating
 from tritonize.spec import DEFAULT_ARCH
@@ -156,7 +157,7 @@ def serve(repository: Path | str = DEFAULT_REPOSITORY, *, host: str = "127.0.0.1
         yield server
 
 
-def client_classify(images: Sequence[Path | str], *, model: str = "onnx_model", top_k: int = 5,
+def client_classify(images: Sequence[Path | str], *, model: str = DEFAULT_MODEL, top_k: int = 5,
                     url: str | None = None, control_key_file: Path | str | None = None, tls_ca: Path | str | None = None,
                     timeout: float = 30.0, max_pixels: int | None = None, preprocess: str | None = None):
     """`tritonize client classify`: the top-k labels and probabilities per image (a ClassifyReport: `.predictions`,
@@ -164,7 +165,6 @@ def client_classify(images: Sequence[Path | str], *, model: str = "onnx_model", 
     from tritonize.client.classify import classify
     from tritonize.client.connection import DEFAULT_URL, Connection
     from tritonize.images import DEFAULT_MAX_PIXELS
-
     url = DEFAULT_URL if url is None else url
     max_pixels = DEFAULT_MAX_PIXELS if max_pixels is None else max_pixels
     with Connection(url, timeout, key_file=_path(control_key_file), tls_ca=_path(tls_ca)) as connection:

@@ -22,6 +22,7 @@ from typing import Annotated, Callable, Optional, TypeVar
 import typer
 
 from tritonize.errors import TritonizeError
+from tritonize.model_repository import BACKENDS
 
 DEFAULT_ARTIFACTS = Path("build")
 DEFAULT_REPOSITORY = Path("models")
@@ -165,8 +166,7 @@ LatencyInstances = Annotated[Optional[int], typer.Option(
     show_default=False)]
 Models = Annotated[Optional[str], typer.Option(
     "--models", help="Model names, comma-separated (default: see the command's description).", show_default=False)]
-Model = Annotated[str, typer.Option("--model", "-m", help="One served model name (onnx_model, torch_model, "
-                                                         "trt_model, ...).")]
+Model = Annotated[str, typer.Option("--model", "-m", help=f"One served model name ({', '.join(list(BACKENDS)[:3])}, ...).")]
 ConfigName = Annotated[Optional[str], typer.Option(
     "--config-name", help="The config <model>/configs/NAME.pbtxt (Triton's --model-config-name) to serve or write; "
                           "`config` = config.pbtxt.", show_default=False)]

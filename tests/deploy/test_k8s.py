@@ -364,3 +364,23 @@ def test_smoke_script_passes_shellcheck_and_a_broken_one_does_not(bundle, tmp_pa
     assert 'NAMESPACE="${NAMESPACE:-default}"' in script.read_text() and 'CLASSIFIER="${CLASSIFIER:-onnx_classifier}"' in script.read_text()
     (tmp_path / "broken.sh").write_text(script.read_text().replace('k get secret "$NAME-s3"', "k get secret $NAME-s3 $("))
     assert subprocess.run([shellcheck, tmp_path / "broken.sh"], capture_output=True, timeout=60).returncode != 0
+
+
+def test_a_pytorch_2_package_deploys_with_the_release_it_was_made_for(aoti_artifacts, tmp_path):
+    from tritonize.manifest import Manifest
+    from tritonize.repository_builder import RepoOptions, build_repository
+
+    repo = tmp_path / "models"
+    build_repository(aoti_artifacts, repo, RepoOptions(models=("onnx_model", "aoti_model")))
+    release = Manifest.load(aoti_artifacts).aoti.target.triton_release
+    result = run_cli("deploy", "k8s", repo, "--storage", STORAGE, "--offline", "--load-seconds", "30", "--output-dir",
+                     tmp_path / "k8s")
+    assert result.exit_code == 0, result.output
+    container = _doc(tmp_path / "k8s", "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"nvcr.io/nvidia/tritonserver:{release}-py3"
+    assert f"{release}: the release aoti_model's package was made for" in str(_doc(tmp_path / "k8s", "Deployment"))
+    refused = run_cli("deploy", "k8s", repo, "--storage", STORAGE, "--offline", "--load-seconds", "30",
+                      "--triton-release", "26.04", "--output-dir", tmp_path / "k8s2")
+    assert refused.exit_code == 1 and "error: aoti_model in" in refused.output
+    assert "Triton 26.04 cannot serve aoti_model" in refused.output and "drop --triton-release" in refused.output
+    assert not (tmp_path / "k8s2").exists()

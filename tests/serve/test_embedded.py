@@ -592,12 +592,15 @@ def test_numpy_2_is_refused_before_the_server_starts(onnx_repo, tmp_path, monkey
     """With numpy 2 the Python backend stub passes zeros; the installed distribution's version is what
     decides. A numpy-2.1.0.dist-info first on sys.path is what importlib.metadata then finds."""
     from tests.conftest import run_cli
+    from tritonize.serve.process import choose_ports
 
     info = tmp_path / "site" / "numpy-2.1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 2.1.0\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    result = run_cli("serve", onnx_repo)
+    ports = choose_ports("127.0.0.1", None, None, None)  # free ones: another server may hold 8000-8002
+    result = run_cli("serve", onnx_repo, "--http-port", ports.http, "--grpc-port", ports.grpc,
+                     "--metrics-port", ports.metrics)
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code == 1 and len(errors) == 1 and "Traceback" not in result.output
     assert "numpy 2.1.0 is installed, but Triton's Python backend stub needs numpy<2" in errors[0]

@@ -11,6 +11,7 @@ import typer
 from tritonize.client.connection import DEFAULT_URL
 from tritonize.errors import TritonizeError
 from tritonize.images import DEFAULT_MAX_PIXELS
+from tritonize.model_repository import DEFAULT_MODEL
 from tritonize.options import (
     EXIT_GATE,
     EXIT_USAGE,
@@ -54,7 +55,7 @@ def _finish(failures: list[str], total: int, error: str | None) -> None:
 @app.command("classify")
 def classify_command(
     images: Images,
-    model: Model = "onnx_model",
+    model: Model = DEFAULT_MODEL,
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="How many labels to show per image.")] = 5,
     url: Url = DEFAULT_URL,
     control_key_file: ControlKeyFile = None,
@@ -98,7 +99,7 @@ def compare_command(
 ) -> None:
     """Send the same images to several models, or one model along several preprocessing paths, and compare
     logits, top-1/top-5, KL and latency. --models default: every READY classifier that takes the FP32 tensor
-    (onnx_model, torch_model, trt_model)."""
+    (every classifier model of the repository, not its ensembles)."""
     from tritonize import api
 
     report = api.client_compare(images, models=models, repeat=repeat, min_top1_agreement=min_top1_agreement, url=url,
@@ -114,7 +115,7 @@ def compare_command(
 
 @app.command("perf")
 def perf_command(
-    models: Models = "onnx_model",
+    models: Models = DEFAULT_MODEL,
     concurrency: Concurrency = "1,2,4,8,16",
     batch: Batch = 1,
     requests: Annotated[Optional[int], typer.Option("--requests", min=1, help="Measured requests per level, exactly (instead of --duration).")] = None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -96,6 +96,7 @@ class ModelInfo:
     classifier: str = ""  # the model that computes the logits: itself, or an ensemble's last step
     weights: str = ""  # the weights it was built from (`repo build`'s source.weights): "none" = random init
     steps: tuple[str, ...] = ()  # an ensemble's step models, in order (preprocess, classifier); () for a model
+    own_batch_axis: bool = False  # max_batch_size 0, dims with a batch axis of one image (a PT2 model Triton cannot batch)
 
     @classmethod
     def from_config(cls, config: dict) -> "ModelInfo":
@@ -124,9 +125,16 @@ class ModelInfo:
                                  "classifier; classify with a classifier or one of its ensembles")
         expected = {"tensor": info.preprocess.input_shape, "uint8": info.preprocess.pixels_shape,
                     "bytes": (1,)}[info.form]
+        if not info.max_batch_size and info.input_dims == (1, *expected) and info.output_dims[:1] == (1,):
+            info = replace(info, input_dims=expected, output_dims=info.output_dims[1:], own_batch_axis=True)
         if info.input_dims != expected:
             raise TritonizeError(f"{name}: input dims {list(info.input_dims)} do not match its preprocessing contract {list(expected)}; rebuild the repository")
         return info
+
+    @property
+    def batch_axis(self) -> bool:
+        """Whether requests carry a batch axis: Triton's (max_batch_size > 0), or the model's own of one image."""
+        return self.max_batch_size > 0 or self.own_batch_axis
 
     @property
     def form(self) -> str:
@@ -315,7 +323,7 @@ class Connection:
             return self.labels(self.model(model.classifier))
         if model.name in self._labels:
             return self._labels[model.name]
-        zeros = np.zeros((1, *model.input_dims) if model.max_batch_size else model.input_dims, dtype=model.np_dtype)
+        zeros = np.zeros((1, *model.input_dims) if model.batch_axis else model.input_dims, dtype=model.np_dtype)
         inp = self._grpc.InferInput(model.input_name, list(zeros.shape), model.input_dtype)
         inp.set_data_from_numpy(zeros)
         out = self._grpc.InferRequestedOutput(model.output_name, class_count=model.num_classes)
@@ -333,7 +341,7 @@ class Connection:
 
     def request(self, model: ModelInfo, batch: np.ndarray):
         """The tritonclient InferInput and InferRequestedOutput for one batch."""
-        data = batch.astype(model.np_dtype, copy=False) if model.max_batch_size else batch[0]
+        data = batch.astype(model.np_dtype, copy=False) if model.batch_axis else batch[0]
         inp = self._grpc.InferInput(model.input_name, list(data.shape), model.input_dtype)
         inp.set_data_from_numpy(data)
         return [inp], [self._grpc.InferRequestedOutput(model.output_name)]

@@ -1,4 +1,4 @@
-"""`tritonize convert trt` and `tritonize convert cpu`: options in, library calls out."""
+"""`tritonize convert trt`, `convert aoti` and `convert cpu`: options in, library calls out."""
 
 from __future__ import annotations
 
@@ -86,6 +86,31 @@ def trt_command(
     if result.status is StageStatus.waiting_for_gpu:
         typer.echo(result.detail)
     typer.echo(f"tensorrt: {result.status.value} ({artifacts / 'manifest.json'})")
+
+
+@app.command("aoti")
+def aoti_command(
+    device: Annotated[str, typer.Option(
+        "--device", help="What the package is compiled for: cpu, gpu (a GPU box's; on a machine without one the "
+                         "manifest entry waits for it, exit 3, naming the command to run there), or auto: this "
+                         "machine's GPU when torch sees one, else the CPU.")] = "auto",
+    triton_release: TritonRelease = None,
+    max_batch: MaxBatch = None,
+    artifacts: Artifacts = DEFAULT_ARTIFACTS,
+    force: Force = False,
+) -> None:
+    """Compile the verified ExportedProgram (`export --format exported_program`) with AOTInductor into a PyTorch 2
+    package for Triton's pytorch backend (aoti_model, platform torch_aoti), verified against PyTorch eager at batch 1,
+    an odd batch and the max (default: the program's). Compiling takes minutes; the same program, torch, device,
+    release and batch are up to date. --triton-release: the release that serves it (default: the newest tritonize
+    knows; from 26.05, batched from 26.07)."""
+    from tritonize.convert.aoti import AotiOptions, convert_aoti
+
+    result = convert_aoti(artifacts, AotiOptions(device=device, triton_release=triton_release, max_batch=max_batch,
+                                                 force=force))
+    if result.status is StageStatus.waiting_for_gpu:
+        raise TritonizeError(f"torch cannot compile a GPU package here; {result.detail}", exit_code=EXIT_WAITING_FOR_GPU)
+    typer.echo(f"aoti: {result.status.value}, {result.detail} ({artifacts / 'manifest.json'})")
 
 
 @app.command("releases")

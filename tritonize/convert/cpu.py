@@ -36,6 +36,7 @@ from tritonize.convert.prepare import CPU_INT8, INT8_TOLERANCE, cpu_data, prepar
 from tritonize.errors import TritonizeError
 from tritonize.facts import now_iso
 from tritonize.manifest import FileRef, Gate, Manifest, PrecisionVariant, ServingGates, variant_key
+from tritonize.model_repository import ONNX_INT8_MODEL, ONNX_MODEL
 from tritonize.progress import say
 from tritonize.serve.embedded import embedded_server
 from tritonize.stage import StageResult, StageStatus
@@ -162,7 +163,7 @@ def speed_figures_of(manifest: Manifest, variant: PrecisionVariant, spec, option
                      described: str) -> dict:
     """Throughput of the variant and FP32 through the embedded server: one instance each, `threads` intra-op
     threads, requests of `batch` images at `concurrency`, in `rounds` rounds whose order alternates."""
-    models = {"fp32": ("onnx_model", manifest.path(manifest.onnx)), "variant": ("onnx_int8_model", manifest.path(variant))}
+    models = {"fp32": (ONNX_MODEL.name, manifest.path(manifest.onnx)), "variant": (ONNX_INT8_MODEL.name, manifest.path(variant))}
     say(f"  speed gate through the embedded Triton server, measured by {described}: batch {options.batch}, concurrency "
         f"{options.concurrency}, 1 instance x {threads} threads, {options.rounds} rounds x 2 x {options.duration:g} s")
     perf = PerfOptions(concurrency=(options.concurrency,), batch=options.batch, duration=options.duration, warmup=2,
@@ -202,10 +203,10 @@ def _gate_model(directory: Path, name: str, model_file: Path, spec, variant: Pre
 
     (directory / "1").mkdir(parents=True)
     try:
-        os.link(model_file, directory / "1" / "model.onnx")
+        os.link(model_file, directory / "1" / ONNX_MODEL.filename)
     except OSError:
-        shutil.copyfile(model_file, directory / "1" / "model.onnx")
-    cfg = pb.ModelConfig(name=name, platform="onnxruntime_onnx", max_batch_size=max_batch)
+        shutil.copyfile(model_file, directory / "1" / ONNX_MODEL.filename)
+    cfg = pb.ModelConfig(name=name, platform=ONNX_MODEL.platform, max_batch_size=max_batch)
     cfg.input.add(name=variant.input_name, data_type=pb.TYPE_FP32, dims=list(spec.input_shape))
     cfg.output.add(name=variant.output_name, data_type=pb.TYPE_FP32, dims=[spec.num_classes])
     cfg.instance_group.add(count=1, kind=pb.ModelInstanceGroup.KIND_CPU)

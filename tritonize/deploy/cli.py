@@ -89,7 +89,8 @@ def k8s_command(
     prometheus_url: Annotated[str, typer.Option(
         "--prometheus-url", help="The in-cluster Prometheus KEDA queries.")] = "http://prometheus-operated.monitoring.svc:9090",
     scale_model: Annotated[Optional[str], typer.Option(
-        "--scale-model", help="Model whose queue/compute ratio drives scaling (default: trt_model, else onnx_model).")] = None,
+        "--scale-model", help="Model whose queue/compute ratio drives scaling (default: the repository's TensorRT model, "
+                               "else the first classifier that runs anywhere).")] = None,
 ) -> None:
     """Kubernetes manifests for a pushed repository: Deployment (the NGC image matching the plan), Services,
     PodMonitor, PrometheusRule, HPA or KEDA ScaledObject, KServe InferenceService, and smoke.sh, into --output-dir

@@ -33,6 +33,7 @@ from tritonize.deploy.push import current_release, snapshot
 from tritonize.deploy.s3 import Store
 from tritonize.errors import TritonizeError
 from tritonize.files import replace_tree
+from tritonize.model_repository import BACKENDS
 from tritonize.monitor import promql
 from tritonize.monitor.bundle import SCRAPE_INTERVAL_S, BundleOptions, rules
 from tritonize.progress import say
@@ -45,6 +46,10 @@ from tritonize.serve.repository import (
     python_requirements,
     validate_repository,
 )
+
+# The classifiers whose queue/compute ratio drives scaling by default, the first one the repository has: a GPU
+# model first, then those that run anywhere (a CPU-only variant never scales a GPU deployment).
+SCALED_BY = sorted((b for b in BACKENDS.values() if not b.cpu_only), key=lambda b: not b.needs_gpu)
 
 FILES = ("triton/deployment.yaml", "triton/services.yaml", "triton/requirements.yaml", "triton/podmonitor.yaml",
          "triton/prometheusrule.yaml", "hpa/hpa.yaml", "keda/scaledobject.yaml", "kserve/inferenceservice.yaml",
@@ -138,7 +143,7 @@ def make_plan(repository: Path, options: DeployOptions) -> DeploymentPlan:
     if options.config_name and not has_config_variant(repository, options.config_name):
         raise TritonizeError(f"no model in {repository} has configs/{options.config_name}.pbtxt "
                              "(--config-name)")
-    scale_model = options.scale_model or next((m for m in ("trt_model", "onnx_model", "torch_model") if m in names), None)
+    scale_model = options.scale_model or next((b.name for b in SCALED_BY if b.name in names), None)
     if scale_model not in names:
         raise TritonizeError(f"--scale-model: {scale_model or 'no classifier'} not in {repository}; "
                              f"it has {', '.join(names)}")
@@ -377,7 +382,8 @@ def control_key_secret(plan: DeploymentPlan) -> dict:
 
 def smoke_script(plan: DeploymentPlan) -> str:
     o = plan.options
-    classifier = plan.scale_model.removesuffix("_model") + "_classifier"
+    backend = BACKENDS.get(plan.scale_model)
+    classifier = backend.ensemble if backend else plan.scale_model.removesuffix("_model") + "_classifier"
     settings = {
         "NAMESPACE": o.namespace, "NAME": o.name, "REPLICAS": str(o.replicas), "MODEL": plan.scale_model,
         "METRIC": promql.QUEUE_COMPUTE_RATIO,

@@ -1,10 +1,11 @@
-"""`tritonize build`: export -> convert -> repo build -> repo check, as one command.
+"""`tritonize build`: export -> convert aoti -> convert -> repo build -> repo check, as one command.
 
 The pipeline only sequences: every stage decides for itself whether its outputs are current (export
-by its fingerprint, convert by the recorded ONNX hash, profile, precision and target, the repository
+by its fingerprint, convert aoti by the ExportedProgram's hash and torch's version, convert by the recorded ONNX
+hash, profile, precision and target, the repository
 by comparing what it would write with what is there) and returns a StageResult. TensorRT builds
 where a builder can run; elsewhere convert writes the reproducer for the GPU box and the pipeline
-goes on with one line saying why.
+goes on with one line saying why. So does it where the target release cannot serve the AOTInductor package.
 """
 
 from __future__ import annotations
@@ -14,10 +15,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tritonize.convert import ConvertOptions, Profile, convert_trt
+from tritonize.convert.aoti import AotiOptions, convert_aoti
 from tritonize.errors import TritonizeError
 from tritonize.export import ExportOptions, export_artifacts
+from tritonize.export.exporter import DEFAULT_FORMATS
 from tritonize.manifest import Manifest
+from tritonize.model_repository import AOTI_MODEL, release_problem
 from tritonize.progress import say
+from tritonize.releases import latest_release
 from tritonize.repository_builder import Finding, RepoOptions, build_repository, check_repository
 from tritonize.spec import ModelSpec
 from tritonize.stage import StageResult, StageStatus
@@ -61,20 +66,29 @@ def build_all(spec: ModelSpec, options: BuildOptions, model=None) -> BuildReport
     )
     repo_options = RepoOptions(max_batch=options.max_batch, kind=options.kind, instances=options.instances,
                                force=options.force, overwrite=True)
-    export_options = ExportOptions(max_batch=options.max_batch, force=options.force)
+    release = options.triton_release if options.triton_release not in (None, "auto") else latest_release().release
+    without_aoti = release_problem(AOTI_MODEL, release)
+    # the package for the instances the repository asks for: --kind gpu wants a GPU's (made on the GPU box), cpu the CPU's
+    aoti_options = AotiOptions(device=options.kind, triton_release=release, force=options.force)
+    formats = DEFAULT_FORMATS if without_aoti else (*DEFAULT_FORMATS, "exported_program")  # what convert aoti compiles
+    export_options = ExportOptions(formats=formats, max_batch=options.max_batch, force=options.force)
     report = BuildReport()
     steps = (
         ("export", lambda: export_artifacts(spec, options.artifacts, export_options, model=model)),
+        *([] if without_aoti else [("convert aoti", lambda: convert_aoti(options.artifacts, aoti_options, model))]),
         ("convert", lambda: convert_trt(options.artifacts, convert_options)),
         ("repo build", lambda: build_repository(options.artifacts, options.repository, repo_options)),
         ("repo check", lambda: _check(options, report)),
     )
+    if without_aoti:
+        say(f"no {AOTI_MODEL.name}: {without_aoti}")
     for name, run in steps:
         say(f"\n▶ {name}")
         start = time.perf_counter()
         result = run()
         if result.status is StageStatus.waiting_for_gpu:
-            result = replace(result, detail=f"TensorRT cannot run here; {result.detail}")
+            why = "TensorRT cannot run here" if name == "convert" else "torch cannot compile a GPU package here"
+            result = replace(result, detail=f"{why}; {result.detail}")
         report.stages.append(Timed(result, time.perf_counter() - start))
     return report
 

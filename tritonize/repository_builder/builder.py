@@ -10,16 +10,25 @@ from pathlib import Path
 import tritonize
 from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path, ensure_writable_dir
-from tritonize.manifest import Entry, Manifest, Plan, PrecisionVariant, Status
+from tritonize.manifest import Entry, Manifest, Package, Plan, PrecisionVariant, Status
 from tritonize.model_repository import (
     BACKENDS,
+    COMPILED,
     CONFIG_NAME,
+    CPU,
+    CPU_GATES,
+    GPU,
     LABELS_NAME,
     NOT_BUILT_SUFFIX,
+    PLAN_BUILT,
     PREPROCESSORS,
+    RELEASE,
     REQUIREMENTS_NAME,
+    TRT_MODEL,
     Backend,
+    batches,
     not_built_notes,
+    release_problem,
 )
 from tritonize.progress import say
 from tritonize.repository_builder.config import (
@@ -29,6 +38,7 @@ from tritonize.repository_builder.config import (
     kind_name,
     model_config,
     preprocessor_config,
+    served_release,
 )
 from tritonize.repository_builder.gpus import FleetPlan, cc_filename, gather
 from tritonize.repository_builder.options import RepoOptions
@@ -80,8 +90,9 @@ def build_repository(artifacts: Path, repository: Path, options: RepoOptions = R
         raise TritonizeError(f"no model to build from {artifacts}: {listing}")
     sha = manifest.sha256()
     built = [BACKENDS[name] for name, why in reasons.items() if not why]
-    if options.plans and not any(b.needs_gpu for b in built):
-        raise TritonizeError(f"--plans gathers TensorRT plans into trt_model, which is not built: {reasons.get('trt_model') or '--models leaves it out'}")
+    if options.plans and TRT_MODEL not in built:
+        raise TritonizeError(f"--plans gathers TensorRT plans into {TRT_MODEL.name}, which is not built: "
+                             f"{reasons.get(TRT_MODEL.name) or '--models leaves it out'}")
     fleet = gather(manifest, options.plans) if options.plans else []
     models = [_render(backend, spec, manifest, options, sha, fleet) for backend in built]
     if options.ensembles:
@@ -112,17 +123,24 @@ def _why_not(backend: Backend, manifest: Manifest, options: RepoOptions) -> str 
     """Why this model cannot be built, or None when it can."""
     entry = manifest.artifacts.get(backend.artifact)
     artifacts = manifest.directory
-    if backend.needs_gpu and options.kind == "cpu":
-        return "--kind cpu, and TensorRT plans only run on a GPU"
+    if _runs(backend, entry) == GPU and options.kind == "cpu":
+        return ("--kind cpu, and TensorRT plans only run on a GPU" if backend.gate == PLAN_BUILT else
+                "--kind cpu, and its package was compiled for the GPU")
     if entry is None:
-        if backend.needs_gpu:
-            return f"no TensorRT plan in {artifacts} (run `tritonize convert trt` on a GPU box)"
-        if backend.cpu_variant:
-            return f"no CPU INT8 variant in {artifacts} (`tritonize convert cpu --calib-images DIR` makes and gates one)"
-        return f"no {backend.artifact} artifact in {artifacts}/manifest.json (run `tritonize export`)"
+        if backend.gate == PLAN_BUILT:
+            return f"no TensorRT plan in {artifacts} (run {backend.made_by} on a GPU box)"
+        if backend.gate == CPU_GATES:
+            return f"no CPU INT8 variant in {artifacts} ({backend.made_by} makes and gates one)"
+        return f"no {backend.artifact} artifact in {artifacts}/manifest.json (run {backend.made_by})"
     if isinstance(entry, Plan) and entry.status is not Status.built:
         return f"TensorRT plan status is {entry.status.value!r}, not 'built' (run the convert step on a GPU box)"
-    if backend.cpu_variant:
+    if isinstance(entry, Package) and entry.status is not Status.verified:
+        return f"its {entry.device.upper()} package is {entry.status.value} (on a GPU box run `{entry.gpu_command}`)"
+    if backend.gate == RELEASE:
+        why = release_problem(backend, served_release(entry))
+        if why:
+            return why
+    if backend.gate == CPU_GATES:
         why = _why_not_variant(entry, manifest)
         if why:
             return why
@@ -157,13 +175,18 @@ def _notes(manifest: Manifest, reasons: dict[str, str | None], options: RepoOpti
     """What to tell about the models left out only because their TensorRT plan waits for a GPU box."""
     notes = {}
     for name, why in reasons.items():
-        plan = manifest.artifacts.get(BACKENDS[name].artifact)
-        if why and options.kind != "cpu" and isinstance(plan, Plan) and plan.status is Status.waiting_for_gpu:
+        entry = manifest.artifacts.get(BACKENDS[name].artifact)
+        if not why or options.kind == "cpu" or getattr(entry, "status", None) is not Status.waiting_for_gpu:
+            continue
+        if isinstance(entry, Plan):
             notes[name] = (
                 f"{name} was not built: its TensorRT plan is waiting for a GPU (TensorRT cannot run where `tritonize "
-                f"repo build` ran). On a GPU box run `{plan.gpu_command}` (or `bash {manifest.directory / plan.reproducer}`), "
+                f"repo build` ran). On a GPU box run `{entry.gpu_command}` (or `bash {manifest.directory / entry.reproducer}`), "
                 "then `tritonize repo build` again."
             )
+        elif isinstance(entry, Package):
+            notes[name] = (f"{name} was not built: its AOTInductor package for the GPU is compiled on a GPU box. There "
+                           f"run `{entry.gpu_command}`, then `tritonize repo build` again.")
     return notes
 
 
@@ -177,14 +200,23 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
         "`tritonserver --model-config-name=cpu|gpu`. An instance_group without `kind` means KIND_AUTO\n"
         "(GPU when Triton has one, else CPU)."
     )
-    default_kind = _default_kind(backend, options)
+    where = _runs(backend, entry)
+    default_kind = _default_kind(where, options)
     variants = {CONFIG_NAME: default_kind, "configs/gpu.pbtxt": "gpu"}
-    if backend.cpu_variant:  # gated for onnxruntime's CPU kernels: never placed on a GPU
-        header += "\nA precision variant gated for the CPU (`tritonize convert cpu`): KIND_CPU in every config."
+    if where == CPU:  # gated for onnxruntime's CPU kernels, or compiled for the CPU: never placed on a GPU
+        what = "An AOTInductor package compiled" if backend.runs == COMPILED else "A precision variant gated"
+        header += f"\n{what} for the CPU ({backend.made_by}): KIND_CPU in every config."
         variants = {CONFIG_NAME: "cpu"}
-    if not backend.needs_gpu:
+    if where != GPU:
         variants["configs/cpu.pbtxt"] = "cpu"
-    plans = {p.cc: cc_filename(p.cc) for p in fleet} if backend.needs_gpu else {}
+    release = served_release(entry)
+    if not batches(backend, release):
+        header += (f"\nTriton {release}'s {backend.backend} backend does not batch {backend.platform} models (from "
+                   f"{backend.batching_release}): max_batch_size 0, one image per request with its own batch axis of 1 "
+                   f"({backend.why_unbatched}).")
+        say(f"  ! {backend.name}: Triton {release} does not batch it (from {backend.batching_release}): max_batch_size 0, "
+            f"one image per request ({backend.why_unbatched})")
+    plans = _plans(backend, fleet)
     texts = {}
     for rel, kind in variants.items():
         cfg = model_config(backend, spec, entry, options, kind, sha, plans)
@@ -204,11 +236,24 @@ def _render(backend: Backend, spec: ModelSpec, manifest: Manifest, options: Repo
     return ModelFiles(backend.name, texts, summary, {backend.filename: manifest.path(entry)})
 
 
-def _default_kind(backend: Backend, options: RepoOptions) -> str:
-    """The instance kind of config.pbtxt: --kind, but a TensorRT plan always on a GPU, a CPU variant on the CPU."""
-    if backend.cpu_variant:
+def _runs(backend: Backend, entry: Entry | None) -> str:
+    """Where the model's instances run: its record's ANY, GPU or CPU; a compiled package's device."""
+    if backend.runs == COMPILED:
+        return GPU if getattr(entry, "device", None) == "gpu" else CPU
+    return backend.runs
+
+
+def _default_kind(where: str, options: RepoOptions) -> str:
+    """The instance kind of config.pbtxt: --kind, but a model that runs only on a GPU (a TensorRT plan, a GPU package)
+    always on a GPU, one that runs only on the CPU (a CPU variant, a CPU package) on the CPU."""
+    if where == CPU:
         return "cpu"
-    return options.kind if options.kind != "auto" or not backend.needs_gpu else "gpu"
+    return options.kind if options.kind != "auto" or where != GPU else "gpu"
+
+
+def _plans(backend: Backend, fleet: list[FleetPlan]) -> dict[str, str]:
+    """A fleet's plan file per compute capability, for the model that serves the plans."""
+    return {p.cc: cc_filename(p.cc) for p in fleet} if backend is TRT_MODEL else {}
 
 
 def _render_ensembles(backends: list[Backend], spec: ModelSpec, manifest: Manifest, options: RepoOptions,
@@ -231,8 +276,8 @@ def _render_ensembles(backends: list[Backend], spec: ModelSpec, manifest: Manife
                                  f"{options.instances} x KIND_CPU, with this tritonize's preprocessing code"))
         for backend in backends:
             entry = manifest.artifacts[backend.artifact]
-            plans = {p.cc: cc_filename(p.cc) for p in fleet} if backend.needs_gpu else {}
-            classifier = model_config(backend, spec, entry, options, _default_kind(backend, options), sha, plans)
+            plans = _plans(backend, fleet)
+            classifier = model_config(backend, spec, entry, options, _default_kind(_runs(backend, entry), options), sha, plans)
             cfg = ensemble_config(pre.ensemble(backend), pre_cfg, classifier, spec, sha)
             models.append(ModelFiles(cfg.name, {CONFIG_NAME: config_text(cfg, header), LABELS_NAME: labels},
                                      f"ensemble {pre.name} -> {backend.name}, {pre.input_name} in, "

@@ -18,6 +18,11 @@ config.pbtxt gets; a variant's finding says its file, and what config.pbtxt alre
               dims exactly); its batch axis is symbolic
   torchscript the module's forward() takes as many inputs as the config declares, names follow
               Triton's `<name>__<index>` rule, and a batch-1 forward gives the configured output dims
+  package     a PyTorch 2 model (an AOTInductor package): its release (--triton-release, else the config's
+              source.triton_release) serves the platform (from 26.05) and, before 26.07, it neither batches nor
+              sequence-batches; its instances are of the package's device; the config names tensors the pytorch
+              backend binds from the package's call spec; a batch-1 run of a CPU package gives the configured dims;
+              (manifest) it was compiled from the manifest's ExportedProgram (package_rules.py)
   plan        (manifest) profile min is 1 and max >= max_batch_size; names match the plan's ONNX names, data types
               and dims those of the ONNX the plan was built from
   batch       (manifest) max_batch_size is no larger than the batch the artifact was verified at
@@ -58,20 +63,26 @@ from typing import Any
 
 from tritonize.errors import TritonizeError
 from tritonize.files import sha256_file
-from tritonize.manifest import MOSTLY_FP32, Manifest, Plan, PrecisionVariant, Status
-from tritonize.model_repository import CONFIG_NAME, parse_config, serving_cc
+from tritonize.manifest import MOSTLY_FP32, Manifest, Package, Plan, PrecisionVariant, Status
+from tritonize.model_repository import (
+    AOTI_MODEL,
+    CONFIG_NAME,
+    TORCH_MODEL,
+    artifact_key,
+    autocompleted,
+    backend_of,
+    default_file,
+    parse_config,
+    serving_cc,
+)
 from tritonize.releases import release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.repository_builder.builder import PREPROCESS_CODE, VERSION
-from tritonize.repository_builder.config import CONTRACT_KEYS, PLAN_KEYS, batch_bound
-from tritonize.repository_builder.config_rules import ConfigRuleChecks, autocompleted, backend_of
+from tritonize.repository_builder.config import CONTRACT_KEYS, PACKAGE_KEYS, PLAN_KEYS, batch_bound
+from tritonize.repository_builder.config_rules import ConfigRuleChecks
 from tritonize.repository_builder.findings import REBUILD, CheckContext, Finding, Severity
 from tritonize.repository_builder.model_files import ModelFileChecks
+from tritonize.repository_builder.package_rules import PackageChecks
 from tritonize.repository_builder.plan_options import PlanOptionChecks
-
-# the file each backend loads by default
-DEFAULT_FILES = {"tensorrt": "model.plan", "onnxruntime": "model.onnx", "pytorch": "model.pt",
-                 "tensorflow": "model.savedmodel", "openvino": "model.xml", "python": "model.py"}
-ARTIFACT_KEYS = {"tensorrt": "tensorrt", "onnxruntime": "onnx", "pytorch": "torchscript"}
 
 
 def check_repository(repo: Path, artifacts: Path | None = None, triton_release: str | None = None,
@@ -115,7 +126,7 @@ def _check_artifacts(manifest: Manifest) -> list[Finding]:
     return findings
 
 
-class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
+class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks, PackageChecks):
     def __init__(self, model_dir: Path, context: CheckContext, loaded: dict | None = None):
         self.dir = model_dir
         self.ctx = context
@@ -152,8 +163,10 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
         self._check_labels(cfg)
         if model_file is not None and backend == "onnxruntime":
             self._check_onnx(cfg, model_file)
-        if model_file is not None and backend == "pytorch":
+        if model_file is not None and cfg.platform == TORCH_MODEL.platform:
             self._check_torchscript(cfg, model_file)
+        if cfg.platform == AOTI_MODEL.platform:
+            self._check_package(cfg, model_file)
         self._check_parameters(cfg, backend)
         if backend == "tensorrt":
             self._check_gpu_kind(cfg)
@@ -208,7 +221,7 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
             return None
         if backend == "tensorrt" and cfg.cc_model_filenames:
             return self._check_plan_files(cfg, versions)
-        filename = cfg.default_model_filename or DEFAULT_FILES.get(backend or "", "")
+        filename = cfg.default_model_filename or default_file(backend, cfg.platform)
         for v in versions:
             if filename and not (v / filename).exists():
                 self.add(Severity.error, f"version {v.name}/ has no {filename}", f"place the model file as {v.name}/{filename} or {REBUILD}")
@@ -238,6 +251,10 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
         if missing:
             self.add(Severity.warning, f"parameters lack {', '.join(missing)}: `tritonize serve --engine docker` cannot choose "
                                 "the container release whose TensorRT runs the plan", REBUILD)
+        missing = [k for k in PACKAGE_KEYS if k not in cfg.parameters] if cfg.platform == AOTI_MODEL.platform else []
+        if missing:
+            self.add(Severity.warning, f"parameters lack {', '.join(missing)}: nothing says which release and device the "
+                                       "package was made for", REBUILD)
 
     # --- the preprocessing code ------------------------------------------------------------------------
     def _check_python_code(self) -> None:
@@ -264,7 +281,7 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
             self.add(Severity.warning, f"built from another manifest (sha256 {recorded[:12]}, artifacts now {sha[:12]})",
                      f"{REBUILD} after re-exporting")
         named = cfg.parameters["source.artifact"].string_value if "source.artifact" in cfg.parameters else ""
-        key = named or ARTIFACT_KEYS.get(backend or "")  # a precision variant names the artifact it serves
+        key = named or artifact_key(backend, cfg.platform)  # a precision variant names the artifact it serves
         entry = manifest.artifacts.get(key) if key else None
         if entry is None:
             if key:
@@ -277,6 +294,11 @@ class _ModelCheck(ConfigRuleChecks, ModelFileChecks, PlanOptionChecks):
                      f"{REBUILD} from the verified artifacts")
         if isinstance(entry, Plan):
             self._check_plan(cfg, entry)
+        program = manifest.exported_program
+        if isinstance(entry, Package) and program is not None and entry.source.sha256 != program.sha256:
+            self.add(Severity.warning, f"{entry.file or 'the package'} was compiled from another ExportedProgram than "
+                                       f"{program.file} (sha256 {entry.source.sha256[:12]}, now {program.sha256[:12]})",
+                     f"run `tritonize convert aoti`, then {REBUILD}")
         bound = batch_bound(entry)
         beyond_profile = isinstance(entry, Plan) and entry.profile.max < cfg.max_batch_size  # said by _check_plan
         if cfg.max_batch_size > bound.max_batch and not beyond_profile:

@@ -51,8 +51,8 @@ def build_command(
                         "of these artifacts, converted there). trt_model then carries one plan per compute capability "
                         "(cc_model_filenames), each checked against its manifest.", show_default=False)] = None,
 ) -> None:
-    """Build onnx_model, torch_model and (when a plan exists) trt_model from the artifacts, and the ensembles
-    that preprocess on the server (--models: a subset of these; --force replaces an existing repository).
+    """Build a classifier model for each artifact of the manifest that can serve (a TensorRT plan once built), and
+    the ensembles that preprocess on the server (--models: a subset of these; --force replaces an existing repository).
     --max-batch is each config's max_batch_size; default: the largest batch each model's artifact was verified at
     (a TensorRT plan: its profile max). A larger one is refused."""
     from tritonize import api
@@ -92,11 +92,11 @@ def check_command(
         against = f" against {artifacts}/manifest.json" if artifacts else " (no manifest: hashes and plan profile not checked)"
         typer.echo(f"{repository}: {len(errors)} error(s), {len(findings) - len(errors)} warning(s){against}")
     if in_image:
-        from tritonize.repository_builder.in_image import check_in_image
+        from tritonize.repository_builder.in_image import MODEL, check_in_image
 
         release, plan, report = check_in_image(repository, artifacts, triton_release)
         mark = "✓" if report.passed else "✗"
-        typer.echo(f"{mark} trt_model: {plan} ran in {release.image} (its trtexec, TensorRT {release.tensorrt or '?'}) "
+        typer.echo(f"{mark} {MODEL}: {plan} ran in {release.image} (its trtexec, TensorRT {release.tensorrt or '?'}) "
                    f"on a batch of {', '.join(report.batches)}: {report.summary()}")
         if not report.passed:
             raise typer.Exit(1)

@@ -8,7 +8,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 
 from tritonize.errors import TritonizeError
-from tritonize.manifest import Entry, Plan, PrecisionVariant, Profile
+from tritonize.manifest import Entry, Package, Plan, PrecisionVariant, Profile
 from tritonize.model_repository import (
     CC_PARAMETER,
     HARDWARE_PARAMETER,
@@ -17,6 +17,8 @@ from tritonize.model_repository import (
     PREPROCESSED,
     Backend,
     Preprocessor,
+    artifact_key,
+    batches,
 )
 from tritonize.preprocessing import Preprocessing
 from tritonize.repository_builder.gpus import plan_cc
@@ -28,6 +30,8 @@ from tritonize.spec import ModelSpec
 # the container release from the repository alone).
 SOURCE_KEYS = ("source.arch", "source.weights", "source.manifest_sha256")
 PLAN_KEYS = ("source.tensorrt_version", "source.triton_release", "source.version_compatible")
+# An AOTInductor package's: the release it was made for, the device it was compiled for, the torch that compiled it.
+PACKAGE_KEYS = ("source.triton_release", "source.device", "source.torch_version")
 CONTRACT_KEYS = Preprocessing.parameter_keys() + SOURCE_KEYS
 
 
@@ -54,7 +58,9 @@ def batch_bound(entry: Entry) -> BatchBound:
         if verified is None or verified >= entry.profile.max:
             return BatchBound(entry.profile.max, "the plan's profile max", fix)
         return BatchBound(verified, f"the batch {entry.file} was verified at", fix)
-    if isinstance(entry, PrecisionVariant):
+    if isinstance(entry, Package):
+        fix = "run `tritonize convert aoti --max-batch {n} --force`"
+    elif isinstance(entry, PrecisionVariant):
         fix = ("run `tritonize convert cpu --calib-images DIR --force` with at least {n} images beyond --calib-count "
                "(they are held out and verify it)")
     else:
@@ -81,6 +87,8 @@ def contract_parameters(spec: ModelSpec, entry: Entry | None, manifest_sha256: s
             params[CC_PARAMETER] = cc
         if entry.options.hardware_compatibility != "none":
             params[HARDWARE_PARAMETER] = entry.options.hardware_compatibility
+    if isinstance(entry, Package):
+        params.update(zip(PACKAGE_KEYS, (entry.target.triton_release, entry.device, entry.compiler)))
     if isinstance(entry, PrecisionVariant) and entry.cpu_serving is not None:
         gates = entry.cpu_serving
         params.update({
@@ -101,16 +109,21 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
     if max_batch > bound.max_batch:
         raise TritonizeError(bound.refusal(max_batch, backend.name))
     input_name, output_name = entry.input_name, entry.output_name
+    batching = batches(backend, served_release(entry))
+    lead = [] if batching else [1]  # without Triton's batching, the model's own batch axis: one image per request
 
-    cfg = pb.ModelConfig(name=backend.name, platform=backend.platform, max_batch_size=max_batch)
+    cfg = pb.ModelConfig(name=backend.name, platform=backend.platform, max_batch_size=max_batch if batching else 0)
+    if backend.first_release:  # a platform its backend took on later: named with it, as the backend's README does
+        cfg.backend = backend.backend
     cfg.version_policy.latest.num_versions = 1
     inp = cfg.input.add(name=input_name, data_type=pb.TYPE_FP32)
-    inp.dims.extend(spec.input_shape)
+    inp.dims.extend([*lead, *spec.input_shape])
     out = cfg.output.add(name=output_name, data_type=pb.TYPE_FP32, label_filename=LABELS_NAME)
-    out.dims.append(spec.num_classes)
+    out.dims.extend([*lead, spec.num_classes])
 
-    cfg.dynamic_batching.preferred_batch_size.extend(options.preferred_for(max_batch))
-    cfg.dynamic_batching.max_queue_delay_microseconds = options.queue_delay_us
+    if batching:
+        cfg.dynamic_batching.preferred_batch_size.extend(options.preferred_for(max_batch))
+        cfg.dynamic_batching.max_queue_delay_microseconds = options.queue_delay_us
 
     latency = latency_instances(entry, options)
     if options.cuda_graphs and isinstance(entry, Plan):
@@ -132,19 +145,25 @@ def model_config(backend: Backend, spec: ModelSpec, entry: Entry, options: RepoO
         cfg.instance_group.add(count=options.instances, kind=kinds[kind])
 
     if options.warmup:
-        for batch in sorted({1, max_batch}):
+        for batch in sorted({1, max_batch}) if batching else [1]:
             w = cfg.model_warmup.add(name=f"batch_{batch}", batch_size=batch)
             w.inputs[input_name].data_type = pb.TYPE_FP32
-            w.inputs[input_name].dims.extend(spec.input_shape)
+            w.inputs[input_name].dims.extend([*lead, *spec.input_shape])
             w.inputs[input_name].zero_data = True
 
     for cc, filename in (plans or {}).items():
         cfg.cc_model_filenames[cc] = filename
     for key, value in contract_parameters(spec, entry, manifest_sha256, fleet=bool(plans)).items():
         cfg.parameters[key].string_value = value
-    if backend.cpu_variant:
+    if artifact_key(backend.backend, backend.platform) != backend.artifact:  # not its platform's first: say which
         cfg.parameters["source.artifact"].string_value = backend.artifact
     return cfg
+
+
+def served_release(entry: Entry) -> str | None:
+    """The Triton release an artifact was made for (a plan's, a package's); None: any."""
+    target = getattr(entry, "target", None)
+    return target.triton_release if target is not None else None
 
 
 def latency_instances(entry: Entry, options: RepoOptions) -> int:

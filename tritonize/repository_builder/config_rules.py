@@ -4,22 +4,21 @@ backend it fills in, platform and backend, dims, batching, warmup samples, insta
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tritonclient.grpc import model_config_pb2 as pb
 
-from tritonize.model_repository import profile_index
+from tritonize.model_repository import (
+    ANY,
+    BACKENDS,
+    ENSEMBLE,
+    PLATFORMS,
+    TRITON_BACKENDS,
+    TRT_MODEL,
+    TYPED_BACKENDS,
+    backend_of,
+    profile_index,
+)
 from tritonize.repository_builder.config import kind_name
 from tritonize.repository_builder.findings import REBUILD, Severity
-
-# platform -> backend
-PLATFORMS = {
-    "tensorrt_plan": "tensorrt", "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch",
-    "tensorflow_graphdef": "tensorflow", "tensorflow_savedmodel": "tensorflow", "ensemble": "ensemble",
-}
-TYPED_BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow"}  # the backends Triton's core knows by type
-TRITON_BACKENDS = {"tensorrt", "onnxruntime", "pytorch", "tensorflow", "openvino", "python", "fil", "dali", "vllm",
-                   "tensorrtllm", "identity", "repeat", "square"}
 
 
 class ConfigRuleChecks:
@@ -40,7 +39,7 @@ class ConfigRuleChecks:
             self.add(Severity.error, f"{rel}: neither platform nor backend is set", "set platform (e.g. onnxruntime_onnx)")
         # Triton: a backend it knows by type takes only its own platform; an ensemble has no backend.
         if cfg.backend and cfg.platform in PLATFORMS and PLATFORMS[cfg.platform] != cfg.backend and \
-                (cfg.backend in TYPED_BACKENDS or cfg.platform == "ensemble"):
+                (cfg.backend in TYPED_BACKENDS or cfg.platform == ENSEMBLE):
             self.add(Severity.error, f"{rel}: platform {cfg.platform!r} with backend {cfg.backend!r} (Triton refuses "
                                      "the pair)", f"drop the platform or set the one of backend {cfg.backend!r}")
         for role, tensors in (("input", cfg.input), ("output", cfg.output)):
@@ -70,7 +69,7 @@ class ConfigRuleChecks:
         config, its data type, its dims with each variable one given a size; a batch_size of 0 skips the sample. The
         backend then runs them as one batch, which it refuses above max_batch_size (1 without batching: the backend
         library's total_batch_size rule, also in the Python backend)."""
-        if cfg.platform == "ensemble":
+        if cfg.platform == ENSEMBLE:
             return  # (an ensemble takes no warmup at all: _check_ensemble)
         mb = cfg.max_batch_size
         inputs = {t.name: t for t in cfg.input}
@@ -106,7 +105,8 @@ class ConfigRuleChecks:
                      "set count >= 1 to say how many")
         if backend == "tensorrt" and kind_name(group.kind) == "KIND_CPU":
             self.add(Severity.error, f"{rel}: tensorrt_plan on KIND_CPU instances (TensorRT engines only run on a GPU)",
-                     "use kind: KIND_GPU for trt_model; serve CPU-only boxes with onnx_model/torch_model")
+                     f"use kind: KIND_GPU for {TRT_MODEL.name}; serve CPU-only boxes with "
+                     f"{'/'.join(b.name for b in BACKENDS.values() if b.runs == ANY)}")
         if not group.profile:
             return
         if backend != "tensorrt":
@@ -207,26 +207,6 @@ class ConfigRuleChecks:
                          f"make them the same dtype and dims or {REBUILD}")
 
 
-def autocompleted(cfg, model_dir: Path):
-    """`cfg` with the backend and platform Triton fills in before it validates a config (core model_config_utils.cc
-    AutoCompleteBackendFields, which runs with --disable-auto-complete-config too): from the platform, the
-    default_model_filename, or the files of the first version directory."""
-    subdirs = sorted(p for p in model_dir.iterdir() if p.is_dir()) if model_dir.is_dir() else []
-    content = {p.name: p for p in subdirs[0].iterdir()} if subdirs else {}
-    named = cfg.default_model_filename
-    for backend, platform, filename in (("tensorrt", "tensorrt_plan", "model.plan"),
-                                        ("onnxruntime", "onnxruntime_onnx", "model.onnx"),
-                                        ("pytorch", "pytorch_libtorch", "model.pt"), ("python", "", "model.py")):
-        if not cfg.backend:
-            found = filename in content and (backend in ("onnxruntime", "python") or content[filename].is_file())
-            if (platform and cfg.platform == platform) or named == filename or (not cfg.platform and not named and found):
-                cfg.backend = backend
-        if cfg.backend == backend:
-            cfg.platform = cfg.platform or platform
-            return cfg
-    return cfg
-
-
 def fits(writer, writer_batching: bool, reader, reader_batching: bool, ensemble_batch: int) -> bool:
     """Same dtype, and dims equal where neither is variable (-1), as Triton's ensemble scheduler passes a tensor
     (ensemble_scheduler.cc ReshapeTensorDims): with their batch axes ([-1, *dims] for a batching model), or between a
@@ -244,7 +224,3 @@ def fits(writer, writer_batching: bool, reader, reader_batching: bool, ensemble_
     if same(full(writer, writer_batching), full(reader, reader_batching)):
         return True
     return same(list(writer.dims), list(reader.dims)) and (reader_batching or ensemble_batch <= 1)
-
-
-def backend_of(cfg) -> str | None:
-    return cfg.backend or PLATFORMS.get(cfg.platform)

@@ -22,12 +22,12 @@ from tritonize.convert.network import Network
 from tritonize.convert.plan_check import PlanCheck, verify_with_trtexec
 from tritonize.errors import TritonizeError
 from tritonize.manifest import Manifest, Status
-from tritonize.model_repository import BACKENDS, CONFIG_NAME, parse_config, served_plans
+from tritonize.model_repository import CONFIG_NAME, TRT_MODEL, parse_config, served_plans
 from tritonize.releases import Release, release_info
 from tritonize.repository_builder.gpus import plan_cc
 from tritonize.verify import VerificationReport
 
-MODEL = next(b.name for b in BACKENDS.values() if b.needs_gpu)
+MODEL = TRT_MODEL.name
 TIMEOUT_S = 900  # the first `docker run` pulls the image
 
 

@@ -12,11 +12,18 @@ from pathlib import Path
 from tritonize.access import HTTP_RESTRICTION_FROM, KEY_ENV, ControlKey, ServerTLS, restriction_flags
 from tritonize.errors import TritonizeError
 from tritonize.machine import docker_gpu_problem
+from tritonize.model_repository import AOTI_MODEL, release_problem
 from tritonize.progress import say
 from tritonize.releases import latest_release, release_info, releases_for_tensorrt, tensorrt_loads
 from tritonize.serve import shm
 from tritonize.serve.process import WORKDIR_PREFIX, RunningServer, ServerHandle, choose_ports, endpoints
-from tritonize.serve.repository import model_control_flags, python_requirements, tensorrt_models, validate_repository
+from tritonize.serve.repository import (
+    model_control_flags,
+    package_models,
+    python_requirements,
+    tensorrt_models,
+    validate_repository,
+)
 
 # tritonserver options newer than the oldest release in the table (triton-inference-server/server
 # src/command_line_parser.cc on the release branches): --model-config-name from r24.05 (#7185),
@@ -37,8 +44,20 @@ def choose_release(triton_release: str | None, repository: Path) -> ReleaseChoic
     """--triton-release when given (refused when a plan in the repository cannot load there); else the
     release whose TensorRT runs the repository's plan (the release it was built for when that is one
     of them); else the release a plan was built for, with a warning when the table does not know its
-    TensorRT (most releases: the `container` builder built the plan there); else the newest release.
+    TensorRT (most releases: the `container` builder built the plan there); else the release a PyTorch 2
+    package was made for; else the newest release. A release that cannot serve a PyTorch 2 package is refused.
     Everything comes from the repository: `repo build` stamps each plan's provenance into its config."""
+    packages = package_models(repository)
+    chosen = _choose_release(triton_release, repository)
+    for model, made_for in packages.items():  # a PyTorch 2 package: a release that serves its platform
+        problem = release_problem(AOTI_MODEL, chosen.release)
+        if problem:
+            fix = "drop --triton-release" if triton_release else f"give --triton-release {made_for or AOTI_MODEL.first_release}"
+            raise TritonizeError(f"{model} in {repository}: {problem}; {fix}")
+    return chosen
+
+
+def _choose_release(triton_release: str | None, repository: Path) -> ReleaseChoice:
     plans = tensorrt_models(repository)
     plan = next((p for p in plans if p.tensorrt_version), plans[0] if plans else None)
     built_with = plan.tensorrt_version if plan else None
@@ -67,6 +86,10 @@ def choose_release(triton_release: str | None, repository: Path) -> ReleaseChoic
                                      f"table does not know its TensorRT; the plan's is {built_with})")
     if target:
         return ReleaseChoice(release_info(target).release, f"the release {plan.model}'s plan was built for")
+    made_for = {model: release for model, release in package_models(repository).items() if release}
+    if made_for:
+        model, release = next(iter(made_for.items()))
+        return ReleaseChoice(release_info(release).release, f"the release {model}'s package was made for")
     return ReleaseChoice(latest_release().release, f"newest known release; no TensorRT plan in {repository}")
 
 

@@ -5,6 +5,10 @@ While it serves, a Supervisor (serve/supervisor.py) reloads a model whose backen
 `repo build` left out with a note (`<model>.not-built.txt`) is listed UNAVAILABLE with the note as its
 reason, from a second, generated repository.
 
+Its Triton is 2.51 (release 24.10): a platform added to Triton since (`torch_aoti`, from 26.03) is refused by its
+core beside its backend, so such a model is served from a view of the repository in which its configs name the
+Python-based backend that runs the platform here, all else as written (`bundled_view`).
+
 Three traps are handled before they bite (../shared/docs/platform-facts.md):
 1. the stub links libpython: the interpreter's LIBDIR goes first on LD_LIBRARY_PATH, else the
    distro's libpython of another patch level loads and fails in odd ways;
@@ -31,10 +35,9 @@ import tritonize
 from tritonize.access import ControlKey, ServerTLS
 from tritonize.errors import TritonizeError
 from tritonize.machine import gpu_visible
-from tritonize.model_repository import not_built_notes
+from tritonize.model_repository import BACKENDS, CONFIG_NAME, Backend, not_built_notes, parse_config, release_problem
 from tritonize.progress import say
 from tritonize.serve import shm, unavailable
-from tritonize.serve.backends import BACKEND_NAMES
 from tritonize.serve.process import RunningServer, ServerHandle, ServerInfo, choose_ports, endpoints
 from tritonize.serve.repository import (
     CPU_CONFIG_NAME,
@@ -49,6 +52,7 @@ PACKAGE_ROOT = Path(tritonize.__file__).resolve().parent.parent
 # for models to unload, by default 30 s: an instance whose stub died under traffic never finishes, so
 # every stop took the whole 30 s.
 EXIT_TIMEOUT_S = 5
+BUNDLED_RELEASE = "24.10"  # the release of nvidia-pytriton 0.7.0's tritonserver (2.51.0)
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ def assemble_backend_dir(triton: BundledTriton, dest: Path) -> Path:
     # The stub resolves packages through the venv's site-packages and ignores PYTHONPATH: each
     # model.py is a shim that puts PYTHONPATH back in front (a TensorRT installed outside the venv, say)
     # and loads the backend from the tritonize that starts this server.
-    for backend in BACKEND_NAMES:
+    for backend in dict.fromkeys(python_backend_of(b) for b in BACKENDS.values()):
         (dest / backend).mkdir()
         (dest / backend / "model.py").write_text(
             "import os\n"
@@ -135,6 +139,59 @@ def assemble_backend_dir(triton: BundledTriton, dest: Path) -> Path:
             f"sys.path.insert(0, {str(PACKAGE_ROOT)!r})  # the tritonize that started this server\n"
             f"from tritonize.serve.backends.{backend}.model import TritonPythonModel  # noqa: E402,F401\n"
         )
+    return dest
+
+
+def python_backend_of(record: Backend) -> str:
+    """The Python-based backend (serve/backends/<name>/) that runs a record's models here: its Triton backend, or for a
+    platform younger than the bundled Triton, one named after the platform (its core refuses the pair)."""
+    return record.platform if release_problem(record, BUNDLED_RELEASE) else record.backend
+
+
+def for_bundled_core(cfg):
+    """A ModelConfig as the bundled Triton loads it: a platform younger than its core with the Python-based backend
+    that serves the platform here, else unchanged (the same message)."""
+    younger = {b.platform: python_backend_of(b) for b in BACKENDS.values() if python_backend_of(b) != b.backend}
+    if cfg.platform in younger:
+        cfg.backend = younger[cfg.platform]
+    return cfg
+
+
+def bundled_view(repository: Path, dest: Path) -> Path:
+    """`repository` as the bundled Triton can load it: itself, unless some model's config names a platform younger than
+    its core; then `dest`, a directory of links to the repository's entries, in which each such model is a directory
+    of links to its files but for its configs, written as `for_bundled_core` has them. Taken when the server starts:
+    a model added to the repository later is served after a restart."""
+    from google.protobuf import text_format
+
+    def configs(model: Path) -> list[Path]:
+        return [c for c in (model / CONFIG_NAME, *sorted((model / "configs").glob("*.pbtxt"))) if c.is_file()]
+
+    def translated(model: Path) -> dict[Path, str]:
+        """config file -> its text for the bundled core, for the configs that change."""
+        found = {}
+        for config in configs(model):
+            cfg = parse_config(config)
+            before = cfg.backend
+            if for_bundled_core(cfg).backend != before:
+                found[config] = text_format.MessageToString(cfg)
+        return found
+
+    changes = {m: t for m in sorted(repository.iterdir()) if m.is_dir() and (t := translated(m))}
+    if not changes:
+        return repository
+    dest.mkdir()
+    for entry in sorted(repository.iterdir()):
+        if entry not in changes:
+            (dest / entry.name).symlink_to(entry.resolve())
+            continue
+        for part in [*entry.iterdir(), *(entry / "configs").glob("*")]:
+            placed = dest / part.relative_to(repository)
+            placed.parent.mkdir(parents=True, exist_ok=True)
+            if part in changes[entry]:
+                placed.write_text(changes[entry][part])
+            elif part.name != "configs" or part.parent != entry:
+                placed.symlink_to(part.resolve())
     return dest
 
 
@@ -188,6 +245,7 @@ class EmbeddedServer(ServerHandle):
         self.control_key = control_key  # restrict the control APIs to it (access.py); None: open
         self.tls = tls  # serve gRPC over TLS with this certificate
         self.not_built: Path | None = None  # the repository of the models `repo build` left out with a note
+        self.served = self.repository  # what tritonserver reads: the repository, or the view of it (bundled_view)
 
     def command(self, load: tuple[str, ...] | None = None) -> list[str]:
         """tritonserver's command line, loading `load` at start (None: `models`): on the Unix sockets behind the
@@ -196,7 +254,7 @@ class EmbeddedServer(ServerHandle):
         self.upstream.clear()
         command = [
             str(self.triton.binary),
-            f"--model-repository={self.repository}",
+            f"--model-repository={self.served}",
             *([f"--model-repository={self.not_built}"] if self.not_built else []),
             f"--backend-directory={self.backend_dir}",
             *self.upstream.flags(),
@@ -225,6 +283,8 @@ class EmbeddedServer(ServerHandle):
         try:
             self.control_key = self.key_with_file()
             self.backend_dir = assemble_backend_dir(self.triton, self.workdir / "backends")
+            self.served = bundled_view(self.repository, self.workdir / "repository")
+            env["TRITONIZE_SCRATCH"] = str(self.workdir)  # where a backend unpacks what it loads (gone at stop)
             check_stub_environment(self.triton, self.backend_dir / "python" / self.triton.stub.name, env)
             notes = self._not_built_notes()
             self.not_built = self._not_built_repository(notes)
@@ -234,7 +294,7 @@ class EmbeddedServer(ServerHandle):
                 log_path=self.log_path or self.workdir / "tritonserver.log", ready_timeout=self.ready_timeout, env=env,
                 cwd=self.workdir, model_config_name=self.config_name, control_key=self.control_key,
                 tls=self.tls is not None, not_built=notes,
-                repositories=(self.repository, *([self.not_built] if self.not_built else [])),
+                repositories=(self.served, *([self.not_built] if self.not_built else [])),  # as tritonserver reads them
             )
             info = self.server.start()
             self.serving(info)

@@ -1,7 +1,7 @@
 """What tritonserver leaves in /tmp, and which of it is one server's own.
 
 Triton writes two kinds of folder in /tmp, whatever TMPDIR says:
-- python_env_XXXXXX: each Python-based backend (python, and here onnxruntime, pytorch, tensorrt) makes one when the
+- python_env_XXXXXX: each Python-based backend (python, and here those of serve/backends/) makes one when the
   server first loads a model of it, and removes it when the server finalizes the backend at its exit: a server
   killed or crashed leaves them (216 on this machine after a day of tests).
 - folderXXXXXX: the files of a load that carries them (`file:` parameters: the supervisor's give-up); Triton removes
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from tritonize.errors import TritonizeError
-from tritonize.model_repository import parse_config
+from tritonize.model_repository import PLATFORMS, parse_config
 from tritonize.processes import start_time
 from tritonize.serve.backends import BACKEND_NAMES
 
@@ -37,7 +37,6 @@ TMP = Path("/tmp")  # Triton's, whatever TMPDIR says (the Python backend's and t
 PYTHON_ENV, OVERRIDE = "python_env_??????", "folder??????"
 MARK = ".tritonize"  # in a python_env of a server of ours: "tritonserver PID START\nowner OWNER"
 PYTHON_BASED = frozenset({"python", *BACKEND_NAMES})  # the backends that make a python_env in the embedded server
-PLATFORMS = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch", "tensorrt_plan": "tensorrt"}
 SLACK_S = 0.02  # a folder's ctime comes from the kernel's coarse clock, up to a tick behind the log's time of day
 
 # glog: "I1128 01:06:53.499211 11463 model_lifecycle.cc:472] "loading: onnx_model:1"" (local time, no year)

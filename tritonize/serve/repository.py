@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Sequence
 
 from tritonize.errors import TritonizeError
-from tritonize.model_repository import CONFIG_NAME, REQUIREMENTS_NAME, missing_plan, parse_config, serving_cc
+from tritonize.model_repository import (
+    AOTI_MODEL,
+    CONFIG_NAME,
+    REQUIREMENTS_NAME,
+    TRT_MODEL,
+    missing_plan,
+    parse_config,
+    serving_cc,
+)
 
 CPU_CONFIG_NAME = "cpu"
 DEFAULT_CONFIG_NAME = "config"  # names config.pbtxt itself: no --model-config-name
@@ -68,7 +76,7 @@ def tensorrt_models(repository: Path) -> list[PlanProvenance]:
     found = []
     for config_file in sorted(Path(repository).glob(f"*/{CONFIG_NAME}")):
         cfg = parse_config(config_file)
-        if cfg.platform != "tensorrt_plan" and cfg.backend != "tensorrt":
+        if cfg.platform != TRT_MODEL.platform and cfg.backend != TRT_MODEL.backend:
             continue
         params = {k: v.string_value for k, v in cfg.parameters.items()}
         found.append(PlanProvenance(
@@ -77,6 +85,17 @@ def tensorrt_models(repository: Path) -> list[PlanProvenance]:
             triton_release=params.get("source.triton_release") or None,
             version_compatible=params.get("source.version_compatible", "false").lower() == "true",
         ))
+    return found
+
+
+def package_models(repository: Path) -> dict[str, str | None]:
+    """The repository's PyTorch 2 (AOTInductor) models and the release each package was made for (None: unsaid)."""
+    found = {}
+    for config_file in sorted(Path(repository).glob(f"*/{CONFIG_NAME}")):
+        cfg = parse_config(config_file)
+        if cfg.platform == AOTI_MODEL.platform:
+            release = cfg.parameters["source.triton_release"].string_value if "source.triton_release" in cfg.parameters else ""
+            found[config_file.parent.name] = release or None
     return found
 
 
@@ -109,7 +128,7 @@ def plans_missing_for_gpu(repository: Path, gpu_cc: str | None) -> list[str]:
     """One line per TensorRT model of `repository` that has no plan for the serving GPU's compute capability
     (`gpu_cc`, else this machine's GPU; nothing when neither is known)."""
     configs = [parse_config(f) for f in sorted(Path(repository).glob(f"*/{CONFIG_NAME}"))]
-    configs = [c for c in configs if c.platform == "tensorrt_plan" or c.backend == "tensorrt"]
+    configs = [c for c in configs if c.platform == TRT_MODEL.platform or c.backend == TRT_MODEL.backend]
     if not configs:
         return []
     cc, source = serving_cc(gpu_cc)

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from tritonize.model_repository import DEFAULT_MODEL
 from tritonize.options import (
     DEFAULT_REPOSITORY,
     AsJson,
@@ -43,7 +44,7 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
 
 def tune_command(
     repository: RepositoryArgument = DEFAULT_REPOSITORY,
-    model: Model = "onnx_model",
+    model: Model = DEFAULT_MODEL,
     p99_ms: Annotated[float, typer.Option("--p99-ms", help="Latency budget: the winner is the highest throughput whose "
                                                            "p99 stays within it.", show_default=False)] = ...,
     budget_minutes: Annotated[float, typer.Option("--budget-minutes", help="Stop measuring after this long; the "

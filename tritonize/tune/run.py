@@ -18,7 +18,7 @@ from tritonize.errors import TritonizeError
 from tritonize.files import atomic_path
 from tritonize.model_repository import CONFIG_NAME, parse_config
 from tritonize.progress import say
-from tritonize.serve.embedded import EmbeddedServer, resolve_config_name
+from tritonize.serve.embedded import EmbeddedServer, for_bundled_core, resolve_config_name
 from tritonize.serve.repository import validate_repository
 from tritonize.tools import perf_analyzer
 from tritonize.tune.search import (
@@ -107,7 +107,10 @@ def tune(repository: Path, options: TuneOptions, url: str | None = None, *, key_
             return connections[0]
 
         default = baseline(base, cores)
-        search = Search(options, base, default, space, Measurer(connect, options, base, engine, on_trial),
+        # Trial configs go to the server as it serves the model: the embedded one's Triton takes a platform younger
+        # than itself through its own Python-based backend (serve/embedded.py); a given server takes the file's.
+        served = base if url is not None else for_bundled_core(pb.ModelConfig.FromString(base.SerializeToString()))
+        search = Search(options, base, default, space, Measurer(connect, options, served, engine, on_trial),
                         deadline=started + options.budget_minutes * 60, reserve=reserve)
         search.cached = {(t.phase, t.config, t.concurrency, t.round): t for t in trials_file.earlier}
         winner = search.run()

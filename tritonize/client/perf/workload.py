@@ -48,7 +48,7 @@ class Workload:
         info = self.info
         request = service_pb2.ModelInferRequest(model_name=info.name)
         tensor = request.inputs.add(name=info.input_name, datatype=info.input_dtype)
-        tensor.shape.extend(self.batch.shape if info.max_batch_size else self.batch.shape[1:])
+        tensor.shape.extend(self.batch.shape if info.batch_axis else self.batch.shape[1:])
         output = request.outputs.add(name=info.output_name)
         if regions is None:
             request.raw_input_contents.append(self.raw)

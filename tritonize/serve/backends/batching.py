@@ -158,6 +158,14 @@ class BatchingModel:
         )
 
 
+def sleeping_openmp_threads() -> None:
+    """Before torch loads OpenMP (which reads it once): idle OpenMP threads sleep, unless the user chose. By default
+    they spin-wait for the next parallel region, on the cores tritonserver (and a client on this machine) needs between
+    them. Served resnet18 on 2 busy cores: TorchScript 40 % less CPU per batch; an AOTInductor package spinning beside
+    a sleeping TorchScript served 0.19-0.50 of its throughput, sleeping 0.93-1.32 (docs/measuring.md, RESULTS.md)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def threads_per_instance(config: dict) -> int:
     """Intra-op threads per instance: the config's `intra_op_thread_count` parameter when set (as
     Triton's onnxruntime backend reads it), otherwise the usable cores shared by this model's

@@ -3,22 +3,18 @@ when the instance kind is GPU and torch sees one, otherwise on the CPU."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from tritonize.serve.backends.batching import BatchingModel, Placement, ordered_by_index
+from tritonize.serve.backends.batching import BatchingModel, Placement, ordered_by_index, sleeping_openmp_threads
 
 
 class TritonPythonModel(BatchingModel):
     default_model_filename = "model.pt"
 
     def load(self, path: Path, placement: Placement) -> None:
-        # Idle OpenMP threads sleep (unless the user chose): by default they spin-wait for the next parallel region,
-        # on the cores tritonserver (and a client on this machine) needs between them. Served resnet18 on 2 busy cores:
-        # 40 % less CPU per batch (docs/measuring.md). OpenMP reads it once, when torch loads it: here, in the stub.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        sleeping_openmp_threads()
         import torch
 
         torch.set_num_threads(placement.threads)
