@@ -126,8 +126,8 @@ def _compile(manifest: Manifest, program, spec, wanted: Package, max_batch: int,
                 # a file object: a path must end in .pt2, and the staged one does not
                 torch._inductor.aoti_compile_and_package(exported, package_path=f)
             del exported
-        with step(f"verify {PACKAGE_NAME} (batches 1, odd, max)") as checked:
-            package = torch._inductor.aoti_load_package(str(staged))
+        with step(f"verify {PACKAGE_NAME} (batches 1, odd, max)") as checked, open(staged, "rb") as f:
+            package = torch._inductor.aoti_load_package(f)  # a file object, as at compile: the path lacks .pt2
             call_spec = package.loader.get_call_spec()
             device = torch.device(TORCH_DEVICES[wanted.device])
 
