@@ -257,3 +257,25 @@ def test_removal_keeps_the_mark_of_a_folder_it_leaves(tmp):
     (used / MARK).write_text("ours")
     leftovers.remove({used})
     assert (used / MARK).read_text() == "ours"
+
+
+def test_a_marked_folder_is_orphaned_only_once_its_server_and_its_owner_are_both_gone(tmp):
+    """A `tritonize serve` killed with -9 leaves its server's python_envs; the next start removes those (its server
+    and its owner gone), never one whose server or owner still runs, nor one without a mark."""
+    import subprocess
+
+    from tritonize.processes import start_time
+
+    me = f"{os.getpid()} {start_time(os.getpid())}"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = f"{gone.pid} {start_time(os.getpid())}"  # a pid that ran, with a start time that is not its
+    marks = {"both_gone": (dead, dead), "server_runs": (me, dead), "owner_runs": (dead, me)}
+    for name, (server, owner) in marks.items():
+        folder = tmp / f"python_env_{name[:6]}"
+        folder.mkdir()
+        (folder / MARK).write_text(f"tritonserver {server}\nowner {owner} group 1\n")
+    (tmp / "python_env_nomark").mkdir()
+    assert leftovers.orphaned() == {tmp / "python_env_both_g"}
+    leftovers.remove(leftovers.orphaned())
+    assert sorted(p.name for p in tmp.iterdir()) == ["python_env_nomark", "python_env_owner_", "python_env_server"]

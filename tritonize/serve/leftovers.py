@@ -161,6 +161,21 @@ def marked(log: ServerLog) -> set[Path]:
     return found
 
 
+def orphaned() -> set[Path]:
+    """The python_envs of this user marked by a server of ours whose tritonserver and owner are both gone (a
+    `tritonize serve` killed with -9 could not remove them; its server died with it)."""
+    found = set()
+    for folder in python_envs():
+        with contextlib.suppress(OSError):
+            text = (folder / MARK).read_text() if _mine(folder) else ""
+            server = re.search(r"^tritonserver (\d+) (\S+)$", text, re.M)
+            owner_ = re.search(r"^owner (\d+) (\S+)", text, re.M)
+            if server and owner_ and all(start_time(int(pid)) != started for pid, started in (server.groups(),
+                                                                                             owner_.groups())):
+                found.add(folder)
+    return found
+
+
 def remove(folders: set[Path]) -> None:
     """Remove the folders (of one server, dead): a python_env only while it holds no more than its mark (an
     execution environment extracted there is not ours to judge)."""

@@ -180,8 +180,8 @@ class RunningServer:
 def make_workdir() -> Path:
     """A new temporary directory for one server, owned by this process.
 
-    First removes the directories whose owner is gone: a killed `tritonize serve` cannot clean up
-    after itself. Several people may run servers on one machine, so a directory whose owner lives,
+    First removes the directories whose owner is gone, and the python_envs their servers marked: a killed
+    `tritonize serve` cannot clean up after itself. Several people may run servers on one machine, so a directory whose owner lives,
     or that names no owner, is left alone.
     """
     for stale in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
@@ -193,6 +193,7 @@ def make_workdir() -> Path:
             shutil.rmtree(stale, ignore_errors=True)
             if not stale.exists():
                 say(f"removed {stale}: left by a server whose process ({pid}) is gone")
+    leftovers.remove(leftovers.orphaned())  # the python_envs such a server left in /tmp
     workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
     (workdir / OWNER_FILE).write_text(f"{os.getpid()} {start_time(os.getpid())}\n")
     return workdir
