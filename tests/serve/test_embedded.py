@@ -207,17 +207,20 @@ def test_dynamic_batching_under_concurrency(batching_server, resnet18_artifacts)
 
     inputs = [_inputs(1, seed=100 + i) for i in range(48)]
     with grpcclient.InferenceServerClient(batching_server.grpc_url) as client:
-        inferences_before, executions_before = _onnx_stats(client)
-        results = _infer_concurrently(client, "onnx_model", inputs)
-        deadline = time.monotonic() + 10  # the backend reports a batch's statistics after its responses left
-        while _onnx_stats(client)[0] - inferences_before < len(inputs) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        inferences, executions = _onnx_stats(client)
-    # Every response belongs to its own request after the batch was split back.
-    for x, served in zip(inputs, results):
-        assert compare(local_onnx(x), served, SAME).passed
-    assert inferences - inferences_before == len(inputs)
-    assert executions - executions_before <= len(inputs) // 3, "requests were not batched together"
+        for _ in range(3):  # a busy machine may send one round's requests too far apart to queue: then another round
+            inferences_before, executions_before = _onnx_stats(client)
+            results = _infer_concurrently(client, "onnx_model", inputs)
+            deadline = time.monotonic() + 10  # the backend reports a batch's statistics after its responses left
+            while _onnx_stats(client)[0] - inferences_before < len(inputs) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            inferences, executions = _onnx_stats(client)
+            # Every response belongs to its own request after the batch was split back.
+            for x, served in zip(inputs, results):
+                assert compare(local_onnx(x), served, SAME).passed
+            assert inferences - inferences_before == len(inputs)
+            if executions - executions_before <= len(inputs) // 3:
+                break
+    assert executions - executions_before <= len(inputs) // 3, "requests were not batched together in 3 rounds"
 
 
 def test_two_instances_both_execute(batching_server):
