@@ -169,9 +169,9 @@ def orphaned() -> set[Path]:
         with contextlib.suppress(OSError):
             text = (folder / MARK).read_text() if _mine(folder) else ""
             server = re.search(r"^tritonserver (\d+) (\S+)$", text, re.M)
-            owner_ = re.search(r"^owner (\d+) (\S+)", text, re.M)
-            if server and owner_ and all(start_time(int(pid)) != started for pid, started in (server.groups(),
-                                                                                             owner_.groups())):
+            ran_by = re.search(r"^owner (\d+) (\S+)", text, re.M)
+            if server and ran_by and all(start_time(int(pid)) != started
+                                         for pid, started in (server.groups(), ran_by.groups())):
                 found.add(folder)
     return found
 

@@ -181,8 +181,8 @@ def make_workdir() -> Path:
     """A new temporary directory for one server, owned by this process.
 
     First removes the directories whose owner is gone, and the python_envs their servers marked: a killed
-    `tritonize serve` cannot clean up after itself. Several people may run servers on one machine, so a directory whose owner lives,
-    or that names no owner, is left alone.
+    `tritonize serve` cannot clean up after itself. Several people may run servers on one machine, so a
+    directory whose owner lives, or that names no owner, is left alone.
     """
     for stale in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
         try:
