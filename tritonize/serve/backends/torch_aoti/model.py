@@ -56,4 +56,3 @@ class TritonPythonModel(BatchingModel):
         if getattr(self, "files", None) is not None:
             self.files.__exit__(None, None, None)
             self.files = None
-
