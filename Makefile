@@ -26,8 +26,8 @@ demo: $(STAMP)
 
 # Four workers (pytest-xdist) on the two cores: a worker spends much of its time waiting (on a server's start, a
 # healing test's kill, the package index, a subprocess): beside other work, two workers kept 0.84 of a core busy on
-# average and took 22.4 minutes, four 1.16 cores and 15.0 minutes (benchmarks/RESULTS.md). Each test file runs whole on one worker,
-# so a file's module-scoped server starts once. The session's exported models are made once for all
+# average and took 22.4 minutes, four 1.16 cores and 15.0 minutes (benchmarks/RESULTS.md). Each test file runs whole
+# on one worker, so a file's module-scoped server starts once. The session's exported models are made once for all
 # (tests/conftest.py `made_once`). torch computes on one thread per process: the cores are the workers'.
 #
 # First, alone and quickly, the linter ([tool.ruff] in pyproject.toml), then the lowest Python that requires-python
