@@ -204,6 +204,9 @@ def test_the_front_serves_the_users_ports_with_the_key_tls_and_tritonizes_metric
         handle.start_front()
         http_port, grpc_port, metrics_port = handle.ports.http, handle.ports.grpc, handle.ports.metrics
         assert _request(http_port, "GET", "/v2/health/ready") == (200, b"ok")
+        for port in (http_port, grpc_port, metrics_port):  # on the host asked only (loopback), not every interface
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.2", port), timeout=2).close()
         status, body = _request(http_port, "POST", "/v2/repository/index")
         assert status == 403 and KEY_HEADER in json.loads(body)["error"]
         assert _request(http_port, "POST", "/v2/repository/index", {KEY_HEADER: KEY.value}) == (200, b"ok")
