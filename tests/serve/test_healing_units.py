@@ -228,3 +228,15 @@ def test_the_recorder_reads_on_from_where_it_was_however_long_the_log_was_at_its
         assert recorder.served.configs["solo"] == recorded["solo"]
     finally:
         recorder.stop()
+
+
+def test_a_config_that_never_comes_is_an_error_after_the_timeout(triton, monkeypatch):
+    """A server that takes the request for a config and never answers: read() gives up after TIMEOUT_S (an OSError,
+    on which the recorder keeps what it had) instead of holding serve's start or the recorder for ever."""
+    monkeypatch.setattr(healing, "TIMEOUT_S", 0.3)
+    triton.hang_paths = {"/v2/models/pair/config"}
+    triton.release.clear()
+    start = time.monotonic()
+    with pytest.raises(OSError, match="timed out"):
+        read(triton.url, None)
+    assert time.monotonic() - start < 5

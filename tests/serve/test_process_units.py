@@ -366,3 +366,23 @@ def test_marking_a_server_that_does_not_run_marks_nothing(tmp_path, tmp):
     server = _server(tmp_path, tmp)
     server.mark_own()  # never started
     assert server.log.marked == {}
+
+
+def test_a_link_named_like_a_stale_workdir_is_neither_followed_nor_in_the_way(tmp_path, monkeypatch, capsys):
+    """Anyone may create /tmp/tritonize-serve-*: a symbolic link there naming a gone owner must not make the start
+    remove what it points to, nor fail the start."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    target = tmp_path / "someone's files"
+    target.mkdir()
+    (target / OWNER_FILE).write_text(f"{gone.pid} 1\n")
+    (target / "precious").write_text("kept")
+    link = tmp_path / "tmp" / "tritonize-serve-link"
+    link.symlink_to(target)
+    workdir = make_workdir()
+    assert workdir.is_dir() and (target / "precious").read_text() == "kept" and link.is_symlink()
+    assert "removed" not in capsys.readouterr().err
