@@ -240,3 +240,15 @@ def test_a_config_that_never_comes_is_an_error_after_the_timeout(triton, monkeyp
     with pytest.raises(OSError, match="timed out"):
         read(triton.url, None)
     assert time.monotonic() - start < 5
+
+
+def test_a_first_request_that_never_answers_is_asked_again_and_said_after_first_answer_s(triton, monkeypatch):
+    """A stub that takes the request and never answers: each request gives up after TIMEOUT_S, and serve says so
+    once FIRST_ANSWER_S passed instead of waiting for ever."""
+    monkeypatch.setattr(healing, "TIMEOUT_S", 0.2)
+    monkeypatch.setattr(healing, "FIRST_ANSWER_S", 0.5)
+    triton.hang_paths = {"/v2/models/solo/infer"}
+    triton.release.clear()
+    start = time.monotonic()
+    assert first_answer(triton.url, Served({"solo": triton.config("solo")}), {"solo"}, threading.Event()) == "solo: timed out"
+    assert time.monotonic() - start < 5 and triton.hung_requests >= 2
