@@ -229,6 +229,8 @@ def test_the_logs_tail_is_its_errors_and_last_lines_in_order_without_repeats(tmp
     assert tail == f"server log {log} (errors and last lines):\n  | E3 error\n  | I27 info\n  | I28 info\n  | I29 info"
     log.write_text("E0 only\n")
     assert log_tail(log) == f"server log {log} (errors and last lines):\n  | E0 only"
+    log.write_text("I0 the first line\nI1 the last\n")  # shorter than its tail: all of it
+    assert log_tail(log) == f"server log {log} (errors and last lines):\n  | I0 the first line\n  | I1 the last"
     assert log_tail(tmp_path / "missing.log") == f"(no server log at {tmp_path / 'missing.log'})"
 
 
@@ -329,6 +331,9 @@ def test_the_loading_progress_in_every_case(tmp_path):
     log.write_text("successfully loaded 'm1'\nfailed to load 'trt_model'\nfailed to load 'other'\n")
     notes = {"trt_model": "trt_model is not built here. Build it on a GPU box."}
     assert loading_progress(log, notes) == "1 model(s) loaded, latest m1; trt_model is not built here; failed: other"
+    log.write_text("failed to load 'trt_model'\nfailed to load 'trt_fp16'\n")
+    notes["trt_fp16"] = "trt_fp16 is not built here either. Build it on a GPU box."
+    assert loading_progress(log, notes) == "0 model(s) loaded; trt_model is not built here; trt_fp16 is not built here either"
 
 
 def test_the_logs_tail_by_default_and_past_bytes_that_are_not_utf8(tmp_path):
