@@ -269,14 +269,23 @@ def _started(pid: int) -> str:
 
 
 def test_the_server_runs_as_asked_and_says_so_in_its_info(tmp_path, tmp):
-    """Its environment and directory, no stdin, stderr into the log, a process group of its own, SIGTERM when the
-    process that started it dies; the info carries what it was started with."""
+    """Its environment and directory, no stdin (whatever serve's own stdin is: here a pipe), stderr into the log, a
+    process group of its own, SIGTERM when the process that started it dies; the info carries what it was started
+    with."""
     from tritonize.access import ControlKey
 
     key = ControlKey("k" * 24)
     server = _server(tmp_path, tmp, "wants a key", env={**os.environ, "FAKE_ENV": "given"}, cwd=tmp_path,
                      model_config_name="cpu", control_key=key, tls=True)
-    info = server.start()
+    read_end, write_end = os.pipe()
+    own_stdin = os.dup(0)  # pytest-xdist's workers have /dev/null there already; execnet talks on other fds
+    os.dup2(read_end, 0)
+    try:
+        info = server.start()
+    finally:
+        os.dup2(own_stdin, 0)
+        for fd in (own_stdin, read_end, write_end):
+            os.close(fd)
     try:
         log = (tmp_path / "server.log").read_text()
         assert f'"cwd {tmp_path} env given stdin-null True own-group True death-signal {signal.SIGTERM}"' in log
