@@ -133,6 +133,7 @@ def test_a_server_starts_says_what_it_loaded_and_stops_as_a_group(tmp_path, tmp)
     info = server.start()
     try:
         assert info.models == {"onnx_model": ("READY", "")} and info.pid == server.process.pid
+        assert (info.tls, info.control_key, info.model_config_name) == (False, None, None)  # plain gRPC, open, default
         assert (info.grpc_url, info.http_url) == server.urls[:2] and info.log_path == tmp_path / "server.log"
         assert server.exit_code() is None
         (made,) = leftovers.python_envs()
@@ -150,6 +151,19 @@ def test_a_killed_server_leaves_nothing_of_its_own(tmp_path, tmp):
     while server.exit_code() is None:
         time.sleep(0.01)
     assert server.exit_code() == -signal.SIGKILL and len(leftovers.python_envs()) == 1
+    server.stop()
+    assert leftovers.python_envs() == set()
+
+
+def test_a_killed_server_leaves_no_folder_made_after_its_last_marking(tmp_path, tmp):
+    """Marking runs at the start and after a heal's restore: a folder of a model loaded later is unmarked when the
+    server is killed, and its log tells it."""
+    server = _server(tmp_path, tmp)
+    info = server.start()
+    (made,) = leftovers.python_envs()
+    (made / leftovers.MARK).unlink()  # as made by a load after the start's marking
+    os.kill(info.pid, signal.SIGKILL)
+    server.process.wait()
     server.stop()
     assert leftovers.python_envs() == set()
 
