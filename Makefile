@@ -5,10 +5,13 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test venv clean prometheus shellcheck evhtp perf-analyzer mutation planted
 
+# uv installs it, with pip's configuration (dev/uv_install.py): 48 s where pip took 95-134 s here (the packages are
+# 6 GB, torch's CUDA libraries). pip where uv cannot be had or fails.
+UV_INSTALL := $(VENV)/bin/python dev/uv_install.py $(VENV)/bin/uv
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[dev]"
+	($(PY) -m pip install -q 'uv==0.13.9' && $(UV_INSTALL) $(PY) -e ".[dev]") || $(PY) -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -17,8 +20,10 @@ venv: $(STAMP)
 # botocore would downgrade python-dateutil in .venv. The tests start it as a server process and skip
 # (saying why) where it could not be installed. Never fails the build.
 MOTO_STAMP := $(VENV)/moto/.installed
+MOTO := 'moto[s3]==5.2.5' 'flask>=3' 'flask-cors>=6'
 $(MOTO_STAMP): | $(STAMP)
-	@(python3 -m venv $(VENV)/moto && $(VENV)/moto/bin/pip install -q 'moto[s3]==5.2.5' 'flask>=3' 'flask-cors>=6' \
+	@(python3 -m venv $(VENV)/moto \
+	  && ($(UV_INSTALL) $(VENV)/moto/bin/python $(MOTO) || $(VENV)/moto/bin/pip install -q $(MOTO)) \
 	  && touch $@) || echo "moto: install failed; the S3 tests will skip"
 
 demo: $(STAMP)
@@ -33,7 +38,12 @@ demo: $(STAMP)
 # First, alone and quickly, the linter ([tool.ruff] in pyproject.toml), then the lowest Python that requires-python
 # admits: vermin reads every file against it (tests/test_python_floor.py). NVIDIA's recorded engine graphs are read
 # where the project's shared copy lies beside the checkout (never committed: tests/nvidia_engines.py).
+#
+# Python writes its bytecode caches (`__pycache__/`, ignored by git) for the run, whatever the environment says: with
+# PYTHONDONTWRITEBYTECODE set (this project's machines set it), every worker, server stub and CLI process compiled
+# tritonize, and pytest rewrote every test module's asserts, from source again: 14 CPU-s per collection, not 8.
 NVIDIA_TREX := $(wildcard $(abspath ../shared/data/nvidia-trex))
+test: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP) prometheus shellcheck evhtp perf-analyzer $(MOTO_STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(PY) -m pytest -q -n 0 tests/test_python_floor.py

@@ -5,6 +5,7 @@ these configs is tested by serving them (tests/serve, tests/client)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 import numpy as np
 import pytest
@@ -20,7 +21,15 @@ from tritonize.verify import verify_runner
 
 CONFIGS = Golden("configs")
 SHA = "ab" * 32
-SPEC = resolve_spec("resnet18", "none")
+
+
+@cache
+def spec():
+    """resnet18's spec, resolved when a test needs it: resolving imports torchvision (seconds), which every worker
+    would otherwise pay at collection."""
+    return resolve_spec("resnet18", "none")
+
+
 OPTIONS = RepoOptions(preferred=(4, 8, 16, 32), queue_delay_us=250, instances=2)
 
 
@@ -48,31 +57,31 @@ ENTRIES = {"onnx_model": ONNX, "torch_model": TORCHSCRIPT, "trt_model": PLAN, "o
 @pytest.mark.parametrize("name", ENTRIES)
 @pytest.mark.parametrize("kind", ["auto", "cpu", "gpu"])
 def test_each_backends_config(name, kind):
-    cfg = model_config(BACKENDS[name], SPEC, ENTRIES[name], OPTIONS, kind, SHA)
+    cfg = model_config(BACKENDS[name], spec(), ENTRIES[name], OPTIONS, kind, SHA)
     CONFIGS.check(config_text(cfg, "Generated for a test.\n\nA second paragraph.").splitlines())
 
 
 def test_without_warmup_and_with_one_preferred_size():
     options = RepoOptions(max_batch=8, preferred=(4, 16), warmup=False)
-    CONFIGS.check(config_text(model_config(BACKENDS["onnx_model"], SPEC, ONNX, options, "cpu", SHA)).splitlines())
+    CONFIGS.check(config_text(model_config(BACKENDS["onnx_model"], spec(), ONNX, options, "cpu", SHA)).splitlines())
 
 
 @pytest.mark.parametrize("pre", PREPROCESSORS, ids=lambda p: p.name)
 def test_preprocessing_models_and_their_ensembles(pre):
-    pre_cfg = preprocessor_config(pre, SPEC, 32, OPTIONS, SHA)
+    pre_cfg = preprocessor_config(pre, spec(), 32, OPTIONS, SHA)
     CONFIGS.check(config_text(pre_cfg).splitlines())
     for name in ("onnx_model", "trt_model"):  # trt_model's plan caps the ensemble at its profile max
-        classifier = model_config(BACKENDS[name], SPEC, ENTRIES[name], OPTIONS, "gpu", SHA)
-        CONFIGS.check(config_text(ensemble_config(pre.ensemble(BACKENDS[name]), pre_cfg, classifier, SPEC, SHA)).splitlines())
+        classifier = model_config(BACKENDS[name], spec(), ENTRIES[name], OPTIONS, "gpu", SHA)
+        CONFIGS.check(config_text(ensemble_config(pre.ensemble(BACKENDS[name]), pre_cfg, classifier, spec(), SHA)).splitlines())
 
 
 def test_the_text_parses_back_to_the_same_message(tmp_path):
-    cfg = model_config(BACKENDS["trt_model"], SPEC, PLAN, OPTIONS, "gpu", SHA)
+    cfg = model_config(BACKENDS["trt_model"], spec(), PLAN, OPTIONS, "gpu", SHA)
     path = tmp_path / "config.pbtxt"
     path.write_text(config_text(cfg, "a header"))
     assert parse_config(path) == cfg
 
 
 def test_a_plan_whose_tensorrt_version_is_unknown_says_so_with_an_empty_parameter():
-    cfg = model_config(BACKENDS["trt_model"], SPEC, replace(PLAN, tensorrt_version=None), OPTIONS, "gpu", SHA)
+    cfg = model_config(BACKENDS["trt_model"], spec(), replace(PLAN, tensorrt_version=None), OPTIONS, "gpu", SHA)
     assert cfg.parameters["source.tensorrt_version"].string_value == ""
