@@ -29,6 +29,7 @@ from tritonize.access import ADDRESSES_FILE, KEY_FILE, KEY_HEADER, ControlKey, S
 from tritonize.serve import healing, leftovers, shm, supervisor
 from tritonize.serve.healing import Served
 from tritonize.serve.process import OWNER_FILE, ServerHandle, ServerInfo, choose_ports
+from tritonize.serve.supervisor import RELOAD_DELAYS_S
 
 KEY = ControlKey("a-control-key-for-these-tests-0123")
 METRICS = b"nv_inference_count{model=\"solo\"} 3\n"  # what the stand-in tritonserver's metrics socket answers
@@ -130,7 +131,7 @@ def test_prepare_makes_an_owned_workdir_a_private_socket_directory_and_clears_wh
     assert not gone.exists()
     assert handle.region_prefix.startswith(f"{shm.OWNED}{os.getpid()}_")
     handle.server = Server(info.log_path)
-    assert handle._crashed(-9, "while serving") == 0.0 and len(handle.crashes) == 1  # a fresh crash window
+    assert handle._crashed(-9, "while serving") == RELOAD_DELAYS_S[0] and len(handle.crashes) == 1  # a fresh window
 
 
 def test_the_control_key_gets_a_file_only_the_user_reads_in_the_workdir_unless_it_has_one(world, handles, tmp_path):
