@@ -506,3 +506,27 @@ def test_an_unreadable_file_says_what_the_system_said(tmp_path, monkeypatch):
     monkeypatch.setattr(P, "read_bytes", lambda self: (_ for _ in ()).throw(OSError("no reason given")))
     with pytest.raises(BadImage, match=r"^x\.jpg: cannot read it \(no reason given\)$"):
         read_image_file(P("x.jpg"))
+
+
+def test_on_the_server_an_image_turned_by_its_exif_is_refused_when_the_turn_goes_past_the_memory_limit():
+    """The turn needs a second copy of the pixels: an image that fits `max_memory` as stored but not once turned is
+    refused before the turn, and says so; unturned, the same limit lets it through."""
+    import re
+
+    from tritonize.images import BOMB_HINT, decoding_cost
+
+    def encoded(orientation: int) -> bytes:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        out = io.BytesIO()
+        Image.new("RGB", (64, 48), (200, 10, 10)).save(out, "PNG", exif=exif.tobytes())
+        return out.getvalue()
+
+    turned = encoded(6)
+    with Image.open(io.BytesIO(turned)) as image:
+        limit = (decoding_cost(image, None, len(turned)) + decoding_cost(image, None, len(turned), transposed=True)) // 2
+    assert decode_rgb(encoded(1), "IMAGE[0]", max_memory=limit).size == (64, 48)
+    with pytest.raises(BadImage, match=r"^IMAGE\[0\]: 64x48 PNG \(RGB\) takes [0-9,]+ MB to decode, turned as its EXIF "
+                                        r"says, and preprocess, above the [0-9,]+ MB the server gives one image; "
+                                        + re.escape(BOMB_HINT) + "$"):
+        decode_rgb(turned, "IMAGE[0]", max_memory=limit)
