@@ -530,3 +530,12 @@ def test_on_the_server_an_image_turned_by_its_exif_is_refused_when_the_turn_goes
                                         r"says, and preprocess, above the [0-9,]+ MB the server gives one image; "
                                         + re.escape(BOMB_HINT) + "$"):
         decode_rgb(turned, "IMAGE[0]", max_memory=limit)
+
+
+def test_a_refusal_for_size_ends_with_the_hint_of_where_it_runs():
+    """The client says to raise --max-pixels, the server names its own setting: the hint given is the one said."""
+    out = io.BytesIO()
+    Image.new("RGB", (40, 30)).save(out, "PNG")
+    with pytest.raises(BadImage, match=r"^IMAGE\[1\]: 40x30 = 1,200 pixels is above the limit of 1,000 \(possible "
+                                        r"decompression bomb\); ask the server's owner$"):
+        decode_rgb(out.getvalue(), "IMAGE[1]", max_pixels=1000, bomb_hint="ask the server's owner")
