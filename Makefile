@@ -32,7 +32,8 @@ demo: $(STAMP)
 # Four workers (pytest-xdist) on the two cores: a worker spends much of its time waiting (on a server's start, a
 # healing test's kill, the package index, a subprocess): beside other work, two workers kept 0.84 of a core busy on
 # average and took 22.4 minutes, four 1.16 cores and 15.0 minutes (benchmarks/RESULTS.md). Each test file runs whole
-# on one worker, so a file's module-scoped server starts once. The session's exported models are made once for all
+# on one worker, so a file's module-scoped server starts once; the longest files first (tests/conftest.py STARTED_FIRST;
+# xdist's own order, the most tests first, is off). The session's exported models are made once for all
 # (tests/conftest.py `made_once`). torch computes on one thread per process: the cores are the workers'.
 #
 # First, alone and quickly, the linter ([tool.ruff] in pyproject.toml), then the lowest Python that requires-python
@@ -47,7 +48,7 @@ test: export PYTHONDONTWRITEBYTECODE =
 test: $(STAMP) prometheus shellcheck evhtp perf-analyzer $(MOTO_STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(PY) -m pytest -q -n 0 tests/test_python_floor.py
-	OMP_NUM_THREADS=1 $(if $(NVIDIA_TREX),TRITONIZE_NVIDIA_TREX=$(NVIDIA_TREX)) $(PY) -m pytest -ra -n 4 --dist loadfile \
+	OMP_NUM_THREADS=1 $(if $(NVIDIA_TREX),TRITONIZE_NVIDIA_TREX=$(NVIDIA_TREX)) $(PY) -m pytest -ra -n 4 --dist loadfile --no-loadscope-reorder \
 	  --ignore=tests/test_python_floor.py
 
 # $(call apt,PACKAGE,TESTS): install a Debian/Ubuntu package where it can be (as root); elsewhere, or

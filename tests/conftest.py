@@ -399,9 +399,33 @@ def _golden_calls_per_test():
     Golden.new_test()
 
 
+# The files that keep a worker busy longest (seconds of a worker in `make test`, benchmarks/RESULTS.md), handed out
+# first: xdist hands out files in order, by default the most tests first, so these few-test files came last and ran
+# alone at the end (the acceptance run's second half, minutes after the other workers had finished). The Makefile
+# turns xdist's order off (--no-loadscope-reorder); the other files follow, the most tests first, as xdist would.
+STARTED_FIRST = ("tests/test_gpu_acceptance.py", "tests/test_gpu_install.py", "tests/export/test_export.py",
+                 "tests/client/test_client_server.py", "tests/serve/test_aoti_model.py", "tests/deploy/test_k8s.py",
+                 "tests/serve/test_backend_threads.py", "tests/serve/test_supervision.py",
+                 "tests/serve/test_server_healing.py", "tests/convert/test_emulated_builds.py",
+                 "tests/serve/test_embedded.py", "tests/serve/test_emulated_trt_model.py", "tests/deploy/test_push.py",
+                 "tests/pipeline/test_stages.py")
+
+
+def started_first(items: list) -> list:
+    """`items` with STARTED_FIRST's files first, in its order, then the other files by their number of tests."""
+    root = Path(__file__).resolve().parent.parent
+    missing = [f for f in STARTED_FIRST if not (root / f).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py STARTED_FIRST names {missing[0]}, which is gone: name its successor")
+    files = [item.nodeid.split("::")[0] for item in items]
+    count = {f: files.count(f) for f in set(files)}
+    rank = {f: (STARTED_FIRST.index(f), 0) if f in STARTED_FIRST else (len(STARTED_FIRST), -count[f]) for f in count}
+    return [item for _, item in sorted(zip(files, items), key=lambda pair: rank[pair[0]])]
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests on the emulated TensorRT carry the marker `emulated_tensorrt` (`pytest -m emulated_tensorrt`); a test
-    marked for the GPU box takes `gpu_box`.
+    marked for the GPU box takes `gpu_box`. The longest files first (STARTED_FIRST).
 
     Under `make mutation` (mutmut sets MUTANT_UNDER_TEST): the fastest tests first, by the durations mutmut
     recorded, so that a mutant costs only the tests up to the first that fails (mutmut runs pytest with -x)."""
@@ -412,6 +436,7 @@ def pytest_collection_modifyitems(config, items):
         if marked and "gpu_box" not in getattr(item, "fixturenames", ()):
             raise pytest.UsageError(f"{item.nodeid} is marked {marked[0]} but does not take the gpu_box fixture: a test "
                                     "that only a GPU box can run must also run here, on the emulation (tests/conftest.py)")
+    items[:] = started_first(items)
     stats = Path("mutmut-stats.json")  # mutmut runs the tests in its mutants/ copy
     if "MUTANT_UNDER_TEST" not in os.environ or not stats.is_file():
         return

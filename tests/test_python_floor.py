@@ -1,4 +1,4 @@
-"""The lowest Python that requires-python admits runs the product, its tests and benchmarks (Build 2 of issue 41).
+"""The lowest Python that requires-python admits runs the product, its tests, benchmarks and dev/ (Build 2 of issue 41).
 No such interpreter runs here, so the check is static: vermin reads each file's syntax and standard-library use
 against its table of the version each appeared in, annotations as evaluated (typer and dataclasses evaluate them).
 `make test` runs this file first."""
@@ -14,7 +14,7 @@ from packaging.specifiers import SpecifierSet
 from tests.pyproject import pyproject
 
 ROOT = Path(__file__).resolve().parent.parent
-FOLDERS = ("tritonize", "tests", "benchmarks")
+FOLDERS = ("tritonize", "tests", "benchmarks", "dev")
 VERMIN = str(Path(sys.executable).parent / "vermin")  # the dev extra's (it has no `python -m vermin`)
 
 
