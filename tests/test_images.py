@@ -506,3 +506,38 @@ def test_an_unreadable_file_says_what_the_system_said(tmp_path, monkeypatch):
     monkeypatch.setattr(P, "read_bytes", lambda self: (_ for _ in ()).throw(OSError("no reason given")))
     with pytest.raises(BadImage, match=r"^x\.jpg: cannot read it \(no reason given\)$"):
         read_image_file(P("x.jpg"))
+
+
+def test_on_the_server_an_image_turned_by_its_exif_is_refused_when_the_turn_goes_past_the_memory_limit():
+    """The turn needs a second copy of the pixels: an image that fits `max_memory` as stored but not once turned is
+    refused before the turn, and says so; unturned, the same limit lets it through."""
+    import re
+
+    from tritonize.images import BOMB_HINT, decoding_cost
+
+    def encoded(orientation: int) -> bytes:
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        out = io.BytesIO()
+        Image.new("RGB", (64, 48), (200, 10, 10)).save(out, "PNG", exif=exif.tobytes())
+        return out.getvalue()
+
+    turned = encoded(6)
+    with Image.open(io.BytesIO(turned)) as image:
+        # as much as it takes unturned, or turned without counting the bytes received: neither is enough
+        limit = max(decoding_cost(image, None, len(turned)), decoding_cost(image, None, 0, transposed=True))
+        assert limit < decoding_cost(image, None, len(turned), transposed=True)
+    assert decode_rgb(encoded(1), "IMAGE[0]", max_memory=limit).size == (64, 48)
+    with pytest.raises(BadImage, match=r"^IMAGE\[0\]: 64x48 PNG \(RGB\) takes [0-9,]+ MB to decode, turned as its EXIF "
+                                        r"says, and preprocess, above the [0-9,]+ MB the server gives one image; "
+                                        + re.escape(BOMB_HINT) + "$"):
+        decode_rgb(turned, "IMAGE[0]", max_memory=limit)
+
+
+def test_a_refusal_for_size_ends_with_the_hint_of_where_it_runs():
+    """The client says to raise --max-pixels, the server names its own setting: the hint given is the one said."""
+    out = io.BytesIO()
+    Image.new("RGB", (40, 30)).save(out, "PNG")
+    with pytest.raises(BadImage, match=r"^IMAGE\[1\]: 40x30 = 1,200 pixels is above the limit of 1,000 \(possible "
+                                        r"decompression bomb\); ask the server's owner$"):
+        decode_rgb(out.getvalue(), "IMAGE[1]", max_pixels=1000, bomb_hint="ask the server's owner")

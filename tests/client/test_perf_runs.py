@@ -157,3 +157,14 @@ def test_a_request_is_built_once_with_its_data_or_its_shared_memory_regions():
     assert params(request.outputs[0]) == {"shared_memory_region": "tritonize_1_out3", "shared_memory_byte_size": 32_000}
     unbatched = Workload(_info(max_batch_size=0), batch[:1], shared_memory=False)
     assert list(service_pb2.ModelInferRequest.FromString(unbatched.serialized()).inputs[0].shape) == [3, 224, 224]
+    images = np.array([[b"\x89PNG one"], [b"two"]], dtype=np.object_)  # the preprocess model's encoded images
+    ensemble = ModelInfo.from_config({"name": "onnx_ensemble", "platform": "ensemble", "max_batch_size": 8,
+                                      "input": [{"name": "image", "data_type": "TYPE_STRING", "dims": [1]}],
+                                      "output": [{"name": "output", "data_type": "TYPE_FP32", "dims": [1000]}],
+                                      "parameters": {k: {"string_value": v} for k, v in CONTRACT.to_parameters().items()},
+                                      "ensemble_scheduling": {"step": [{"model_name": "preprocess"},
+                                                                       {"model_name": "onnx_model"}]}})
+    encoded = Workload(ensemble, images, shared_memory=False)
+    wire = b"".join(len(b).to_bytes(4, "little") + b for b in (b"\x89PNG one", b"two"))  # BYTES: a 4-byte length, the bytes
+    assert encoded.in_bytes == len(wire)
+    assert service_pb2.ModelInferRequest.FromString(encoded.serialized()).raw_input_contents == [wire]

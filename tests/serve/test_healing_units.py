@@ -176,3 +176,79 @@ def test_the_recorder_sends_the_key_goes_on_after_errors_and_reads_each_log_line
         _until(lambda: "pair" not in recorder.served.configs)  # still recording after the errors
     finally:
         recorder.stop()
+
+
+def test_an_ensemble_is_loaded_only_once_its_steps_loads_returned(triton, monkeypatch):
+    """Loaded beside its steps, an ensemble makes Triton load them from their files: the configs the clients had
+    set would be lost. A step's load that takes a while (here: answered only once `release` is set) holds the
+    ensemble's back."""
+    triton.count["ens"], triton.state["ens"] = 1, ("UNAVAILABLE", "unloaded")
+    triton.hang_paths = {"/v2/repository/models/solo/load"}
+    triton.release.clear()
+    handled = []
+    real = triton.handle
+    monkeypatch.setattr(triton, "handle", lambda method, path, *rest: handled.append((path, triton.release.is_set()))
+                        or real(method, path, *rest))
+    timer = threading.Timer(0.5, triton.release.set)
+    timer.start()
+    served = Served({"ens": triton.config("ens"), "solo": triton.config("solo"), "pair": triton.config("pair")})
+    try:
+        errors = restore(triton.url, None, served)
+    finally:
+        timer.join()
+    assert list(errors) == ["solo"]  # the stand-in never answers a load it held
+    assert ("/v2/repository/models/ens/load", True) in handled and ("/v2/repository/models/pair/load", False) in handled
+
+
+def test_a_load_that_never_answers_is_an_error_after_the_load_timeout(triton, monkeypatch):
+    """A server alive but stuck in a load does not hold the heal forever."""
+    monkeypatch.setattr(healing, "LOAD_TIMEOUT_S", 0.3)
+    triton.hang_paths = {"/v2/repository/models/solo/load"}
+    triton.release.clear()
+    start = time.monotonic()
+    errors = restore(triton.url, None, Served({"solo": triton.config("solo"), "pair": triton.config("pair")}))
+    assert errors == {"solo": "solo: timed out"} and time.monotonic() - start < 5
+    assert [name for name, _ in triton.loads] == ["pair"]
+
+
+def test_the_recorder_reads_on_from_where_it_was_however_long_the_log_was_at_its_start(triton, tmp_path, monkeypatch):
+    """A line of the log is read once: the load of `solo` at the server's start, before the recorder's, is never read
+    again, however short the lines after it."""
+    monkeypatch.setattr(healing, "RECORD_S", 0.02)
+    log = tmp_path / "server.log"
+    log.write_text("I... a line of the server's start\n" * 20 + "I... \"successfully loaded 'solo'\"\n")
+    recorded = {name: {"name": name, "recorded": True} for name in ("solo", "pair", "image")}
+    recorder = Recorder(triton.url, None, Served(dict(recorded)), log)
+    recorder.start()
+    try:
+        with open(log, "a") as f:
+            f.write("successfully loaded 'pair'\n")
+        _until(lambda: recorder.served.configs["pair"] == triton.config("pair"))
+        time.sleep(0.2)  # rounds enough to read any line again
+        assert recorder.served.configs["solo"] == recorded["solo"]
+    finally:
+        recorder.stop()
+
+
+def test_a_config_that_never_comes_is_an_error_after_the_timeout(triton, monkeypatch):
+    """A server that takes the request for a config and never answers: read() gives up after TIMEOUT_S (an OSError,
+    on which the recorder keeps what it had) instead of holding serve's start or the recorder for ever."""
+    monkeypatch.setattr(healing, "TIMEOUT_S", 0.3)
+    triton.hang_paths = {"/v2/models/pair/config"}
+    triton.release.clear()
+    start = time.monotonic()
+    with pytest.raises(OSError, match="timed out"):
+        read(triton.url, None)
+    assert time.monotonic() - start < 5
+
+
+def test_a_first_request_that_never_answers_is_asked_again_and_said_after_first_answer_s(triton, monkeypatch):
+    """A stub that takes the request and never answers: each request gives up after TIMEOUT_S, and serve says so
+    once FIRST_ANSWER_S passed instead of waiting for ever."""
+    monkeypatch.setattr(healing, "TIMEOUT_S", 0.2)
+    monkeypatch.setattr(healing, "FIRST_ANSWER_S", 0.5)
+    triton.hang_paths = {"/v2/models/solo/infer"}
+    triton.release.clear()
+    start = time.monotonic()
+    assert first_answer(triton.url, Served({"solo": triton.config("solo")}), {"solo"}, threading.Event()) == "solo: timed out"
+    assert time.monotonic() - start < 5 and triton.hung_requests >= 2

@@ -133,6 +133,7 @@ def test_a_server_starts_says_what_it_loaded_and_stops_as_a_group(tmp_path, tmp)
     info = server.start()
     try:
         assert info.models == {"onnx_model": ("READY", "")} and info.pid == server.process.pid
+        assert (info.tls, info.control_key, info.model_config_name) == (False, None, None)  # plain gRPC, open, default
         assert (info.grpc_url, info.http_url) == server.urls[:2] and info.log_path == tmp_path / "server.log"
         assert server.exit_code() is None
         (made,) = leftovers.python_envs()
@@ -150,6 +151,19 @@ def test_a_killed_server_leaves_nothing_of_its_own(tmp_path, tmp):
     while server.exit_code() is None:
         time.sleep(0.01)
     assert server.exit_code() == -signal.SIGKILL and len(leftovers.python_envs()) == 1
+    server.stop()
+    assert leftovers.python_envs() == set()
+
+
+def test_a_killed_server_leaves_no_folder_made_after_its_last_marking(tmp_path, tmp):
+    """Marking runs at the start and after a heal's restore: a folder of a model loaded later is unmarked when the
+    server is killed, and its log tells it."""
+    server = _server(tmp_path, tmp)
+    info = server.start()
+    (made,) = leftovers.python_envs()
+    (made / leftovers.MARK).unlink()  # as made by a load after the start's marking
+    os.kill(info.pid, signal.SIGKILL)
+    server.process.wait()
     server.stop()
     assert leftovers.python_envs() == set()
 
@@ -229,6 +243,8 @@ def test_the_logs_tail_is_its_errors_and_last_lines_in_order_without_repeats(tmp
     assert tail == f"server log {log} (errors and last lines):\n  | E3 error\n  | I27 info\n  | I28 info\n  | I29 info"
     log.write_text("E0 only\n")
     assert log_tail(log) == f"server log {log} (errors and last lines):\n  | E0 only"
+    log.write_text("I0 the first line\nI1 the last\n")  # shorter than its tail: all of it
+    assert log_tail(log) == f"server log {log} (errors and last lines):\n  | I0 the first line\n  | I1 the last"
     assert log_tail(tmp_path / "missing.log") == f"(no server log at {tmp_path / 'missing.log'})"
 
 
@@ -267,14 +283,23 @@ def _started(pid: int) -> str:
 
 
 def test_the_server_runs_as_asked_and_says_so_in_its_info(tmp_path, tmp):
-    """Its environment and directory, no stdin, stderr into the log, a process group of its own, SIGTERM when the
-    process that started it dies; the info carries what it was started with."""
+    """Its environment and directory, no stdin (whatever serve's own stdin is: here a pipe), stderr into the log, a
+    process group of its own, SIGTERM when the process that started it dies; the info carries what it was started
+    with."""
     from tritonize.access import ControlKey
 
     key = ControlKey("k" * 24)
     server = _server(tmp_path, tmp, "wants a key", env={**os.environ, "FAKE_ENV": "given"}, cwd=tmp_path,
                      model_config_name="cpu", control_key=key, tls=True)
-    info = server.start()
+    read_end, write_end = os.pipe()
+    own_stdin = os.dup(0)  # pytest-xdist's workers have /dev/null there already; execnet talks on other fds
+    os.dup2(read_end, 0)
+    try:
+        info = server.start()
+    finally:
+        os.dup2(own_stdin, 0)
+        for fd in (own_stdin, read_end, write_end):
+            os.close(fd)
     try:
         log = (tmp_path / "server.log").read_text()
         assert f'"cwd {tmp_path} env given stdin-null True own-group True death-signal {signal.SIGTERM}"' in log
@@ -329,6 +354,9 @@ def test_the_loading_progress_in_every_case(tmp_path):
     log.write_text("successfully loaded 'm1'\nfailed to load 'trt_model'\nfailed to load 'other'\n")
     notes = {"trt_model": "trt_model is not built here. Build it on a GPU box."}
     assert loading_progress(log, notes) == "1 model(s) loaded, latest m1; trt_model is not built here; failed: other"
+    log.write_text("failed to load 'trt_model'\nfailed to load 'trt_fp16'\n")
+    notes["trt_fp16"] = "trt_fp16 is not built here either. Build it on a GPU box."
+    assert loading_progress(log, notes) == "0 model(s) loaded; trt_model is not built here; trt_fp16 is not built here either"
 
 
 def test_the_logs_tail_by_default_and_past_bytes_that_are_not_utf8(tmp_path):
@@ -366,3 +394,23 @@ def test_marking_a_server_that_does_not_run_marks_nothing(tmp_path, tmp):
     server = _server(tmp_path, tmp)
     server.mark_own()  # never started
     assert server.log.marked == {}
+
+
+def test_a_link_named_like_a_stale_workdir_is_neither_followed_nor_in_the_way(tmp_path, monkeypatch, capsys):
+    """Anyone may create /tmp/tritonize-serve-*: a symbolic link there naming a gone owner must not make the start
+    remove what it points to, nor fail the start."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    target = tmp_path / "someone's files"
+    target.mkdir()
+    (target / OWNER_FILE).write_text(f"{gone.pid} 1\n")
+    (target / "precious").write_text("kept")
+    link = tmp_path / "tmp" / "tritonize-serve-link"
+    link.symlink_to(target)
+    workdir = make_workdir()
+    assert workdir.is_dir() and (target / "precious").read_text() == "kept" and link.is_symlink()
+    assert "removed" not in capsys.readouterr().err
