@@ -38,7 +38,8 @@ demo: $(STAMP)
 #
 # First, alone and quickly, the linter ([tool.ruff] in pyproject.toml), then the lowest Python that requires-python
 # admits: vermin reads every file against it (tests/test_python_floor.py). NVIDIA's recorded engine graphs are read
-# where the project's shared copy lies beside the checkout (never committed: tests/nvidia_engines.py).
+# where the project's shared copy lies beside the checkout (never committed: tests/nvidia_engines.py). Each test's time
+# goes to build/make-test.xml (benchmarks/suite_times.py compares two runs per test file).
 #
 # Python writes its bytecode caches (`__pycache__/`, ignored by git) for the run, whatever the environment says: with
 # PYTHONDONTWRITEBYTECODE set (this project's machines set it), every worker, server stub and CLI process compiled
@@ -49,7 +50,7 @@ test: $(STAMP) prometheus shellcheck evhtp perf-analyzer $(MOTO_STAMP)
 	$(VENV)/bin/ruff check --quiet .
 	$(PY) -m pytest -q -n 0 tests/test_python_floor.py
 	OMP_NUM_THREADS=1 $(if $(NVIDIA_TREX),TRITONIZE_NVIDIA_TREX=$(NVIDIA_TREX)) $(PY) -m pytest -ra -n 4 --dist loadfile --no-loadscope-reorder \
-	  --ignore=tests/test_python_floor.py
+	  --ignore=tests/test_python_floor.py --junitxml=build/make-test.xml
 
 # $(call apt,PACKAGE,TESTS): install a Debian/Ubuntu package where it can be (as root); elsewhere, or
 # when it fails, TESTS skip and say why. Never fails the build.
