@@ -93,6 +93,9 @@ def test_the_plot_holds_each_series_p50_solid_p99_dashed_by_concurrency_and_says
     empty = figure([], "Nothing")
     assert empty.axes[0].get_title() == "Nothing (batch 1)\n"
     plt.close(empty)
+    eight = figure([LevelResult(**{**vars(one), "batch": 8}) for one in levels[:3]], "Served")  # a --batch 8 run
+    assert eight.axes[0].get_title() == "Served (batch 8)\nonnx_model, client preprocessing"
+    plt.close(eight)
 
 
 @pytest.mark.parametrize("kwargs,message", [
