@@ -295,9 +295,16 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     """Tests leave no folder of Triton's in /tmp that a server of theirs made. Checked once every worker is done."""
+    from tritonize.serve import leftovers
+
     before = session.config.stash.get(_TRITON_TMP, None)
     if before is None:
         return
+    # The empty python_envs a killed server left unmarked (made as another server started: which one's could not be
+    # told), removed once no tritonserver is left on the machine; only those made during the session.
+    # Marked ones stay for the check below.
+    made = {leftovers.TMP / name for name in _triton_tmp() - before}
+    leftovers.remove({folder for folder in made & leftovers.orphaned() if not (folder / leftovers.MARK).exists()})
     left = sorted(name for name in _triton_tmp() - before if _ours(name))
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -276,6 +276,48 @@ def test_a_marked_folder_is_orphaned_only_once_its_server_and_its_owner_are_both
         folder.mkdir()
         (folder / MARK).write_text(f"tritonserver {server}\nowner {owner} group 1\n")
     (tmp / "python_env_nomark").mkdir()
-    assert leftovers.orphaned() == {tmp / "python_env_both_g"}
-    leftovers.remove(leftovers.orphaned())
-    assert sorted(p.name for p in tmp.iterdir()) == ["python_env_nomark", "python_env_owner_", "python_env_server"]
+    another = _proc(tmp, {4242: "tritonserver"})  # another server runs: an unmarked folder may be its own
+    assert leftovers.orphaned(another) == {tmp / "python_env_both_g"}
+    leftovers.remove(leftovers.orphaned(another))
+    assert sorted(p.name for p in tmp.iterdir() if p.name != "proc") == [
+        "python_env_nomark", "python_env_owner_", "python_env_server"]
+
+
+def _proc(tmp: Path, processes: dict[int, str]) -> Path:
+    """A /proc of `processes` (pid -> command name)."""
+    proc = tmp / "proc"
+    shutil.rmtree(proc, ignore_errors=True)
+    for pid, name in processes.items():
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "comm").write_text(name + "\n")
+    (proc / "self").mkdir(parents=True, exist_ok=True)
+    return proc
+
+
+def test_with_no_tritonserver_left_on_the_machine_empty_unmarked_folders_are_orphaned(tmp):
+    """A killed server's python_env that could not be told from another's (two servers started together) stays
+    unmarked; once no tritonserver runs anywhere, no server can use it: removed at the next start, with this user's
+    other empty ones. One with files in it (an extracted execution environment) or another user's stays."""
+    empty = tmp / "python_env_Empty0"
+    empty.mkdir()
+    used = tmp / "python_env_Used00"
+    (used / "env").mkdir(parents=True)
+    assert leftovers.orphaned(_proc(tmp, {1: "systemd", 4242: "tritonserver"})) == set()
+    assert leftovers.orphaned(_proc(tmp, {1: "systemd", 77: "triton_python_b"})) == {empty}  # a stub alone uses none
+    leftovers.remove(leftovers.orphaned(_proc(tmp, {1: "systemd"})))
+    assert not empty.exists() and used.exists()
+
+
+def test_a_running_tritonserver_is_found_by_its_name(tmp_path):
+    """The real /proc: a process named tritonserver (here a copy of sleep) is found, whatever its arguments."""
+    import subprocess
+
+    binary = tmp_path / "tritonserver"
+    shutil.copy(shutil.which("sleep"), binary)
+    process = subprocess.Popen([str(binary), "30"])
+    try:
+        assert process.pid in leftovers.tritonservers()
+    finally:
+        process.kill()
+        process.wait()
+    assert process.pid not in leftovers.tritonservers()

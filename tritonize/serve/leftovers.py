@@ -13,7 +13,8 @@ python_env is made between the log's `loading: MODEL` line of the first model of
 instance line; those of the folders made within those times are taken as the server's own only where there are
 exactly as many as the backends it initialized then (one more, another server's made meanwhile, and none is taken:
 a folder left is better than another server's removed). The server's own found while it runs are marked with who
-made them (MARK), which a later stop trusts, and which the test suite reads to count only its own leftovers.
+made them (MARK), which a later stop trusts, and which the test suite reads to count only its own leftovers. An
+unmarked one a killed server left is removed by a later start once no tritonserver runs on the machine.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tritonize.model_repository import PLATFORMS, parse_config
 from tritonize.processes import start_time
 from tritonize.serve.backends import BACKEND_NAMES
 
+PROC = Path("/proc")
 TMP = Path("/tmp")  # Triton's, whatever TMPDIR says (the Python backend's and the core's kDefaultMountDirectory)
 PYTHON_ENV, OVERRIDE = "python_env_??????", "folder??????"
 MARK = ".tritonize"  # in a python_env of a server of ours: "tritonserver PID START\nowner OWNER"
@@ -161,18 +163,38 @@ def marked(log: ServerLog) -> set[Path]:
     return found
 
 
-def orphaned() -> set[Path]:
+def orphaned(proc: Path = PROC) -> set[Path]:
     """The python_envs of this user marked by a server of ours whose tritonserver and owner are both gone (a
-    `tritonize serve` killed with -9 could not remove them; its server died with it)."""
-    found = set()
+    `tritonize serve` killed with -9 could not remove them; its server died with it). And, when no tritonserver runs
+    on the machine, this user's empty ones without a mark: a killed server's that could not be told from another
+    server's (made as another started), which no server is left to use."""
+    found, unmarked = set(), set()
     for folder in python_envs():
         with contextlib.suppress(OSError):
-            text = (folder / MARK).read_text() if _mine(folder) else ""
+            if not _mine(folder):
+                continue
+            if not os.listdir(folder):
+                unmarked.add(folder)
+                continue
+            text = (folder / MARK).read_text()
             server = re.search(r"^tritonserver (\d+) (\S+)$", text, re.M)
             ran_by = re.search(r"^owner (\d+) (\S+)", text, re.M)
             if server and ran_by and all(start_time(int(pid)) != started
                                          for pid, started in (server.groups(), ran_by.groups())):
                 found.add(folder)
+    # listed before the processes are: a server started after this look makes its folders after the listing
+    if unmarked and not tritonservers(proc):
+        found |= unmarked
+    return found
+
+
+def tritonservers(proc: Path = PROC) -> list[int]:
+    """The pids of the tritonserver processes on this machine (any user's: /proc names every process)."""
+    found = []
+    for entry in proc.iterdir() if proc.is_dir() else ():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "tritonserver":
+                found.append(int(entry.name))
     return found
 
 
