@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import importlib.util
@@ -295,11 +296,11 @@ def pytest_sessionstart(session):
 
 def pytest_sessionfinish(session, exitstatus):
     """Tests leave no folder of Triton's in /tmp that a server of theirs made. Checked once every worker is done."""
-    from tritonize.serve import leftovers
-
     before = session.config.stash.get(_TRITON_TMP, None)
     if before is None:
         return
+    from tritonize.serve import leftovers
+
     # The empty python_envs a killed server left unmarked (made as another server started: which one's could not be
     # told), removed once no tritonserver is left on the machine; only those made during the session.
     # Marked ones stay for the check below.
@@ -425,7 +426,7 @@ def started_first(items: list) -> list:
     if missing:
         raise pytest.UsageError(f"tests/conftest.py STARTED_FIRST names {missing[0]}, which is gone: name its successor")
     files = [item.nodeid.split("::")[0] for item in items]
-    count = {f: files.count(f) for f in set(files)}
+    count = collections.Counter(files)
     rank = {f: (STARTED_FIRST.index(f), 0) if f in STARTED_FIRST else (len(STARTED_FIRST), -count[f]) for f in count}
     return [item for _, item in sorted(zip(files, items), key=lambda pair: rank[pair[0]])]
 
